@@ -1,0 +1,8 @@
+"""Plotting and analysis of saved fastslow-sim results, installed as `fastslow_sim.analysis`.
+
+It reads datasets (never trains or integrates, DESIGN 5) and writes figures.
+"""
+
+from .plots import plot_trajectory
+
+__all__ = ["plot_trajectory"]

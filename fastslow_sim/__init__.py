@@ -1,0 +1,61 @@
+"""fastslow-sim: fast-slow dynamics, master equations and the fast-slow attention network.
+
+The ODE core: `generators` (master-equation generators `Q(y)`), `stationary` (`p_st(Q)` by GTH,
+`dp/dy`), `systems` (`eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` with `eps = 1/P`), `integrators`
+(`integrate(system, t_span, ...)`), `io` (NetCDF). Plotting lives in `fastslow_sim.analysis`.
+"""
+
+__version__ = "0.1.0"
+
+from .errors import InputError, ReducibleGeneratorError  # noqa: E402
+from .generators import (  # noqa: E402
+    GENERATORS,
+    BirthDeath,
+    Cycle,
+    MichaelisMenten,
+    RandomIrreducible,
+    TwoState,
+    random_generators,
+    validate_generator,
+)
+from .integrators import METHODS, StiffnessWarning, integrate  # noqa: E402
+from .io import load_dataset, save_dataset  # noqa: E402
+from .stationary import (  # noqa: E402
+    fundamental_matrix,
+    stationary_derivative,
+    stationary_distribution,
+)
+from .systems import (  # noqa: E402
+    SYSTEMS,
+    FastSlowSystem,
+    MasterEquationSystem,
+    make_system,
+    resolve_eps,
+)
+
+__all__ = [
+    "__version__",
+    "InputError",
+    "ReducibleGeneratorError",
+    "GENERATORS",
+    "BirthDeath",
+    "Cycle",
+    "MichaelisMenten",
+    "RandomIrreducible",
+    "TwoState",
+    "random_generators",
+    "validate_generator",
+    "stationary_distribution",
+    "stationary_derivative",
+    "fundamental_matrix",
+    "SYSTEMS",
+    "FastSlowSystem",
+    "MasterEquationSystem",
+    "make_system",
+    "resolve_eps",
+    "METHODS",
+    "StiffnessWarning",
+    "integrate",
+    "load_dataset",
+    "save_dataset",
+]

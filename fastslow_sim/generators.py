@@ -1,0 +1,393 @@
+"""Master-equation generators `Q(y)`, batched over the slow variable.
+
+Convention (DESIGN 2): `Q[..., i, j] >= 0` is the rate of jumping from state `i` to state `j`
+(`i != j`) and `Q[..., i, i] = -sum_{j != i} Q[..., i, j]`, so every row sums to zero. The fast
+master equation is `eps dx/dt = Q(y)^T x`.
+
+Every generator is a small object with
+- `rates(y)`: `Q` of shape `(..., n, n)` for `y` of shape `(..., m)` (a scalar `y` is `m = 1`);
+- `rates_dy(y)`: `dQ/dy` of shape `(..., m, n, n)`, analytic, used for the Jacobian and `dp/dy`;
+- `closed_form(y)`: the exact `p_st(y)` of shape `(..., n)` where one exists (else `None`);
+- `params()`: a JSON-able dict, saved with every result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = [
+    "Generator",
+    "TwoState",
+    "BirthDeath",
+    "Cycle",
+    "RandomIrreducible",
+    "MichaelisMenten",
+    "random_generators",
+    "validate_generator",
+    "from_off_diagonal",
+    "GENERATORS",
+]
+
+
+def from_off_diagonal(rates: np.ndarray) -> np.ndarray:
+    """Generator from off-diagonal rates: zero the diagonal, then set `Q_ii = -sum_{j != i} Q_ij`."""
+    q = np.array(rates, dtype=np.float64, copy=True)
+    n = q.shape[-1]
+    idx = np.arange(n)
+    q[..., idx, idx] = 0.0
+    q[..., idx, idx] = -q.sum(axis=-1)
+    return q
+
+
+def validate_generator(Q, *, atol: float | None = None, name: str = "Q") -> None:
+    """Raise `InputError` (one sentence) unless `Q` is a batch of valid generators.
+
+    Checks: at least 2-D and square in its last two axes, finite, off-diagonal rates `>= 0`, and
+    every row summing to zero within `atol * (1 + |Q_ii|)`; `atol` defaults to
+    `max(1e-10, 100 * machine epsilon of Q's dtype)`.
+    """
+    is_torch = type(Q).__module__.startswith("torch")
+    q = Q.detach().cpu().numpy() if is_torch else np.asarray(Q)
+    if q.ndim < 2 or q.shape[-1] != q.shape[-2]:
+        raise InputError(
+            f"{name} must be a square matrix (or a batch of them) of shape (..., n, n); "
+            f"got shape {tuple(q.shape)}."
+        )
+    if q.shape[-1] < 1:
+        raise InputError(f"{name} must have at least one state; got shape {tuple(q.shape)}.")
+    if not np.issubdtype(q.dtype, np.number) or np.iscomplexobj(q):
+        raise InputError(f"{name} must hold real numbers; got dtype {q.dtype}.")
+    # Fast screens first (one pass each); the detailed, slower search only runs on failure.
+    if not np.isfinite(q.sum()) and not np.all(np.isfinite(q)):
+        bad = np.argwhere(~np.isfinite(q))[0]
+        raise InputError(
+            f"{name} must be finite; entry {tuple(int(i) for i in bad)} is {q[tuple(bad)]}."
+        )
+    n = q.shape[-1]
+    diag = np.diagonal(q, axis1=-2, axis2=-1)
+    if np.count_nonzero(q < 0) != np.count_nonzero(diag < 0):
+        neg = (q < 0) & ~np.eye(n, dtype=bool)
+        bad = np.argwhere(neg)[0]
+        raise InputError(
+            f"{name} must have non-negative off-diagonal rates; entry {tuple(int(i) for i in bad)} "
+            f"is {q[tuple(bad)]:.6g}."
+        )
+    if atol is None:
+        atol = max(1e-10, 100 * float(np.finfo(q.dtype).eps)) if q.dtype.kind == "f" else 1e-10
+    rowsum = q @ np.ones(n)
+    # for a valid row, |Q_ii| is its largest entry: the scale of its round-off
+    badrow = np.abs(rowsum) > atol * (1.0 + np.abs(diag))
+    if np.any(badrow):
+        bad = np.argwhere(badrow)[0]
+        raise InputError(
+            f"{name} rows must sum to zero (Q_ii = -sum of the row's rates); row "
+            f"{tuple(int(i) for i in bad)} sums to {rowsum[tuple(bad)]:.6g}."
+        )
+
+
+def _as_slow(y, m: int = 1) -> np.ndarray:
+    """`y` as a float64 array of shape `(..., m)`; a scalar or `(...,)` array is taken as `m = 1`."""
+    y = np.asarray(y, dtype=np.float64)
+    if m == 1 and (y.ndim == 0 or y.shape[-1] != 1):
+        y = y[..., None]
+    if y.shape[-1] != m:
+        raise InputError(
+            f"y must have {m} slow component(s) in its last axis; got shape {y.shape}."
+        )
+    return y
+
+
+class Generator:
+    """Base class: a family of generators `Q(y)` on `n_states` states and `n_slow` slow variables."""
+
+    name: str = "generator"
+    n_slow: int = 1
+
+    @property
+    def n_states(self) -> int:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def rates(self, y) -> np.ndarray:
+        raise NotImplementedError
+
+    def rates_dy(self, y) -> np.ndarray:
+        raise NotImplementedError
+
+    def closed_form(self, y) -> np.ndarray | None:
+        return None
+
+    def domain(self) -> tuple[float, float]:
+        """Interval of `y` on which the rates are defined (all built-ins: the real line)."""
+        return (-math.inf, math.inf)
+
+    def params(self) -> dict:
+        d = asdict(self) if hasattr(self, "__dataclass_fields__") else {}
+        d.pop("name", None)
+        return {"generator": self.name, **d}
+
+
+@dataclass
+class TwoState(Generator):
+    """Two states: rate 0->1 is `a exp(beta y)`, rate 1->0 is `b`.
+
+    `p_st(y) = (b, a e^{beta y}) / (b + a e^{beta y})`.
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    beta: float = 1.0
+    name: str = field(default="two-state", init=False, repr=False)
+
+    @property
+    def n_states(self) -> int:
+        return 2
+
+    def rates(self, y):
+        y = _as_slow(y)[..., 0]
+        up = self.a * np.exp(self.beta * y)
+        q = np.zeros(y.shape + (2, 2))
+        q[..., 0, 1] = up
+        q[..., 1, 0] = self.b
+        return from_off_diagonal(q)
+
+    def rates_dy(self, y):
+        y = _as_slow(y)[..., 0]
+        dup = self.a * self.beta * np.exp(self.beta * y)
+        d = np.zeros(y.shape + (1, 2, 2))
+        d[..., 0, 0, 1] = dup
+        d[..., 0, 0, 0] = -dup
+        return d
+
+    def closed_form(self, y):
+        y = _as_slow(y)[..., 0]
+        up = self.a * np.exp(self.beta * y)
+        return np.stack([self.b / (self.b + up), up / (self.b + up)], axis=-1)
+
+
+@dataclass
+class BirthDeath(Generator):
+    """Birth-death chain on `0..n-1`: up rate `u(y) = up * exp(beta (y - y_mid))`, down rate `down`.
+
+    `p_st,i(y) = r^i (1 - r) / (1 - r^n)` with `r = u(y)/down` (uniform when `r = 1`).
+    With `beta = 0` and `up/down = 0.1` it is the nearly decomposable test chain of DESIGN 3.1.
+    """
+
+    n: int = 8
+    up: float = 1.0
+    down: float = 1.0
+    beta: float = 4.0
+    y_mid: float = 0.5
+    name: str = field(default="birth-death", init=False, repr=False)
+
+    def __post_init__(self):
+        if int(self.n) != self.n or self.n < 2:
+            raise InputError(f"a birth-death chain needs an integer n >= 2 states; got n={self.n}.")
+        if not (self.up > 0 and self.down > 0):
+            raise InputError(
+                f"birth-death rates must be positive; got up={self.up}, down={self.down}."
+            )
+
+    @property
+    def n_states(self) -> int:
+        return int(self.n)
+
+    def up_rate(self, y):
+        return self.up * np.exp(self.beta * (_as_slow(y)[..., 0] - self.y_mid))
+
+    def rates(self, y):
+        u = self.up_rate(y)
+        n = self.n_states
+        q = np.zeros(u.shape + (n, n))
+        i = np.arange(n - 1)
+        q[..., i, i + 1] = u[..., None]
+        q[..., i + 1, i] = self.down
+        return from_off_diagonal(q)
+
+    def rates_dy(self, y):
+        du = self.beta * self.up_rate(y)
+        n = self.n_states
+        d = np.zeros(du.shape + (1, n, n))
+        i = np.arange(n - 1)
+        d[..., 0, i, i + 1] = du[..., None]
+        d[..., 0, i, i] = -du[..., None]
+        return d
+
+    def closed_form(self, y):
+        r = self.up_rate(y) / self.down
+        # log-space so that r**i does not underflow for long chains
+        logw = np.arange(self.n_states) * np.log(r)[..., None]
+        logw -= logw.max(axis=-1, keepdims=True)
+        w = np.exp(logw)
+        return w / w.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class Cycle(Generator):
+    """Non-reversible cycle: rate `i -> i+1 (mod n)` is `forward * exp(y s_i)` with
+    `s_i = i/(n-1) - 1/2`, rate `i -> i-1 (mod n)` is `backward`.
+
+    The probability current around the cycle is non-zero, so detailed balance fails; there is no
+    simple closed form for `p_st` (it is solved numerically).
+    """
+
+    n: int = 6
+    forward: float = 1.0
+    backward: float = 0.2
+    name: str = field(default="cycle", init=False, repr=False)
+
+    def __post_init__(self):
+        if int(self.n) != self.n or self.n < 3:
+            raise InputError(f"a cycle needs an integer n >= 3 states; got n={self.n}.")
+
+    @property
+    def n_states(self) -> int:
+        return int(self.n)
+
+    def _s(self):
+        return np.arange(self.n_states) / (self.n_states - 1) - 0.5
+
+    def rates(self, y):
+        y = _as_slow(y)[..., 0]
+        n = self.n_states
+        i = np.arange(n)
+        q = np.zeros(y.shape + (n, n))
+        q[..., i, (i + 1) % n] = self.forward * np.exp(y[..., None] * self._s())
+        q[..., i, (i - 1) % n] += self.backward
+        return from_off_diagonal(q)
+
+    def rates_dy(self, y):
+        y = _as_slow(y)[..., 0]
+        n = self.n_states
+        i = np.arange(n)
+        dfw = self.forward * self._s() * np.exp(y[..., None] * self._s())
+        d = np.zeros(y.shape + (1, n, n))
+        d[..., 0, i, (i + 1) % n] = dfw
+        d[..., 0, i, i] = -dfw
+        return d
+
+
+@dataclass
+class RandomIrreducible(Generator):
+    """Seeded random family `Q_ij(y) = A_ij exp(y B_ij)` on `n` states.
+
+    `A_ij ~ U(0, 1)` on a random sparsity pattern of density `density`, plus a random Hamiltonian
+    cycle with rates at least 0.1 so that every member is irreducible; `B_ij ~ N(0, 1)`.
+    """
+
+    n: int = 8
+    seed: int = 0
+    density: float = 0.5
+    name: str = field(default="random", init=False, repr=False)
+
+    def __post_init__(self):
+        if int(self.n) != self.n or self.n < 2:
+            raise InputError(f"a random generator needs an integer n >= 2 states; got n={self.n}.")
+        rng = np.random.default_rng(self.seed)
+        n = self.n_states
+        a = rng.uniform(0.0, 1.0, (n, n)) * (rng.uniform(size=(n, n)) < self.density)
+        perm = rng.permutation(n)
+        a[perm, np.roll(perm, -1)] += rng.uniform(0.1, 1.0, n)
+        np.fill_diagonal(a, 0.0)
+        self._a = a
+        self._b = rng.normal(size=(n, n)) * (a > 0)
+
+    @property
+    def n_states(self) -> int:
+        return int(self.n)
+
+    def rates(self, y):
+        y = _as_slow(y)[..., 0]
+        return from_off_diagonal(self._a * np.exp(y[..., None, None] * self._b))
+
+    def rates_dy(self, y):
+        y = _as_slow(y)[..., 0]
+        off = self._a * self._b * np.exp(y[..., None, None] * self._b)
+        n = self.n_states
+        idx = np.arange(n)
+        off[..., idx, idx] = -off.sum(axis=-1)
+        return off[..., None, :, :]
+
+
+@dataclass
+class MichaelisMenten(Generator):
+    """`N` enzyme molecules, state `i` = number bound to substrate; substrate concentration `y`.
+
+    Binding `E + S -> C` at rate `k1 y` per free enzyme, unbinding plus catalysis `C -> E` at rate
+    `k_minus1 + k2` per complex: up rate `(N - i) k1 y`, down rate `i (k_minus1 + k2)`.
+    `p_st(y)` is binomial with bound fraction `y / (y + K_M)`, `K_M = (k_minus1 + k2) / k1`.
+    Defined for `y >= 0`.
+    """
+
+    N: int = 4
+    k1: float = 1.0
+    k_minus1: float = 1.0
+    k2: float = 1.0
+    name: str = field(default="michaelis-menten", init=False, repr=False)
+
+    def __post_init__(self):
+        if int(self.N) != self.N or self.N < 1:
+            raise InputError(f"Michaelis-Menten needs an integer N >= 1 enzymes; got N={self.N}.")
+
+    @property
+    def n_states(self) -> int:
+        return int(self.N) + 1
+
+    @property
+    def K_M(self) -> float:
+        return (self.k_minus1 + self.k2) / self.k1
+
+    def domain(self):
+        return (0.0, math.inf)
+
+    def rates(self, y):
+        y = _as_slow(y)[..., 0]
+        n = self.n_states
+        i = np.arange(n - 1)
+        q = np.zeros(y.shape + (n, n))
+        q[..., i, i + 1] = (self.N - i) * self.k1 * y[..., None]
+        q[..., i + 1, i] = (i + 1) * (self.k_minus1 + self.k2)
+        return from_off_diagonal(q)
+
+    def rates_dy(self, y):
+        y = _as_slow(y)[..., 0]
+        n = self.n_states
+        i = np.arange(n - 1)
+        d = np.zeros(y.shape + (1, n, n))
+        d[..., 0, i, i + 1] = (self.N - i) * self.k1
+        d[..., 0, i, i] = -(self.N - i) * self.k1
+        return d
+
+    def closed_form(self, y):
+        y = _as_slow(y)[..., 0]
+        f = y / (y + self.K_M)
+        i = np.arange(self.n_states)
+        binom = np.array([math.comb(int(self.N), int(k)) for k in i], dtype=np.float64)
+        return binom * f[..., None] ** i * (1.0 - f[..., None]) ** (self.N - i)
+
+
+def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -> np.ndarray:
+    """`count` independent random irreducible generators on `n` states, shape `(count, n, n)`.
+
+    Off-diagonal rates `U(0, 1)` on a random pattern of the given density, plus a random
+    Hamiltonian cycle of rates in `[0.1, 1)` (which makes each one irreducible).
+    """
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 1.0, (count, n, n)) * (rng.uniform(size=(count, n, n)) < density)
+    perm = np.argsort(rng.uniform(size=(count, n)), axis=-1)
+    rows = np.arange(count)[:, None]
+    a[rows, perm, np.roll(perm, -1, axis=-1)] += rng.uniform(0.1, 1.0, (count, n))
+    return from_off_diagonal(a)
+
+
+GENERATORS = {
+    "two-state": TwoState,
+    "birth-death": BirthDeath,
+    "cycle": Cycle,
+    "random": RandomIrreducible,
+    "michaelis-menten": MichaelisMenten,
+}

@@ -1,0 +1,173 @@
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fastslow_sim as fs
+from fastslow_sim.cli import main
+
+JSON_KEYS = {
+    "system",
+    "eps",
+    "P",
+    "method",
+    "t_end",
+    "x_final",
+    "y_final",
+    "manifold_distance_final",
+    "mass_error_max",
+    "nfev",
+    "status",
+    "wall_time_s",
+    "out",
+}
+
+
+def run(args, **kw):
+    return CliRunner().invoke(main, args, catch_exceptions=False, **kw)
+
+
+def test_integrate_default_writes_dataset_and_plot(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run(["integrate", "--eps", "0.125"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "fastslow-results" / "integrate-birth-death-eps0.125.nc"
+    assert out.is_file() and out.with_suffix(".png").is_file()
+    assert "|x - p_st(y)|_1" in res.output and "nfev" in res.output
+    ds = fs.load_dataset(out)
+    assert ds.attrs["eps"] == 0.125 and ds.attrs["P"] == 8 and ds.attrs["status"] == "success"
+
+
+def test_integrate_json(tmp_path):
+    out = tmp_path / "r.nc"
+    res = run(
+        [
+            "integrate",
+            "--P",
+            "16",
+            "--system",
+            "two-state",
+            "--t-end",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert JSON_KEYS <= set(data)
+    assert data["P"] == 16 and data["eps"] == 1 / 16 and data["out"] == str(out)
+    assert data["plot"] == str(out.with_suffix(".png"))
+    ds = fs.load_dataset(out)
+    np.testing.assert_allclose(data["x_final"], ds["x"].values[-1])
+    assert data["manifold_distance_final"] < 0.1 and data["mass_error_max"] < 1e-10
+
+
+def test_help_lists_systems_and_methods():
+    res = run(["integrate", "--help"])
+    for name in list(fs.SYSTEMS) + ["radau", "bdf", "lsoda", "dopri5", "auto"]:
+        assert name in res.output
+    assert run(["--version"]).output.strip().endswith(fs.__version__)
+
+
+def test_explicit_method_warning_is_printed(tmp_path):
+    res = CliRunner().invoke(
+        main,
+        [
+            "integrate",
+            "--eps",
+            "0.01",
+            "--t-end",
+            "1",
+            "--method",
+            "rk45",
+            "--out",
+            str(tmp_path / "a.nc"),
+            "--no-plot",
+        ],
+    )
+    assert res.exit_code == 0
+    assert "Warning: the problem is stiff" in res.output
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--eps", "0"], "eps must be a positive"),
+        (["--eps", "-0.5"], "eps must be a positive"),
+        (["--eps", "nan"], "eps must be a positive"),
+        (["--eps", "inf"], "eps must be a positive"),
+        (["--eps", "abc"], "eps must be a positive"),
+        (["--eps", "0.1", "--P", "10"], "not both"),
+        (["--P", "2.5"], "positive integer"),
+        (["--P", "0"], "positive integer"),
+        (["--P", "-3"], "positive integer"),
+        ([], "give one of eps or P"),
+        (["--eps", "0.1", "--system", "lorenz"], "'lorenz' is not one of"),
+        (["--eps", "0.1", "--method", "magic"], "'magic' is not one of"),
+        (["--eps", "0.1", "--x0", "0.5,0.6,0,0,0,0,0,0"], "probability vector"),
+        (["--eps", "0.1", "--x0", "1,0"], "8 entries"),
+        (["--eps", "0.1", "--x0", "a,b"], "comma-separated"),
+        (["--eps", "0.1", "--out", "/nonexistent-dir/x.nc"], "does not exist"),
+        (["--eps", "0.1", "--t-end", "-1"], "t-end"),
+        (["--eps", "0.1", "--rtol", "0"], "rtol must be a positive"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["integrate", *args])
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    # nothing half-written
+    assert not list(tmp_path.rglob("*.nc")) and not list(tmp_path.rglob("*.part"))
+
+
+def test_unwritable_output_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        res = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--out", str(ro / "a.nc")])
+        if (
+            shutil.which("id")
+            and subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() == "0"
+        ):
+            pytest.skip("running as root: a read-only folder is still writable")
+        assert res.exit_code == 2 and "not writable" in res.output
+    finally:
+        ro.chmod(0o700)
+
+
+def test_installed_command(tmp_path):
+    exe = shutil.which("fastslow-sim")
+    if exe is None:
+        pytest.skip("fastslow-sim is not on PATH (install with scripts/setup.sh)")
+    res = subprocess.run(
+        [
+            exe,
+            "integrate",
+            "--eps",
+            "0.125",
+            "--t-end",
+            "1",
+            "--json",
+            "--out",
+            str(tmp_path / "a.nc"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "success"
+    bad = subprocess.run(
+        [exe, "integrate", "--eps", "nan"], capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0

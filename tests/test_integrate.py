@@ -1,0 +1,178 @@
+import warnings
+
+import numpy as np
+import pytest
+
+import fastslow_sim as fs
+from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev
+
+
+@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+@pytest.mark.parametrize("method", ["radau", "bdf", "lsoda"])
+def test_probability_is_conserved(name, method):
+    ds = fs.integrate(fs.make_system(name, eps=0.05), (0, 3), method=method)
+    assert ds.attrs["status"] == "success"
+    assert np.max(np.abs(ds["mass_error"].values)) <= 1e-10
+    assert np.all(ds["x"].values >= -1e-9)
+
+
+@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+def test_stiff_methods_agree(name):
+    system = fs.make_system(name, P=20)
+    ref = fs.integrate(system, (0, 3), method="radau", rtol=1e-11, atol=1e-13)
+    for method in ["bdf", "lsoda"]:
+        ds = fs.integrate(system, (0, 3), method=method, rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(ds["x"].values, ref["x"].values, atol=2e-6)
+        np.testing.assert_allclose(ds["y"].values, ref["y"].values, atol=2e-6)
+
+
+def test_torchdiffeq_backend_matches_scipy_on_a_mildly_stiff_problem():
+    system = fs.make_system("two-state", eps=0.5)
+    ref = fs.integrate(system, (0, 2), method="radau", rtol=1e-11, atol=1e-13)
+    ds = fs.integrate(system, (0, 2), method="dopri5", rtol=1e-9, atol=1e-11)
+    assert ds.attrs["status"] == "success" and ds.attrs["backend"] == "torchdiffeq"
+    assert ds.attrs["nfev"] > 0
+    np.testing.assert_allclose(ds["x"].values, ref["x"].values, atol=1e-7)
+
+
+def test_x_approaches_the_critical_manifold_as_eps_shrinks():
+    # asymptotic regime: eps well below the fast spectral gap (~1.8) over the slow rate (~1)
+    eps_values = np.array([0.01, 0.005, 0.0025, 0.00125])
+    dist = []
+    for eps in eps_values:
+        ds = fs.integrate(fs.make_system("birth-death", eps=eps), (0, 3), rtol=1e-10, atol=1e-12)
+        after_layer = ds["time"].values >= 0.5  # layer ~ eps log(1/eps)/gap << 0.5 for these eps
+        dist.append(ds["manifold_distance"].values[after_layer].max())
+        assert ds["manifold_distance"].values[0] == pytest.approx(2.0, abs=1e-3)  # starts off it
+    dist = np.array(dist)
+    assert np.all(np.diff(dist) < 0)
+    slope = np.polyfit(np.log(eps_values), np.log(dist), 1)[0]
+    assert 0.85 <= slope <= 1.15  # |x - h0(y)| = O(eps) (DESIGN 3.2)
+
+
+def test_auto_picks_a_stiff_method_when_stiff_and_explicit_otherwise():
+    stiff = fs.integrate(fs.make_system("birth-death", eps=1e-3), (0, 1))
+    assert stiff.attrs["method"] == "radau" and stiff.attrs["stiffness_index"] > STIFF_THRESHOLD
+    mild = fs.integrate(fs.make_system("two-state", eps=1.0), (0, 1))
+    assert mild.attrs["method"] == "dop853" and mild.attrs["stiffness_index"] < STIFF_THRESHOLD
+
+
+def test_explicit_method_on_stiff_problem_warns_with_cost():
+    system = fs.make_system("birth-death", eps=0.02)
+    with pytest.warns(fs.StiffnessWarning, match="function evaluations"):
+        ds = fs.integrate(system, (0, 1), method="rk45")
+    # the estimate is a lower bound of the real cost
+    assert ds.attrs["nfev"] >= 0.5 * estimate_explicit_nfev("rk45", ds.attrs["stiffness_index"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fs.integrate(system, (0, 1), method="radau")
+
+
+def test_failure_is_a_status_not_an_exception():
+    system = fs.make_system("birth-death", eps=1e-3)
+    with pytest.warns(fs.StiffnessWarning):
+        ds = fs.integrate(system, (0, 1), method="dopri5", max_steps=50)
+    assert ds.attrs["status"] == "max_steps"
+    assert np.isnan(ds["x"].values[-1]).all()
+
+
+def test_dataset_is_labelled_and_round_trips(tmp_path):
+    system = fs.make_system("michaelis-menten", P=50)
+    ds = fs.integrate(system, (0, 2), n_eval=11)
+    assert ds["x"].dims == ("time", "state") and ds["y"].dims == ("time", "slow")
+    assert ds["p_st"].dims == ("time", "state")
+    for key in [
+        "system",
+        "system_params",
+        "eps",
+        "P",
+        "method",
+        "rtol",
+        "atol",
+        "nfev",
+        "njev",
+        "nlu",
+        "status",
+        "message",
+        "wall_time_s",
+        "fastslow_sim_version",
+    ]:
+        assert key in ds.attrs, key
+    assert ds.attrs["P"] == 50 and ds.attrs["eps"] == pytest.approx(0.02)
+    # p_st is evaluated at y(t)
+    np.testing.assert_allclose(
+        ds["p_st"].values, system.generator.closed_form(ds["y"].values), rtol=1e-10, atol=1e-14
+    )
+    path = fs.save_dataset(ds, tmp_path / "mm.nc")
+    back = fs.load_dataset(path)
+    np.testing.assert_array_equal(back["x"].values, ds["x"].values)
+    assert back.attrs["system"] == "michaelis-menten" and back.attrs["nfev"] == ds.attrs["nfev"]
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_general_fast_slow_system_with_finite_difference_jacobian():
+    # eps dx/dt = -(x - sin y), dy/dt = -x: slow manifold x = sin(y)
+    system = fs.FastSlowSystem(
+        f=lambda x, y: -(x - np.sin(y)),
+        g=lambda x, y: -x,
+        n_fast=1,
+        n_slow=1,
+        eps=1e-3,
+        x0=np.array([0.0]),
+        y0=np.array([1.0]),
+    )
+    ds = fs.integrate(system, (0, 1), method="radau", rtol=1e-10, atol=1e-12)
+    x, y = ds["x"].values[:, 0], ds["y"].values[:, 0]
+    late = ds["time"].values > 0.05
+    assert np.max(np.abs(x[late] - np.sin(y[late]))) < 5e-3  # O(eps) from the manifold
+    assert "p_st" not in ds
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"t_span": (1.0, 0.0)}, "run forward"),
+        ({"t_span": (0.0, 0.0)}, "run forward"),
+        ({"rtol": 0.0}, "rtol must be a positive"),
+        ({"atol": -1.0}, "atol must be a positive"),
+        ({"x0": [0.5, 0.6, 0, 0, 0, 0, 0, 0]}, "probability vector"),
+        ({"x0": [1.0, 0.0]}, "8 entries"),
+        ({"method": "euler-maruyama"}, "unknown method"),
+    ],
+)
+def test_bad_input(kwargs, fragment):
+    system = fs.make_system("birth-death", eps=0.1)
+    kwargs = {"t_span": (0.0, 1.0), **kwargs}
+    t_span = kwargs.pop("t_span")
+    with pytest.raises(fs.InputError, match=fragment):
+        fs.integrate(system, t_span, **kwargs)
+
+
+def test_michaelis_menten_y_domain():
+    system = fs.make_system("michaelis-menten", eps=0.1)
+    with pytest.raises(fs.InputError, match="domain"):
+        fs.integrate(system, (0, 1), y0=[-1.0])
+
+
+@pytest.mark.parametrize(
+    "eps, P, fragment",
+    [
+        (0.1, 10, "not both"),
+        (None, None, "one of"),
+        (0.0, None, "positive"),
+        (float("nan"), None, "positive"),
+        (float("inf"), None, "positive"),
+        (None, 2.5, "positive integer"),
+        (None, 0, "positive integer"),
+        (None, True, "positive integer"),
+    ],
+)
+def test_eps_and_P_validation(eps, P, fragment):
+    with pytest.raises(fs.InputError, match=fragment):
+        fs.resolve_eps(eps, P)
+
+
+def test_eps_P_relation():
+    assert fs.resolve_eps(P=8) == (0.125, 8)
+    assert fs.resolve_eps(eps=0.125) == (0.125, 8)
+    assert fs.resolve_eps(eps=0.3) == (0.3, None)

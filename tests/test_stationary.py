@@ -1,0 +1,184 @@
+import numpy as np
+import pytest
+import torch
+
+import fastslow_sim as fs
+from fastslow_sim.generators import from_off_diagonal
+from fastslow_sim.stationary import METHODS, closed_classes
+
+CLOSED = [fs.TwoState(beta=1.7), fs.BirthDeath(n=12, beta=3.0), fs.MichaelisMenten(N=6, k1=2.0)]
+
+
+@pytest.mark.parametrize("gen", CLOSED, ids=lambda g: g.name)
+@pytest.mark.parametrize("method", METHODS)
+def test_closed_form_stationary_distributions(gen, method):
+    y = np.linspace(0.05, 2.0, 25)
+    p = fs.stationary_distribution(gen.rates(y), method)
+    np.testing.assert_allclose(p, gen.closed_form(y), rtol=1e-10, atol=1e-14)
+    # Q^T p = 0 and normalised
+    np.testing.assert_allclose(np.einsum("...ji,...j->...i", gen.rates(y), p), 0, atol=1e-12)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-14)
+
+
+def test_methods_agree_on_random_chains():
+    Q = fs.random_generators(500, 16, seed=0)
+    p = {m: fs.stationary_distribution(Q, m) for m in METHODS}
+    np.testing.assert_allclose(p["lu"], p["gth"], rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(p["svd"], p["gth"], rtol=1e-9, atol=1e-13)
+    assert np.all(p["gth"] > 0)
+
+
+def test_batch_dimensions_are_kept():
+    Q = fs.random_generators(12, 5, seed=2).reshape(3, 4, 5, 5)
+    p = fs.stationary_distribution(Q)
+    assert p.shape == (3, 4, 5)
+    np.testing.assert_allclose(p.reshape(12, 5), fs.stationary_distribution(Q.reshape(12, 5, 5)))
+
+
+def test_gth_keeps_relative_accuracy_on_nearly_decomposable_chain():
+    # DESIGN 3.1: 40 states, ratio 0.1, entries from 1 to 1e-39
+    gen = fs.BirthDeath(n=40, up=0.1, down=1.0, beta=0.0)
+    exact = gen.closed_form(0.0)
+    assert exact[-1] / exact[0] < 1e-38
+    rel = {
+        m: np.max(np.abs(fs.stationary_distribution(gen.rates(0.0), m) - exact) / exact)
+        for m in METHODS
+    }
+    assert rel["gth"] <= 1e-12
+    # the subtracting methods lose all relative accuracy in the tail (this is why GTH is default)
+    assert rel["lu"] > 1.0 and rel["svd"] > 1.0
+
+
+def test_input_is_not_modified():
+    Q = fs.BirthDeath(n=6).rates(0.3)
+    before = Q.copy()
+    for m in METHODS:
+        fs.stationary_distribution(Q, m)
+    np.testing.assert_array_equal(Q, before)
+
+
+def test_reducible_chain_names_closed_classes():
+    off = np.zeros((5, 5))
+    off[0, 1] = off[1, 0] = 1.0  # closed class {0, 1}
+    off[2, 3] = off[3, 2] = 2.0  # closed class {2, 3}
+    off[4, 0] = 1.0  # 4 is transient
+    Q = from_off_diagonal(off)
+    for method in METHODS:
+        with pytest.raises(
+            fs.ReducibleGeneratorError, match=r"closed classes \[\[0, 1\], \[2, 3\]\]"
+        ) as info:
+            fs.stationary_distribution(Q, method)
+        assert info.value.closed_classes == [[0, 1], [2, 3]]
+    assert closed_classes(Q) == ([[0, 1], [2, 3]], [4])
+
+
+def test_unichain_with_transient_state_needs_opt_in():
+    off = np.zeros((3, 3))
+    off[0, 1] = off[1, 0] = 1.0
+    off[2, 0] = 1.0
+    Q = from_off_diagonal(off)
+    with pytest.raises(fs.ReducibleGeneratorError, match="transient"):
+        fs.stationary_distribution(Q)
+    np.testing.assert_allclose(fs.stationary_distribution(Q, allow_transient=True), [0.5, 0.5, 0.0])
+
+
+def test_batch_error_names_the_batch_index():
+    Q = fs.random_generators(4, 3, seed=0)
+    Q[2] = from_off_diagonal(np.array([[0, 1.0, 0], [1.0, 0, 0], [0, 0, 0]]))
+    with pytest.raises(fs.ReducibleGeneratorError, match=r"batch index \(2,\)"):
+        fs.stationary_distribution(Q)
+
+
+def test_unknown_method():
+    with pytest.raises(fs.InputError, match="expected one of"):
+        fs.stationary_distribution(fs.TwoState().rates(0.0), "qr")
+
+
+@pytest.mark.parametrize(
+    "gen",
+    [
+        fs.TwoState(),
+        fs.BirthDeath(),
+        fs.Cycle(),
+        fs.RandomIrreducible(seed=1),
+        fs.MichaelisMenten(),
+    ],
+    ids=lambda g: g.name,
+)
+def test_dp_dy_identity_against_finite_differences(gen):
+    y = np.array([[0.2], [0.6], [1.1]])
+    dp = fs.stationary_derivative(gen.rates(y), gen.rates_dy(y))
+    assert dp.shape == (3, gen.n_states, 1)
+    h = 1e-5
+    fd = (
+        fs.stationary_distribution(gen.rates(y + h)) - fs.stationary_distribution(gen.rates(y - h))
+    ) / (2 * h)
+    # central differences: error O(h^2 p''') ~ 1e-10 relative to O(1) derivatives
+    np.testing.assert_allclose(dp[..., 0], fd, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(dp.sum(-2), 0.0, atol=1e-12)  # probability stays normalised
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_autograd_matches_finite_differences(method):
+    Q = torch.tensor(fs.random_generators(2, 5, seed=4), requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q: fs.stationary_distribution(q, method, check=False), (Q,)
+    )
+
+
+def test_torch_chain_rule_through_a_parametrised_generator():
+    gen = fs.BirthDeath(n=6, beta=2.0)
+    y = 0.37
+    a = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    # Q(y) with up rate a*exp(beta (y - 1/2)), built in torch
+    up = a * np.exp(gen.beta * (y - 0.5))
+    off = torch.zeros(6, 6, dtype=torch.float64)
+    idx = torch.arange(5)
+    off = off.index_put((idx, idx + 1), up.expand(5)).index_put(
+        (idx + 1, idx), torch.ones(5, dtype=torch.float64)
+    )
+    Q = off - torch.diag_embed(off.sum(-1))
+    p = fs.stationary_distribution(Q)
+    loss = (p * torch.arange(6.0, dtype=torch.float64)).sum()
+    (grad,) = torch.autograd.grad(loss, a)
+
+    def mean_state(av):
+        g = fs.BirthDeath(n=6, up=av, beta=2.0)
+        return float(fs.stationary_distribution(g.rates(y)) @ np.arange(6.0))
+
+    h = 1e-6
+    fd = (mean_state(0.8 + h) - mean_state(0.8 - h)) / (2 * h)
+    assert abs(grad.item() - fd) <= 1e-7 * max(1.0, abs(fd))
+
+
+def test_torch_input_returns_torch_of_same_dtype():
+    Q = torch.tensor(fs.BirthDeath().rates([0.1, 0.9]))
+    p = fs.stationary_distribution(Q)
+    assert isinstance(p, torch.Tensor) and p.dtype == torch.float64
+    np.testing.assert_allclose(p.numpy(), fs.BirthDeath().closed_form([0.1, 0.9]), rtol=1e-12)
+    p32 = fs.stationary_distribution(Q.float())
+    assert p32.dtype == torch.float32
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_unichain_whose_first_state_is_transient(method):
+    # 0 -> 1 <-> 2: state 0 is transient, and GTH meets a zero pivot on the way
+    off = np.zeros((3, 3))
+    off[0, 1] = 2.0
+    off[1, 2] = 1.0
+    off[2, 1] = 3.0
+    p = fs.stationary_distribution(from_off_diagonal(off), method, allow_transient=True)
+    np.testing.assert_allclose(p, [0.0, 0.75, 0.25], atol=1e-15)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_validates(method):
+    bad = fs.BirthDeath(n=4).rates(0.2)
+    bad[1, 2] = -0.5
+    bad[1, 1] += 0.5 + 1.0  # keep the row sum at zero; only the sign is wrong
+    with pytest.raises(fs.InputError, match=r"non-negative off-diagonal rates; entry \(1, 2\)"):
+        fs.stationary_distribution(bad, method)
+    with pytest.raises(fs.InputError, match="sum to zero"):
+        fs.stationary_distribution(np.array([[-1.0, 1.0], [2.0, -1.0]]), method)
+    with pytest.raises(fs.InputError, match="square"):
+        fs.stationary_distribution(np.ones((2, 3)), method)
