@@ -66,6 +66,29 @@ def _parse_vector(text: str, name: str) -> np.ndarray:
     return values
 
 
+def _output_paths(stem: str, out, plot_path, no_plot: bool):
+    """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
+    from .io import check_writable
+
+    if out is None:
+        DEFAULT_RESULTS.mkdir(parents=True, exist_ok=True)
+        out = DEFAULT_RESULTS / f"{stem}.nc"
+    out = check_writable(out, "dataset")
+    if no_plot:
+        return out, None
+    plot_path = out.with_suffix(".png") if plot_path is None else plot_path
+    return out, check_writable(plot_path, "plot")
+
+
+def _parse_eps_list(text: str) -> list[float]:
+    values = _parse_vector(text, "--eps")
+    if np.any(~np.isfinite(values)) or np.any(values <= 0):
+        raise InputError(f"--eps values must be positive finite numbers; got {text!r}.")
+    if values.size < 2:
+        raise InputError(f"--eps needs at least two values to fit a slope; got {text!r}.")
+    return values.tolist()
+
+
 def _fmt_vec(v, digits=4):
     return "[" + ", ".join(f"{float(a):.{digits}g}" for a in np.ravel(v)) + "]"
 
@@ -152,7 +175,7 @@ def integrate(
     """
     from .integrators import StiffnessWarning
     from .integrators import integrate as run_integrate
-    from .io import check_writable, save_dataset
+    from .io import save_dataset
     from .systems import make_system
 
     e, _ = _parse_eps_P(eps, P)
@@ -164,17 +187,7 @@ def integrate(
     x0v = _parse_vector(x0, "--x0") if x0 is not None else None
     y0v = _parse_vector(y0, "--y0") if y0 is not None else None
 
-    default_out = out is None
-    if default_out:
-        out = DEFAULT_RESULTS / f"integrate-{system_name}-eps{e:g}.nc"
-    out = Path(out)
-    if not no_plot and plot_path is None:
-        plot_path = out.with_suffix(".png")
-    if default_out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    check_writable(out, "dataset")
-    if not no_plot:
-        plot_path = check_writable(plot_path, "plot")
+    out, plot_path = _output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
@@ -242,6 +255,299 @@ def integrate(
             click.echo(f"plot        {plot_path}")
     if a["status"] != "success":
         sys.exit(1)
+
+
+@main.command()
+@click.option(
+    "--system",
+    "system_name",
+    default="birth-death",
+    show_default=True,
+    type=click.Choice(list(SYSTEMS)),
+    help="Named system.",
+)
+@click.option(
+    "--eps",
+    "eps_list",
+    default="0.02,0.01,0.005,0.0025",
+    show_default=True,
+    metavar="E1,E2,...",
+    help="Values of eps (at least two).",
+)
+@click.option("--t-end", default=3.0, show_default=True, type=float, help="End of slow time.")
+@click.option(
+    "--out",
+    default=None,
+    metavar="FILE.nc",
+    help="NetCDF output [default: fastslow-results/convergence-SYSTEM.nc].",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    default=None,
+    metavar="FILE.png",
+    help="Plot output [default: the --out path with .png].",
+)
+@click.option("--no-plot", is_flag=True, help="Do not write a plot.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
+    """Convergence in eps of the full system to its slow-manifold approximations.
+
+    For each eps, integrates the full system at tight tolerance (Radau) and measures, after
+    the initial layer (6 eps log(1/eps) / spectral gap), the largest |x - h0(y)|,
+    |x - h0(y) - eps h1(y)| and |y - y_reduced|, then fits their log-log slopes
+    (theory: 1, 2 and 1).
+
+    \b
+    Example:
+      fastslow-sim convergence --system two-state --eps 0.02,0.01,0.005
+    """
+    from .io import save_dataset
+    from .manifold import convergence as run_convergence
+    from .systems import make_system
+
+    values = _parse_eps_list(eps_list)
+    if not math.isfinite(t_end) or t_end <= 0:
+        raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
+    out, plot_path = _output_paths(f"convergence-{system_name}", out, plot_path, no_plot)
+    system = make_system(system_name, eps=values[0])
+    ds = run_convergence(system, values, t_end=t_end, progress=not as_json)
+    save_dataset(ds, out)
+    if plot_path is not None:
+        from .analysis import plot_convergence
+
+        plot_convergence(ds, plot_path)
+    slopes = json.loads(ds.attrs["slopes"])
+    if as_json:
+        click.echo(json.dumps({
+            "system": system_name,
+            "eps": ds["eps"].values.tolist(),
+            "errors": {k: ds[k].values.tolist() for k in ("err_h0", "err_h1", "err_y")},
+            "slopes": slopes,
+            "expected_slopes": {"err_h0": 1, "err_h1": 2, "err_y": 1},
+            "t_end": t_end,
+            "wall_time_s": ds.attrs["wall_time_s"],
+            "out": str(out),
+            "plot": None if plot_path is None else str(plot_path),
+        }))  # fmt: skip
+        return
+    click.echo(f"{system_name}: errors after the initial layer, t in [t_layer, {t_end:g}]")
+    click.echo(f"{'eps':>10} {'|x-h0|':>12} {'|x-h0-eps h1|':>14} {'|y-y_red|':>12} {'t_layer':>9}")
+    for i, e in enumerate(ds["eps"].values):
+        click.echo(
+            f"{e:>10.4g} {ds['err_h0'].values[i]:>12.3e} {ds['err_h1'].values[i]:>14.3e} "
+            f"{ds['err_y'].values[i]:>12.3e} {ds['t_layer'].values[i]:>9.3g}"
+        )
+    click.echo(
+        f"{'slope':>10} {slopes['err_h0']:>12.3f} {slopes['err_h1']:>14.3f} "
+        f"{slopes['err_y']:>12.3f}   (theory 1, 2, 1)"
+    )
+    click.echo(f"dataset     {out}")
+    if plot_path is not None:
+        click.echo(f"plot        {plot_path}")
+
+
+@main.command()
+@click.option(
+    "--system",
+    "system_name",
+    default="birth-death",
+    show_default=True,
+    type=click.Choice(list(SYSTEMS)),
+    help="Named system; only birth-death has a non-linear family (kappa != 0).",
+)
+@click.option(
+    "--kappa",
+    default=3.0,
+    show_default=True,
+    type=float,
+    help="Strength of the x-dependence: up rate exp(4 (y - 1/2) + kappa c.x).",
+)
+@click.option(
+    "--y-range",
+    nargs=2,
+    type=float,
+    default=(-1.0, 1.5),
+    show_default=True,
+    metavar="A B",
+    help="Range of the slow variable to trace.",
+)
+@click.option(
+    "--osc-eps",
+    default=0.01,
+    show_default=True,
+    type=float,
+    help="eps of the relaxation-oscillation run (only when the manifold folds).",
+)
+@click.option(
+    "--out",
+    default=None,
+    metavar="FILE.nc",
+    help="NetCDF output [default: fastslow-results/manifold-SYSTEM-kappaK.nc].",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    default=None,
+    metavar="FILE.png",
+    help="Plot output [default: the --out path with .png].",
+)
+@click.option("--no-plot", is_flag=True, help="Do not write a plot.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_json):
+    """Critical manifold Q(x, y)^T x = 0: branches, folds, stability, and the gap to the
+    paper's linear identity phi(y) = p_st(Q(x_ref, y)) (x_ref uniform).
+
+    Also checks the identity itself: for the linear system (kappa = 0), Newton's method on
+    Q(y)^T x = 0, 1^T x = 1 (no GTH) against GTH's p_st over the y range. When the manifold
+    folds, integrates the full system with g = 1/2 - c.x to show the relaxation oscillation.
+
+    \b
+    Examples:
+      fastslow-sim manifold --kappa 0
+      fastslow-sim manifold --kappa 3 --y-range -1 1.5 --json
+    """
+    from .io import save_dataset
+    from .manifold import identity_check
+    from .nonlinear import family_for, manifold_dataset
+    from .systems import make_system
+
+    if not math.isfinite(kappa):
+        raise InputError(f"--kappa must be a finite number; got {kappa}.")
+    if not math.isfinite(osc_eps) or osc_eps <= 0:
+        raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
+    family = family_for(system_name, kappa)
+    a, b = y_range
+    if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
+        raise InputError(f"--y-range must be two finite numbers A < B; got {a} {b}.")
+    lo, hi = family.domain()
+    if a < lo or b > hi:
+        raise InputError(
+            f"--y-range {a} {b} leaves the {system_name} generator's domain [{lo}, {hi}]."
+        )
+    out, plot_path = _output_paths(
+        f"manifold-{system_name}-kappa{kappa:g}", out, plot_path, no_plot
+    )
+    ds = manifold_dataset(family, (a, b), osc_eps=osc_eps)
+    check = identity_check(make_system(system_name, eps=0.1), np.linspace(a, b, 101))
+    ds.attrs["identity_max_abs_diff"] = check["max_abs_diff"]
+    save_dataset(ds, out)
+    if plot_path is not None:
+        from .analysis import plot_branches
+
+        plot_branches(ds, plot_path)
+    branches = json.loads(ds.attrs["branches"])
+    folds = json.loads(ds.attrs["folds"])
+    osc = None
+    if "osc_y_min" in ds.attrs:
+        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
+    if as_json:
+        click.echo(json.dumps({
+            "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
+            "folds": folds, "gap": ds.attrs["gap"],
+            "identity_max_abs_diff": check["max_abs_diff"], "oscillation": osc,
+            "out": str(out), "plot": None if plot_path is None else str(plot_path),
+        }))  # fmt: skip
+        return
+    click.echo(f"{system_name}, kappa = {kappa:g}, y in [{a:g}, {b:g}]")
+    click.echo(
+        f"identity check (kappa = 0): max |x_newton(y) - p_st(y)| = "
+        f"{check['max_abs_diff']:.2e} over {check['n_y']} values of y"
+    )
+    for br in branches:
+        kind = "stable" if br["stable"] else "repelling"
+        click.echo(
+            f"branch {br['index']}: y in [{br['y_min']:.4f}, {br['y_max']:.4f}], mean c.x in "
+            f"[{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
+            f"(max Re lambda {br['max_real_eigenvalue']:.3g})"
+        )
+    for f in folds:
+        click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
+    click.echo(f"gap = max |phi(y) - p_st(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
+    if osc is not None:
+        click.echo(
+            f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
+            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], period {osc['period']:.3f}"
+        )
+    click.echo(f"dataset     {out}")
+    if plot_path is not None:
+        click.echo(f"plot        {plot_path}")
+
+
+@main.command()
+@click.option(
+    "--out-dir",
+    default="figures",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for the figures.",
+)
+@click.option(
+    "--results-dir",
+    default=str(DEFAULT_RESULTS),
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for the datasets behind them.",
+)
+def figures(out_dir, results_dir):
+    """Regenerate every figure of the ODE analysis (computing the datasets first).
+
+    Writes integrate-birth-death.png, equilibrium-manifold.png, convergence.png and
+    nonlinear-branches.png; figures/README.md indexes them.
+    """
+    from .analysis import (
+        plot_branches,
+        plot_convergence,
+        plot_equilibrium_manifold,
+        plot_trajectory,
+    )
+    from .integrators import integrate as run_integrate
+    from .io import load_dataset, save_dataset
+    from .manifold import convergence as run_convergence
+    from .manifold import manifold_curve
+    from .nonlinear import family_for, manifold_dataset
+    from .systems import make_system
+
+    out_dir, results_dir = Path(out_dir), Path(results_dir)
+    for d in (out_dir, results_dir):
+        if d.exists() and not d.is_dir():
+            raise InputError(f"{str(d)!r} exists and is not a folder.")
+        d.mkdir(parents=True, exist_ok=True)
+
+    def step(name, make, plot):
+        path = results_dir / f"{name}.nc"
+        save_dataset(make(), path)
+        plot(load_dataset(path), out_dir / f"{name}.png")
+        click.echo(f"wrote {out_dir / (name + '.png')} (data {path})")
+
+    step(
+        "integrate-birth-death",
+        lambda: run_integrate(make_system("birth-death", eps=0.125), (0, 5)),
+        plot_trajectory,
+    )
+    runs = []
+    for e in (0.1, 0.03, 0.01):
+        path = results_dir / f"equilibrium-manifold-eps{e:g}.nc"
+        save_dataset(run_integrate(make_system("birth-death", eps=e), (0, 3), n_eval=1201), path)
+        runs.append(load_dataset(path))
+    curve_path = results_dir / "equilibrium-manifold-curve.nc"
+    save_dataset(
+        manifold_curve(make_system("birth-death", eps=0.1), np.linspace(0.7, 1.0, 121)), curve_path
+    )
+    plot_equilibrium_manifold(
+        runs, load_dataset(curve_path), out_dir / "equilibrium-manifold.png", states=[5, 6, 7]
+    )
+    click.echo(f"wrote {out_dir / 'equilibrium-manifold.png'}")
+    step(
+        "convergence",
+        lambda: run_convergence(make_system("birth-death", eps=0.01), [0.02, 0.01, 0.005, 0.0025]),
+        plot_convergence,
+    )
+    step(
+        "nonlinear-branches",
+        lambda: manifold_dataset(family_for("birth-death", 3.0), (-1.0, 1.5)),
+        plot_branches,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

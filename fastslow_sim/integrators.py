@@ -186,7 +186,15 @@ def integrate(
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; expected one of {list(METHODS)}.")
     rtol = _check_positive("rtol", rtol)
-    atol = _check_positive("atol", atol)
+    if np.ndim(atol) == 0:
+        atol = _check_positive("atol", atol)
+    else:  # one absolute tolerance per component of z = [x, y]
+        atol = np.asarray(atol, dtype=np.float64)
+        if atol.shape != (system.n_fast + system.n_slow,) or not np.all(atol > 0):
+            raise InputError(
+                f"atol must be a positive number or {system.n_fast + system.n_slow} positive "
+                f"numbers (one per component of [x, y]); got {atol.tolist()}."
+            )
     try:
         t0, t1 = (float(v) for v in t_span)
     except (TypeError, ValueError):
@@ -236,7 +244,7 @@ def integrate(
             "method_requested": method,
             "backend": chosen.backend,
             "rtol": rtol,
-            "atol": atol,
+            "atol": atol if np.ndim(atol) == 0 else atol.tolist(),
             "t_start": t0,
             "t_end": t1,
             "stiffness_index": stiffness,
@@ -268,6 +276,8 @@ def _to_dataset(system, t, x, y, attrs) -> xr.Dataset:
         data["manifold_distance"] = (
             ("time",), np.abs(x - p).sum(-1), {"long_name": "L1 distance |x - p_st(y)|_1"}
         )  # fmt: skip
+
+    if system.conserves_mass:
         data["mass_error"] = (
             ("time",), x.sum(-1) - 1.0, {"long_name": "total probability minus one, 1^T x - 1"}
         )  # fmt: skip

@@ -171,3 +171,51 @@ def test_installed_command(tmp_path):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0
+
+
+def test_convergence_command_json(tmp_path):
+    out = tmp_path / "conv.nc"
+    res = run(["convergence", "--system", "two-state", "--eps", "0.02,0.01,0.005", "--out", str(out),
+               "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert set(data["slopes"]) == {"err_h0", "err_h1", "err_y"}
+    assert abs(data["slopes"]["err_h0"] - 1) < 0.15 and abs(data["slopes"]["err_h1"] - 2) < 0.25
+    assert len(data["errors"]["err_h0"]) == 3
+    assert out.is_file() and out.with_suffix(".png").is_file()
+
+
+def test_manifold_command_json(tmp_path):
+    out = tmp_path / "m.nc"
+    res = run(["manifold", "--kappa", "3", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert len(data["folds"]) == 2 and len(data["branches"]) == 3
+    assert [b["stable"] for b in data["branches"]] == [True, False, True]
+    assert data["gap"] > 0.3 and data["identity_max_abs_diff"] <= 1e-12
+    assert data["oscillation"]["status"] == "success"
+    res0 = run(["manifold", "--kappa", "0", "--no-plot", "--out", str(tmp_path / "m0.nc"), "--json"])
+    data0 = json.loads(res0.output)
+    assert data0["gap"] <= 1e-12 and data0["folds"] == [] and data0["oscillation"] is None
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["convergence", "--eps", ""], "at least one number"),
+        (["convergence", "--eps", "0.01"], "at least two"),
+        (["convergence", "--eps", "0.01,-0.02"], "positive finite"),
+        (["convergence", "--eps", "0.01,0,0.005"], "positive finite"),
+        (["manifold", "--kappa", "nan"], "kappa must be a finite"),
+        (["manifold", "--kappa", "inf"], "kappa must be a finite"),
+        (["manifold", "--y-range", "1", "0"], "A < B"),
+        (["manifold", "--system", "michaelis-menten", "--kappa", "0", "--y-range", "-1", "1"], "domain"),
+        (["manifold", "--system", "cycle", "--kappa", "2"], "no non-linear family"),
+    ],
+)
+def test_analysis_commands_bad_input(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output and "Traceback" not in res.output
+    assert not list(tmp_path.rglob("*.nc"))

@@ -1,0 +1,304 @@
+"""Slow-manifold analysis of master-equation systems (DESIGN 3.2; Tikhonov, Fenichel).
+
+For `eps dx/dt = A(y) x` with `A = Q(y)^T`, and `dy/dt = g(x, y)`:
+
+- critical manifold `h0(y) = p_st(Q(y))` (the paper's theorem, linear case);
+- first-order correction `h1(y) = Z (dh0/dy) g(h0, y)`, `Z = (A - h0 1^T)^{-1}`, so that
+  `A h1 = (dh0/dy) g(h0, y)` and `1^T h1 = 0`;
+- reduced (QSS) system `dy/dt = g(h0(y), y)` and its first-order variant
+  `dy/dt = g(h0 + eps h1, y)`;
+- initial-layer duration `eps log(1/eps) / gap`, with `gap` the spectral gap of `Q(y0)`;
+- `newton_critical_manifold`: an independent solve of `A(y) x = 0` on the simplex by Newton's
+  method, to check the identity `phi(y) = p_st(y)` against GTH;
+- `convergence`: errors after the initial layer as `eps` shrinks, and their log-log slopes
+  (expected 1 for `|x - h0|`, 2 for `|x - h0 - eps h1|`, 1 for `|y - y_reduced|`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import xarray as xr
+
+from . import __version__
+from .errors import InputError
+from .stationary import stationary_derivative, stationary_distribution
+
+__all__ = [
+    "h0",
+    "h1",
+    "reduced_rhs",
+    "integrate_reduced",
+    "spectral_gap",
+    "initial_layer_duration",
+    "newton_critical_manifold",
+    "identity_check",
+    "convergence",
+    "manifold_curve",
+]
+
+
+def _require_me(system):
+    if not hasattr(system, "generator"):
+        raise InputError(
+            f"system {system.name!r} is not a master-equation system; the slow-manifold analysis "
+            f"needs a generator Q(y)."
+        )
+    if system.n_slow < 1:
+        raise InputError(f"system {system.name!r} has no slow variable.")
+
+
+def _slow(system, y):
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim == 0 or y.shape[-1] != system.n_slow:
+        y = y[..., None]
+    lo, hi = system.generator.domain()
+    if np.any(y < lo) or np.any(y > hi):
+        raise InputError(
+            f"y values from {float(np.min(y)):g} to {float(np.max(y)):g} leave the generator's "
+            f"domain [{lo}, {hi}]."
+        )
+    return y
+
+
+def h0(system, y):
+    """Critical manifold `h0(y) = p_st(Q(y))`, shape `(..., n)`."""
+    _require_me(system)
+    return stationary_distribution(system.generator.rates(_slow(system, y)))
+
+
+def h1(system, y):
+    """First-order correction `h1 = Z (dh0/dy) g(h0, y)`, shape `(..., n)`; no numerical derivatives.
+
+    `dh0/dy = -Z (dQ/dy)^T h0` (DESIGN 3.1), so `h1 = -Z Z (dQ/dy)^T h0 . g` in one batched
+    factorisation of `Q^T - h0 1^T`.
+    """
+    _require_me(system)
+    y = _slow(system, y)
+    Q = system.generator.rates(y)
+    p = stationary_distribution(Q)
+    dp = stationary_derivative(Q, system.generator.rates_dy(y), p)  # (..., n, m)
+    r = np.einsum("...nm,...m->...n", dp, system.g(p, y))  # (dh0/dy) g(h0, y)
+    M = np.swapaxes(Q, -1, -2) - p[..., :, None]
+    return np.linalg.solve(M, r[..., None])[..., 0]
+
+
+def reduced_rhs(system, y, order: int = 0):
+    """`g(h0(y), y)` (order 0) or `g(h0(y) + eps h1(y), y)` (order 1)."""
+    if order not in (0, 1):
+        raise InputError(f"the reduced system has order 0 or 1; got order={order}.")
+    y = _slow(system, y)
+    x = h0(system, y)
+    if order == 1:
+        x = x + system.eps * h1(system, y)
+    return system.g(x, y)
+
+
+def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=1e-13):
+    """Integrate the reduced (QSS) system on `t_eval` from `y0`; returns `y` of shape `(T, m)`.
+
+    Its cost does not depend on `eps` (order 0); DOP853 at tight tolerance.
+    """
+    from scipy.integrate import solve_ivp
+
+    y0 = system.y0 if y0 is None else np.asarray(y0, dtype=np.float64).reshape(-1)
+    t_eval = np.asarray(t_eval, dtype=np.float64)
+    sol = solve_ivp(
+        lambda t, y: reduced_rhs(system, y, order),
+        (t_eval[0], t_eval[-1]), y0, method="DOP853", t_eval=t_eval, rtol=rtol, atol=atol,
+    )  # fmt: skip
+    if sol.status != 0:
+        raise RuntimeError(f"the reduced system failed: {sol.message}")
+    return sol.y.T
+
+
+def spectral_gap(Q) -> np.ndarray:
+    """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`."""
+    lam = np.linalg.eigvals(np.asarray(Q, dtype=np.float64))
+    re = np.sort(np.abs(lam.real), axis=-1)
+    return re[..., 1]  # re[..., 0] is the zero eigenvalue of an irreducible chain
+
+
+def initial_layer_duration(system, y0=None, factor: float = 1.0) -> float:
+    """`factor * eps log(1/eps) / gap(Q(y0))`: time for the fast transient to decay to `O(eps)`."""
+    _require_me(system)
+    y0 = system.y0 if y0 is None else y0
+    gap = float(spectral_gap(system.generator.rates(_slow(system, y0))))
+    eps = system.eps
+    return factor * eps * max(np.log(1.0 / eps), 1.0) / gap
+
+
+def newton_critical_manifold(f, f_x, y, x_init, tol=1e-15, max_iter=50):
+    """Solve `f(x, y) = 0`, `1^T x = 1` by Newton's method for each row of `y`.
+
+    The last equation of `f` is replaced by the normalisation (the fast field of a master
+    equation conserves mass, so its equations are dependent). Returns `(x, iterations)`.
+    """
+    x = np.array(np.broadcast_to(x_init, y.shape[:-1] + (np.shape(x_init)[-1],)), dtype=float)
+    n = x.shape[-1]
+    for it in range(1, max_iter + 1):
+        F = f(x, y)
+        F[..., n - 1] = x.sum(-1) - 1.0
+        J = f_x(x, y).copy()
+        J[..., n - 1, :] = 1.0
+        dx = np.linalg.solve(J, -F[..., None])[..., 0]
+        x = x + dx
+        if np.max(np.abs(dx)) <= tol * max(1.0, np.max(np.abs(x))):
+            return x, it
+    return x, max_iter
+
+
+def identity_check(system, y_values) -> dict:
+    """Largest `|x_newton(y) - p_st(y)|` over `y_values`: the paper's identity, checked independently.
+
+    Newton starts from the uniform distribution and never calls GTH; `p_st` comes from GTH.
+    """
+    _require_me(system)
+    y = _slow(system, np.asarray(y_values, dtype=np.float64))
+    n = system.n_fast
+    x_newton, iters = newton_critical_manifold(system.f, system.f_x, y, np.full(n, 1.0 / n))
+    p = h0(system, y)
+    return {
+        "system": system.name,
+        "max_abs_diff": float(np.max(np.abs(x_newton - p))),
+        "newton_iterations": int(iters),
+        "n_y": int(y.shape[0]),
+        "y_min": float(y.min()),
+        "y_max": float(y.max()),
+    }
+
+
+def convergence(
+    system,
+    eps_values,
+    t_end: float = 3.0,
+    n_eval: int = 1501,
+    layer_factor: float = 6.0,
+    rtol: float = 1e-11,
+    atol: float = 1e-13,
+    progress: bool = False,
+) -> xr.Dataset:
+    """Errors of the full system against the slow-manifold approximations as `eps` shrinks.
+
+    For each `eps`, the full system is integrated (Radau, analytic Jacobian, tight tolerance)
+    and compared, on `t >= t_layer = layer_factor * eps log(1/eps) / gap`, with
+    `h0(y(t))`, `h0(y(t)) + eps h1(y(t))` and the reduced trajectory `y_reduced(t)` started at
+    the same `y0`. Max norms over time and components. `attrs["slopes"]` holds the fitted
+    log-log slopes (expected 1, 2, 1).
+    """
+    from .integrators import integrate
+
+    _require_me(system)
+    eps_values = np.asarray(eps_values, dtype=np.float64).reshape(-1)
+    if eps_values.size < 2:
+        raise InputError(f"convergence needs at least two eps values; got {eps_values.tolist()}.")
+    if not np.all(np.isfinite(eps_values)) or np.any(eps_values <= 0):
+        raise InputError(f"eps values must be positive and finite; got {eps_values.tolist()}.")
+    if not np.isfinite(t_end) or t_end <= 0:
+        raise InputError(f"t_end must be a positive finite time; got {t_end}.")
+    eps_values = np.sort(eps_values)[::-1]
+    t = np.linspace(0.0, t_end, n_eval)
+    y_red = integrate_reduced(system, t)
+    errs = {"err_h0": [], "err_h1": [], "err_y": [], "t_layer": [], "nfev": []}
+    start = time.perf_counter()
+    iterator = eps_values
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(eps_values, desc="convergence", unit="eps")
+    for eps in iterator:
+        s = system.with_eps(eps)
+        ds = integrate(s, (0.0, t_end), method="radau", rtol=rtol, atol=atol, t_eval=t)
+        if ds.attrs["status"] != "success":
+            raise RuntimeError(f"the full system failed at eps={eps:g}: {ds.attrs['message']}")
+        t_layer = initial_layer_duration(s, factor=layer_factor)
+        if t_layer >= 0.5 * t_end:
+            raise InputError(
+                f"eps={eps:g} is too large for t_end={t_end:g}: the initial layer lasts about "
+                f"{t_layer:.3g}; expected smaller eps or a longer t_end."
+            )
+        keep = t >= t_layer
+        x, y = ds["x"].values[keep], ds["y"].values[keep]
+        x0 = h0(s, y)
+        x1 = x0 + eps * h1(s, y)
+        errs["err_h0"].append(np.max(np.abs(x - x0)))
+        errs["err_h1"].append(np.max(np.abs(x - x1)))
+        errs["err_y"].append(np.max(np.abs(y - y_red[keep])))
+        errs["t_layer"].append(t_layer)
+        errs["nfev"].append(ds.attrs["nfev"])
+    log_eps = np.log(eps_values)
+    slopes = {
+        k: float(np.polyfit(log_eps, np.log(errs[k]), 1)[0]) for k in ("err_h0", "err_h1", "err_y")
+    }
+    import json
+
+    return xr.Dataset(
+        {
+            "err_h0": (
+                "eps",
+                np.array(errs["err_h0"]),
+                {"long_name": "max |x - h0(y)| after the layer"},
+            ),
+            "err_h1": (
+                "eps",
+                np.array(errs["err_h1"]),
+                {"long_name": "max |x - h0(y) - eps h1(y)|"},
+            ),
+            "err_y": ("eps", np.array(errs["err_y"]), {"long_name": "max |y - y_reduced|"}),
+            "t_layer": (
+                "eps",
+                np.array(errs["t_layer"]),
+                {"long_name": "start of the error window"},
+            ),
+            "nfev": (
+                "eps",
+                np.array(errs["nfev"]),
+                {"long_name": "function evaluations, full system"},
+            ),
+        },
+        coords={"eps": eps_values},
+        attrs={
+            "title": f"convergence in eps of the {system.name} system",
+            "system": system.name,
+            "system_params": json.dumps(system.params(), default=float),
+            "t_end": t_end,
+            "layer_factor": layer_factor,
+            "rtol": rtol,
+            "atol": atol,
+            "slopes": json.dumps(slopes),
+            "slope_err_h0": slopes["err_h0"],
+            "slope_err_h1": slopes["err_h1"],
+            "slope_err_y": slopes["err_y"],
+            "expected_slopes": json.dumps({"err_h0": 1, "err_h1": 2, "err_y": 1}),
+            "wall_time_s": time.perf_counter() - start,
+            "fastslow_sim_version": __version__,
+        },
+    )
+
+
+def manifold_curve(system, y_grid) -> xr.Dataset:
+    """`h0(y)` and `h1(y)` on a grid of `y`, as a dataset (for plots of the equilibrium manifold)."""
+    import json
+
+    y_grid = np.asarray(y_grid, dtype=np.float64).reshape(-1)
+    return xr.Dataset(
+        {
+            "h0": (
+                ("y_grid", "state"),
+                h0(system, y_grid),
+                {"long_name": "critical manifold p_st(Q(y))"},
+            ),
+            "h1": (
+                ("y_grid", "state"),
+                h1(system, y_grid),
+                {"long_name": "first-order correction h1(y)"},
+            ),
+        },
+        coords={"y_grid": y_grid, "state": np.arange(system.n_fast)},
+        attrs={
+            "system": system.name,
+            "eps": system.eps,
+            "system_params": json.dumps(system.params(), default=float),
+        },  # fmt: skip
+    )

@@ -1,0 +1,417 @@
+"""Non-linear generators `Q(x, y)`: where the paper's identity `phi(y) = p_st(y)` breaks.
+
+When the rates depend on the fast state itself (mean-field rates), the critical manifold solves
+`F(x, y) = Q(x, y)^T x = 0` on the simplex. It is in general not the stationary distribution of
+any fixed generator, and it can fold: several branches over one `y`, the middle one repelling,
+and relaxation oscillations when the slow law pushes `y` past the folds (DESIGN 3.2).
+
+- `NonlinearBirthDeath`: up rate `exp(beta (y - y_mid) + kappa c.x)`, down rate `down`,
+  `c_i = i/(n-1)`; `kappa = 0` is the linear `BirthDeath` family.
+- `LinearFamily`: any linear generator seen as a (trivially) non-linear one.
+- `NonlinearMasterEquationSystem`: `eps dx/dt = Q(x, y)^T x`, `dy/dt = g(x, y)`.
+- `critical_branches`: every branch of `F = 0` over a range of `y`, by pseudo-arclength
+  continuation, with fold points (refined by bisection on the tangent's `y` component) and the
+  stability of each branch (eigenvalues of `D_x F` on the simplex's tangent space).
+- `identity_gap`: `max |phi(y) - p_st(Q(x_ref, y))|` with `x_ref` uniform.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InputError
+from .generators import BirthDeath, Generator
+from .stationary import stationary_distribution
+from .systems import FastSlowSystem, LinearSlowLaw
+
+__all__ = [
+    "NonlinearBirthDeath",
+    "LinearFamily",
+    "NonlinearMasterEquationSystem",
+    "critical_branches",
+    "identity_gap",
+    "relaxation_oscillation",
+    "family_for",
+    "manifold_dataset",
+]
+
+
+@dataclass
+class NonlinearBirthDeath:
+    """Birth-death chain with up rate `u(x, y) = up * exp(beta (y - y_mid) + kappa c.x)`."""
+
+    n: int = 8
+    up: float = 1.0
+    down: float = 1.0
+    beta: float = 4.0
+    y_mid: float = 0.5
+    kappa: float = 0.0
+    name: str = field(default="birth-death", init=False, repr=False)
+
+    def __post_init__(self):
+        if not math.isfinite(self.kappa):
+            raise InputError(f"kappa must be a finite number; got kappa={self.kappa}.")
+        self._linear = BirthDeath(
+            n=self.n, up=self.up, down=self.down, beta=self.beta, y_mid=self.y_mid
+        )
+
+    @property
+    def n_states(self):
+        return int(self.n)
+
+    @property
+    def c(self):
+        return np.arange(self.n_states) / (self.n_states - 1)
+
+    def domain(self):
+        return (-math.inf, math.inf)
+
+    def _u(self, x, y):
+        return self.up * np.exp(self.beta * (y[..., 0] - self.y_mid) + self.kappa * (x @ self.c))
+
+    def rates(self, x, y):
+        """`Q(x, y)`: the linear chain's structure with the mean-field up rate."""
+        # the linear family at the slow value whose up rate equals u(x, y)
+        u = self._u(x, y)
+        y_eff = self.y_mid + np.log(u / self.up) / self.beta if self.beta else None
+        if y_eff is None:  # beta = 0: build directly
+            raise InputError("NonlinearBirthDeath needs beta != 0.")
+        return self._linear.rates(y_eff[..., None])
+
+    def field_jacobians(self, x, y):
+        """`D_x F` `(..., n, n)` and `D_y F` `(..., n, 1)` of `F = Q(x, y)^T x`."""
+        Q = self.rates(x, y)
+        u = self._u(x, y)
+        n = self.n_states
+        v = np.zeros_like(x)  # (dQ/du)^T x
+        v[..., 1:] += x[..., :-1]
+        v[..., :-1] -= x[..., :-1]
+        Fx = np.swapaxes(Q, -1, -2) + (self.kappa * u)[..., None, None] * v[..., :, None] * self.c
+        Fy = (self.beta * u)[..., None, None] * v[..., :, None]
+        assert Fx.shape[-1] == n
+        return Fx, Fy
+
+    def params(self):
+        return {"generator": "nonlinear-birth-death", "n": self.n, "up": self.up,
+                "down": self.down, "beta": self.beta, "y_mid": self.y_mid, "kappa": self.kappa}  # fmt: skip
+
+
+class LinearFamily:
+    """A linear generator `Q(y)` seen as `Q(x, y)` that ignores `x` (`kappa = 0`)."""
+
+    def __init__(self, generator: Generator):
+        self.generator = generator
+        self.name = generator.name
+        self.kappa = 0.0
+
+    @property
+    def n_states(self):
+        return self.generator.n_states
+
+    def domain(self):
+        return self.generator.domain()
+
+    def rates(self, x, y):
+        return self.generator.rates(y)
+
+    def field_jacobians(self, x, y):
+        Fx = np.swapaxes(self.generator.rates(y), -1, -2)
+        Fy = np.einsum("...kji,...j->...ik", self.generator.rates_dy(y), x)
+        return Fx, Fy
+
+    def params(self):
+        return {**self.generator.params(), "kappa": 0.0}
+
+
+class NonlinearMasterEquationSystem(FastSlowSystem):
+    """`eps dx/dt = Q(x, y)^T x`, `dy/dt = g(x, y)`; mass is conserved, `p_st` is not the manifold."""
+
+    def __init__(self, family, slow_law, eps, *, x0=None, y0=None):
+        self.family = family
+        self.slow_law = slow_law
+        super().__init__(
+            f=lambda x, y: np.einsum("...ji,...j->...i", family.rates(x, y), x),
+            g=slow_law,
+            n_fast=family.n_states,
+            n_slow=1,
+            eps=eps,
+            f_x=lambda x, y: family.field_jacobians(x, y)[0],
+            f_y=lambda x, y: family.field_jacobians(x, y)[1],
+            g_x=slow_law.dx,
+            g_y=slow_law.dy,
+            name=f"nonlinear-{family.name}",
+            parameters={**family.params(), **slow_law.params()},
+            x0=x0,
+            y0=y0,
+            conserves_mass=True,
+        )
+
+
+def _residual(family, x, y):
+    """`G(x, y)`: the first `n-1` equations of `F = 0` and the normalisation `1^T x = 1`."""
+    F = np.einsum("ji,j->i", family.rates(x, y), x)
+    F[-1] = x.sum() - 1.0
+    return F
+
+
+def _jacobian(family, x, y):
+    """`DG = [D_x G, D_y G]`, shape `(n, n+1)`."""
+    Fx, Fy = family.field_jacobians(x, y)
+    J = np.concatenate([Fx, Fy], axis=-1)
+    J[-1, :] = 0.0
+    J[-1, :-1] = 1.0
+    return J
+
+
+def _tangent(J, previous=None):
+    """Unit null vector of `J (n, n+1)`, oriented along `previous`."""
+    t = np.linalg.svd(J)[2][-1]
+    if previous is not None and t @ previous < 0:
+        t = -t
+    return t
+
+
+def _correct(family, u_pred, t, tol=1e-13, max_iter=12):
+    """Newton on `[G(u); t.(u - u_pred)] = 0`; returns `(u, converged)`."""
+    n = u_pred.size - 1
+    u = u_pred.copy()
+    for _ in range(max_iter):
+        G = _residual(family, u[:n], u[n:])
+        H = np.append(G, t @ (u - u_pred))
+        J = np.vstack([_jacobian(family, u[:n], u[n:]), t])
+        du = np.linalg.solve(J, -H)
+        u = u + du
+        if np.max(np.abs(du)) < tol and np.all(u[:n] > -1e-12):
+            return u, True
+    return u, False
+
+
+def _fast_stability(family, x, y):
+    """Largest real part of the eigenvalues of `D_x F` on the tangent space `{1^T v = 0}`."""
+    n = x.size
+    Fx, _ = family.field_jacobians(x, y)
+    # orthonormal basis of the tangent space of the simplex
+    V = np.linalg.svd(np.ones((1, n)))[2][1:].T  # (n, n-1)
+    return float(np.max(np.linalg.eigvals(V.T @ Fx @ V).real))
+
+
+def _start(family, y, n):
+    """A point of the critical manifold at `y`: Newton from `e_0` (the low branch)."""
+    x = np.eye(n)[0] * 0.5 + 0.5 / n
+    for _ in range(100):
+        G = _residual(family, x, y)
+        J = _jacobian(family, x, y)[:, :n]
+        dx = np.linalg.solve(J, -G)
+        x = np.clip(x + dx, 0.0, None)
+        x /= x.sum()
+        if np.max(np.abs(dx)) < 1e-14:
+            break
+    return x
+
+
+def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> dict:
+    """All branches of `Q(x, y)^T x = 0` for `y` in `y_range`, by pseudo-arclength continuation.
+
+    Starts on the low branch at `y_range[0]` and follows the curve (through folds) until it
+    leaves the range. Returns `points` (x, y, stability), `folds` (refined by bisection on the
+    tangent's `y` component) and `branches` (segments between folds, each stable or not).
+    Assumes the solution set is one curve entering and leaving the range (true for
+    `NonlinearBirthDeath`, whose manifold is the graph `y(m)` of its mean `m = c.x`).
+    """
+    y_lo, y_hi = (float(v) for v in y_range)
+    if not (math.isfinite(y_lo) and math.isfinite(y_hi)) or y_hi <= y_lo:
+        raise InputError(f"the y range must be two finite numbers A < B; got {y_range}.")
+    lo, hi = family.domain()
+    if y_lo < lo or y_hi > hi:
+        raise InputError(
+            f"the y range [{y_lo}, {y_hi}] leaves the generator's domain [{lo}, {hi}]."
+        )
+    n = family.n_states
+    x = _start(family, np.array([y_lo]), n)
+    u = np.append(x, y_lo)
+    t = _tangent(_jacobian(family, x, u[n:]), np.append(np.zeros(n), 1.0))
+    points, tangents = [u], [t]
+    while len(points) < max_points:
+        u_new, ok = _correct(family, u + h * t, t)
+        if not ok:
+            h *= 0.5
+            if h < 1e-10:
+                raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
+            continue
+        t_new = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
+        u, t = u_new, t_new
+        points.append(u)
+        tangents.append(t)
+        if u[n] > y_hi or u[n] < y_lo - 1e-12:
+            break
+        h = min(h * 1.3, h_max)
+    P = np.array(points)
+    T = np.array(tangents)
+    inside = (P[:, n] >= y_lo - 1e-12) & (P[:, n] <= y_hi + 1e-12)
+
+    folds = []
+    for i in np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n])):
+        folds.append(_refine_fold(family, P[i], T[i], P[i + 1], n))
+    stab = np.array([_fast_stability(family, p[:n], p[n:]) for p in P])
+    # branches: split the curve at the folds
+    cuts = (
+        [0]
+        + [int(i) + 1 for i in np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n]))]
+        + [len(P)]
+    )
+    branches = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        sel = np.arange(a, b)
+        sel = sel[inside[sel]]
+        if sel.size == 0:
+            continue
+        branches.append({
+            "index": len(branches),
+            "y_min": float(P[sel, n].min()),
+            "y_max": float(P[sel, n].max()),
+            "mean_min": float((P[sel, :n] @ np.arange(n) / (n - 1)).min()),
+            "mean_max": float((P[sel, :n] @ np.arange(n) / (n - 1)).max()),
+            "stable": bool(np.all(stab[sel] < 0)),
+            "max_real_eigenvalue": float(stab[sel].max()),
+            "n_points": int(sel.size),
+            "start": int(sel[0]),
+            "stop": int(sel[-1]) + 1,
+        })  # fmt: skip
+    return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
+            "branch_id": _branch_ids(len(P), cuts)[inside], "folds": folds, "branches": branches}  # fmt: skip
+
+
+def _branch_ids(total, cuts):
+    ids = np.empty(total, dtype=int)
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        ids[a:b] = k
+    return ids
+
+
+def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
+    """Bisect the arc between `u_a` and `u_b` for the point where the tangent's `y` part is zero."""
+    s_lo, s_hi = 0.0, float(np.linalg.norm(u_b - u_a))
+    sign_a = np.sign(t_a[n])
+    u_mid = u_a
+    for _ in range(iters):
+        s = 0.5 * (s_lo + s_hi)
+        u_mid, ok = _correct(family, u_a + s * t_a, t_a)
+        t_mid = _tangent(_jacobian(family, u_mid[:n], u_mid[n:]), t_a)
+        if np.sign(t_mid[n]) == sign_a:
+            s_lo = s
+        else:
+            s_hi = s
+        if s_hi - s_lo < 1e-13:
+            break
+    x = u_mid[:n]
+    return {"y": float(u_mid[n]), "mean": float(x @ np.arange(n) / (n - 1)), "x": x.tolist()}
+
+
+def identity_gap(family, curve) -> float:
+    """`max |phi(y) - p_st(Q(x_ref, y))|` over the curve, `x_ref` uniform: zero when linear."""
+    n = family.n_states
+    x_ref = np.full((len(curve["y"]), n), 1.0 / n)
+    p_lin = stationary_distribution(family.rates(x_ref, curve["y"][:, None]))
+    return float(np.max(np.abs(curve["x"] - p_lin))) if len(curve["y"]) else 0.0
+
+
+def relaxation_oscillation(kappa=3.0, eps=0.01, t_end=20.0, n_eval=4001, family=None):
+    """The full system with slow law `g = 1/2 - c.x`, which pushes `y` across both folds.
+
+    Returns the trajectory dataset; with folds, `y` oscillates between the fold values and `x`
+    jumps between the outer branches.
+    """
+    from .integrators import integrate
+
+    family = family or NonlinearBirthDeath(kappa=kappa)
+    n = family.n_states
+    c = np.arange(n) / (n - 1)
+    system = NonlinearMasterEquationSystem(
+        family, LinearSlowLaw(-c, a=0.0, b=0.5), eps, x0=np.eye(n)[0], y0=np.array([0.0])
+    )
+    system.parameters["slow_law_note"] = "g = 1/2 - c.x"
+    return integrate(system, (0.0, t_end), method="radau", rtol=1e-8, atol=1e-10, n_eval=n_eval)
+
+
+def family_for(system_name: str, kappa: float):
+    """The non-linear family of a named system: `birth-death` has one for every `kappa`; the
+    other systems are linear (`kappa` must be 0)."""
+    from .systems import SYSTEMS, make_system
+
+    if not math.isfinite(kappa):
+        raise InputError(f"kappa must be a finite number; got kappa={kappa}.")
+    if system_name not in SYSTEMS:
+        raise InputError(f"unknown system {system_name!r}; expected one of {sorted(SYSTEMS)}.")
+    if system_name == "birth-death":
+        return NonlinearBirthDeath(kappa=kappa)
+    if kappa != 0:
+        raise InputError(
+            f"system {system_name!r} has no non-linear family; expected kappa = 0 (only "
+            f"'birth-death' takes kappa != 0)."
+        )
+    return LinearFamily(make_system(system_name, eps=1.0).generator)
+
+
+def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: float = 20.0):
+    """Branches, folds and gap of the critical manifold as a dataset; with folds and `osc_eps`,
+    also the relaxation oscillation of the full system with `g = 1/2 - c.x`."""
+    import json
+    import time
+
+    import xarray as xr
+
+    from . import __version__
+
+    start = time.perf_counter()
+    curve = critical_branches(family, y_range)
+    gap = identity_gap(family, curve)
+    n = family.n_states
+    c = np.arange(n) / (n - 1)
+    x_ref = np.full((len(curve["y"]), n), 1.0 / n)
+    p_lin = stationary_distribution(family.rates(x_ref, curve["y"][:, None]))
+    data = {
+        "curve_x": (("point", "state"), curve["x"], {"long_name": "critical manifold point x"}),
+        "curve_y": ("point", curve["y"], {"long_name": "slow variable y"}),
+        "curve_mean": ("point", curve["x"] @ c, {"long_name": "mean state c.x"}),
+        "curve_stability": ("point", curve["stability"],
+                            {"long_name": "largest Re eigenvalue of D_x F on the simplex"}),
+        "branch_id": ("point", curve["branch_id"], {"long_name": "segment between folds"}),
+        "linear_mean": ("point", p_lin @ c, {"long_name": "c.p_st(Q(x_ref, y)), x_ref uniform"}),
+    }  # fmt: skip
+    attrs = {
+        "title": f"critical manifold of the {family.name} family, kappa = {family.kappa:g}",
+        "kappa": float(family.kappa),
+        "y_range": list(map(float, y_range)),
+        "gap": gap,
+        "folds": json.dumps([{k: f[k] for k in ("y", "mean")} for f in curve["folds"]]),
+        "branches": json.dumps(
+            [{k: v for k, v in b.items() if k not in ("start", "stop")} for b in curve["branches"]]
+        ),  # fmt: skip
+        "family_params": json.dumps(family.params(), default=float),
+        "fastslow_sim_version": __version__,
+    }
+    if osc_eps is not None and curve["folds"]:
+        osc = relaxation_oscillation(eps=osc_eps, t_end=osc_t_end, family=family)
+        late = osc["time"].values >= 0.5 * osc_t_end
+        yv = osc["y"].values[:, 0]
+        data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
+        data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
+        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0)  # local maxima of y
+        up = up[osc["time"].values[up] >= 0.5 * osc_t_end]
+        period = float(np.median(np.diff(osc["time"].values[up]))) if up.size >= 2 else float("nan")
+        attrs.update({
+            "osc_eps": float(osc_eps),
+            "osc_status": osc.attrs["status"],
+            "osc_y_min": float(yv[late].min()),
+            "osc_y_max": float(yv[late].max()),
+            "osc_period": period,
+        })  # fmt: skip
+        coords = {"osc_time": osc["time"].values}
+    else:
+        coords = {}
+    attrs["wall_time_s"] = time.perf_counter() - start
+    return xr.Dataset(data, coords={"point": np.arange(len(curve["y"])), "state": np.arange(n), **coords},
+                      attrs=attrs)  # fmt: skip

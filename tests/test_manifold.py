@@ -1,0 +1,89 @@
+"""Slow-manifold analysis: h0, h1, the identity phi(y) = p_st(y), convergence in eps (DESIGN 3.2)."""
+
+import numpy as np
+import pytest
+
+import fastslow_sim as fs
+from fastslow_sim import manifold as mf
+
+
+@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+def test_identity_newton_against_gth_to_round_off(name):
+    system = fs.make_system(name, eps=0.1)
+    lo = 0.05 if name == "michaelis-menten" else -1.0
+    check = mf.identity_check(system, np.linspace(lo, 2.0, 81))
+    assert check["max_abs_diff"] <= 1e-12
+    assert check["n_y"] == 81
+
+
+@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+def test_h1_solves_its_defining_equations(name):
+    system = fs.make_system(name, eps=0.01)
+    y = np.array([[0.3], [0.9], [1.4]])
+    p = mf.h0(system, y)
+    h = mf.h1(system, y)
+    Q = system.generator.rates(y)
+    # A h1 = (dh0/dy) g(h0, y), with dh0/dy by central differences (independent of the code path)
+    d = 1e-5
+    dh0 = (mf.h0(system, y + d) - mf.h0(system, y - d)) / (2 * d)
+    rhs = dh0 * system.g(p, y)
+    np.testing.assert_allclose(np.einsum("...ji,...j->...i", Q, h), rhs, atol=1e-8)
+    np.testing.assert_allclose(h.sum(-1), 0.0, atol=1e-14)
+
+
+def test_reduced_system_orders():
+    system = fs.make_system("birth-death", eps=0.01)
+    y = np.array([[0.8]])
+    r0 = mf.reduced_rhs(system, y, 0)
+    r1 = mf.reduced_rhs(system, y, 1)
+    np.testing.assert_allclose(r0, system.g(mf.h0(system, y), y))
+    assert abs(r1 - r0).max() > 0 and abs(r1 - r0).max() < 0.05
+    with pytest.raises(fs.InputError, match="order 0 or 1"):
+        mf.reduced_rhs(system, y, 2)
+
+
+def test_initial_layer_duration_from_spectral_gap():
+    system = fs.make_system("two-state", eps=0.01)
+    # two-state: the non-zero eigenvalue is -(k01 + k10) = -(exp(2 y0) + 1)
+    gap = np.exp(2 * 0.9) + 1.0
+    assert mf.spectral_gap(system.generator.rates(0.9)) == pytest.approx(gap)
+    assert mf.initial_layer_duration(system) == pytest.approx(0.01 * np.log(100) / gap)
+
+
+@pytest.mark.parametrize("name", ["birth-death", "two-state"])
+def test_convergence_slopes(name):
+    ds = mf.convergence(fs.make_system(name, eps=0.01), [0.02, 0.01, 0.005, 0.0025])
+    assert abs(ds.attrs["slope_err_h0"] - 1.0) <= 0.15
+    assert abs(ds.attrs["slope_err_h1"] - 2.0) <= 0.25
+    assert abs(ds.attrs["slope_err_y"] - 1.0) <= 0.15
+    # the corrected manifold is much closer than h0 itself
+    assert np.all(ds["err_h1"].values < 0.1 * ds["err_h0"].values)
+
+
+def test_convergence_bad_input():
+    system = fs.make_system("two-state", eps=0.01)
+    with pytest.raises(fs.InputError, match="at least two"):
+        mf.convergence(system, [0.01])
+    with pytest.raises(fs.InputError, match="positive and finite"):
+        mf.convergence(system, [0.01, -0.1])
+    with pytest.raises(fs.InputError, match="too large"):
+        mf.convergence(system, [0.5, 0.2], t_end=0.5)
+
+
+def test_non_me_system_is_rejected():
+    system = fs.FastSlowSystem(f=lambda x, y: -x, g=lambda x, y: -y, n_fast=1, n_slow=1, eps=0.1)
+    with pytest.raises(fs.InputError, match="not a master-equation system"):
+        mf.h0(system, [0.1])
+
+
+def test_y_outside_the_domain():
+    system = fs.make_system("michaelis-menten", eps=0.1)
+    with pytest.raises(fs.InputError, match="domain"):
+        mf.identity_check(system, np.linspace(-1.0, 1.0, 5))
+
+
+def test_system_without_slow_variable():
+    system = fs.make_system("two-state", eps=0.1)
+    system.n_slow = 0
+    with pytest.raises(fs.InputError, match="no slow variable"):
+        mf.h0(system, [0.1])

@@ -1,0 +1,109 @@
+"""Non-linear generators: branches, folds, stability, the gap to the linear identity."""
+
+import numpy as np
+import pytest
+
+import fastslow_sim as fs
+from fastslow_sim.nonlinear import (
+    NonlinearBirthDeath,
+    critical_branches,
+    family_for,
+    identity_gap,
+    relaxation_oscillation,
+)
+
+
+def exact_curve(kappa, m):
+    """The manifold of NonlinearBirthDeath as a graph y(m) over its mean m = c.x.
+
+    Given the ratio r = u/down, p_st is geometric, p_i ~ r^i, with mean m(r); self-consistency
+    u = exp(4 (y - 1/2) + kappa m) gives y = 1/2 + (log r(m) - kappa m) / 4.
+    """
+    i = np.arange(8)
+    log_r = np.linspace(-12, 12, 200001)
+    w = np.exp(np.outer(log_r, i) - np.max(np.outer(log_r, i), axis=1, keepdims=True))
+    mean = (w @ (i / 7)) / w.sum(1)
+    return 0.5 + (np.interp(m, mean, log_r) - kappa * m) / 4.0
+
+
+def test_field_jacobians_against_finite_differences():
+    fam = NonlinearBirthDeath(kappa=2.5)
+    x = np.random.default_rng(0).dirichlet(np.ones(8))
+    y = np.array([0.3])
+    Fx, Fy = fam.field_jacobians(x, y)
+
+    def F(x, y):
+        return np.einsum("ji,j->i", fam.rates(x, y), x)
+
+    h = 1e-6
+    fd = np.stack([(F(x + h * e, y) - F(x - h * e, y)) / (2 * h) for e in np.eye(8)], 1)
+    np.testing.assert_allclose(Fx, fd, atol=1e-8)
+    np.testing.assert_allclose(Fy[:, 0], (F(x, y + h) - F(x, y - h)) / (2 * h), atol=1e-8)
+
+
+def test_kappa_zero_is_the_linear_identity():
+    fam = NonlinearBirthDeath(kappa=0.0)
+    curve = critical_branches(fam, (-1.0, 1.5))
+    assert curve["folds"] == [] and len(curve["branches"]) == 1 and curve["branches"][0]["stable"]
+    assert identity_gap(fam, curve) <= 1e-12
+    # and every point is p_st of the linear birth-death chain at its y
+    p = fs.BirthDeath().closed_form(curve["y"])
+    np.testing.assert_allclose(curve["x"], p, atol=1e-12)
+
+
+@pytest.mark.parametrize("kappa", [2.0, 3.0, 5.0])
+def test_folds_and_stability_against_the_exact_curve(kappa):
+    curve = critical_branches(NonlinearBirthDeath(kappa=kappa), (-1.5, 1.5))
+    m = np.linspace(0.001, 0.999, 20001)
+    y = exact_curve(kappa, m)
+    dy = np.diff(y)
+    turns = np.flatnonzero(np.sign(dy[1:]) != np.sign(dy[:-1])) + 1
+    assert len(curve["folds"]) == len(turns) == 2
+    for fold, k in zip(sorted(curve["folds"], key=lambda f: f["mean"]), sorted(turns)):
+        assert fold["y"] == pytest.approx(y[k], abs=1e-5)
+        assert fold["mean"] == pytest.approx(m[k], abs=2e-3)
+    # points of the continuation lie on the exact curve
+    mean = curve["x"] @ (np.arange(8) / 7)
+    np.testing.assert_allclose(curve["y"], exact_curve(kappa, mean), atol=1e-6)
+    # three branches: stable, repelling, stable (middle one has an eigenvalue > 0)
+    assert [b["stable"] for b in curve["branches"]] == [True, False, True]
+    assert curve["branches"][1]["max_real_eigenvalue"] > 0
+
+
+def test_gap_grows_with_kappa():
+    gaps = []
+    for kappa in [0.0, 0.5, 1.0, 2.0, 3.0]:
+        fam = NonlinearBirthDeath(kappa=kappa)
+        gaps.append(identity_gap(fam, critical_branches(fam, (-1.0, 1.5))))
+    assert gaps[0] <= 1e-12
+    assert np.all(np.diff(gaps) > 0)
+
+
+def test_relaxation_oscillation_crosses_the_folds():
+    kappa = 3.0
+    folds = sorted(f["y"] for f in critical_branches(NonlinearBirthDeath(kappa=kappa), (-1, 1.5))["folds"])
+    overshoot = []
+    for eps in [0.01, 0.001]:
+        ds = relaxation_oscillation(kappa=kappa, eps=eps, t_end=12.0)
+        assert ds.attrs["status"] == "success"
+        late = ds["time"].values > 4.0
+        y = ds["y"].values[late, 0]
+        mean = ds["x"].values[late] @ (np.arange(8) / 7)
+        # y sweeps past both folds, x jumps between the outer branches
+        assert y.min() < folds[0] and y.max() > folds[1]
+        assert mean.min() < 0.2 and mean.max() > 0.8
+        assert np.count_nonzero(np.diff(np.sign(np.diff(y)))) >= 6  # several periods
+        overshoot.append(max(folds[0] - y.min(), y.max() - folds[1]))
+    # the delay past a fold shrinks like eps^(2/3): a factor ~0.2 for eps 0.01 -> 0.001
+    assert overshoot[1] < 0.5 * overshoot[0]
+
+
+def test_bad_kappa_and_family():
+    with pytest.raises(fs.InputError, match="finite"):
+        NonlinearBirthDeath(kappa=float("nan"))
+    with pytest.raises(fs.InputError, match="no non-linear family"):
+        family_for("cycle", 1.0)
+    with pytest.raises(fs.InputError, match="A < B"):
+        critical_branches(NonlinearBirthDeath(), (1.0, 0.0))
+    with pytest.raises(fs.InputError, match="domain"):
+        critical_branches(family_for("michaelis-menten", 0.0), (-1.0, 1.0))
