@@ -550,5 +550,19 @@ def figures(out_dir, results_dir):
     )
 
 
+@main.command()
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def mapping(markdown, as_json):
+    """How the ODE maps onto the attention network, row by row: the ODE object, its network
+    counterpart, whether the correspondence is exact or an analogy, and the gap."""
+    from .bridge.mapping import MAPPING, render_mapping
+
+    if as_json:
+        click.echo(json.dumps(MAPPING, indent=1))
+    else:
+        click.echo(render_mapping("markdown" if markdown else "text"))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

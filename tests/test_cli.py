@@ -194,7 +194,9 @@ def test_manifold_command_json(tmp_path):
     assert [b["stable"] for b in data["branches"]] == [True, False, True]
     assert data["gap"] > 0.3 and data["identity_max_abs_diff"] <= 1e-12
     assert data["oscillation"]["status"] == "success"
-    res0 = run(["manifold", "--kappa", "0", "--no-plot", "--out", str(tmp_path / "m0.nc"), "--json"])
+    res0 = run(
+        ["manifold", "--kappa", "0", "--no-plot", "--out", str(tmp_path / "m0.nc"), "--json"]
+    )
     data0 = json.loads(res0.output)
     assert data0["gap"] <= 1e-12 and data0["folds"] == [] and data0["oscillation"] is None
 
@@ -209,7 +211,10 @@ def test_manifold_command_json(tmp_path):
         (["manifold", "--kappa", "nan"], "kappa must be a finite"),
         (["manifold", "--kappa", "inf"], "kappa must be a finite"),
         (["manifold", "--y-range", "1", "0"], "A < B"),
-        (["manifold", "--system", "michaelis-menten", "--kappa", "0", "--y-range", "-1", "1"], "domain"),
+        (
+            ["manifold", "--system", "michaelis-menten", "--kappa", "0", "--y-range", "-1", "1"],
+            "domain",
+        ),
         (["manifold", "--system", "cycle", "--kappa", "2"], "no non-linear family"),
     ],
 )

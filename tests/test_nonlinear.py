@@ -81,7 +81,9 @@ def test_gap_grows_with_kappa():
 
 def test_relaxation_oscillation_crosses_the_folds():
     kappa = 3.0
-    folds = sorted(f["y"] for f in critical_branches(NonlinearBirthDeath(kappa=kappa), (-1, 1.5))["folds"])
+    folds = sorted(
+        f["y"] for f in critical_branches(NonlinearBirthDeath(kappa=kappa), (-1, 1.5))["folds"]
+    )
     overshoot = []
     for eps in [0.01, 0.001]:
         ds = relaxation_oscillation(kappa=kappa, eps=eps, t_end=12.0)

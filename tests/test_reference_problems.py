@@ -30,7 +30,9 @@ def test_michaelis_menten_reduced_solution_is_schnell_mendoza():
     errs = []
     eps_values = np.array([0.02, 0.01, 0.005])
     for eps in eps_values:
-        ds = fs.integrate(system.with_eps(eps), (0, 6), method="radau", rtol=1e-10, atol=1e-12, t_eval=t)
+        ds = fs.integrate(
+            system.with_eps(eps), (0, 6), method="radau", rtol=1e-10, atol=1e-12, t_eval=t
+        )
         errs.append(np.max(np.abs(ds["y"].values[:, 0] - closed_form(t))))
     slope = np.polyfit(np.log(eps_values), np.log(errs), 1)[0]
     assert errs[-1] < 2e-2 and abs(slope - 1.0) < 0.15
@@ -125,7 +127,9 @@ def test_stiff_van_der_pol_against_hairer_reference():
         g_y=lambda x, y: np.zeros(y.shape + (1,)),
         x0=np.array([0.0]), y0=np.array([2.0]),
     )  # fmt: skip
-    ds = fs.integrate(system, (0, 2), method="radau", rtol=1e-10, atol=1e-10, t_eval=np.array([0, 2.0]))
+    ds = fs.integrate(
+        system, (0, 2), method="radau", rtol=1e-10, atol=1e-10, t_eval=np.array([0, 2.0])
+    )
     assert ds.attrs["status"] == "success"
     assert ds["y"].values[-1, 0] == pytest.approx(0.1706167732170483e01, rel=1e-9)
     assert ds["x"].values[-1, 0] == pytest.approx(-0.8928097010247975e00, rel=1e-9)

@@ -1,0 +1,104 @@
+"""FLOPs per token of the fast-slow network, per module and variant (DESIGN 3.4), and MFU.
+
+Conventions (those of `torch.utils.flop_counter`, so the model can be checked against it):
+a matrix product of `(m, k) x (k, n)` costs `2 m k n`; attention costs `2 T^2 d` for scores and
+`2 T^2 d` for values per sequence (the full square, although a causal kernel can skip half);
+backward costs twice the forward for trained weights (input and weight gradients) and once
+for frozen ones (input gradients only). On the CPU the flop counter does not see PyTorch's fused attention kernels; the check runs
+attention through the math backend (`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), whose
+matrix products it counts. Element-wise work (LayerNorm, GELU, pooling,
+upsampling, gate) is not counted: it costs memory traffic, not matmul FLOPs, which is why
+wall-clock is measured separately (scripts/bench_network.py).
+
+Per token, forward, dense part (`C = n_embd`, `V = vocab`, `L` layers, context `T`):
+    qkv 6 C^2, attention 4 T C, out-projection 2 C^2, MLP 16 C^2 per layer; head 2 C V.
+Slow path per layer, amortised over the `P` tokens of a block (pooled length `T/P`):
+    qkv + projection 8 C^2 / P, attention 4 (T/P) C / P, phi_theta 4 m C^2 / P (`m` = phi_mult).
+So the dense model costs `6 N + 12 L C T` per token for forward and backward, and the slow path
+adds about `6 N_slow / P + 12 L C T / P^2`.
+"""
+
+from __future__ import annotations
+
+from .model import BridgeConfig
+
+__all__ = ["flops_per_token", "measured_flops_per_token", "mfu", "peak_flops", "PEAK_FLOPS"]
+
+# dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets; fp32 without tensor cores
+PEAK_FLOPS = {
+    ("NVIDIA H100", "bf16"): 989e12,
+    ("NVIDIA H200", "bf16"): 989e12,
+    ("NVIDIA A100", "bf16"): 312e12,
+    ("NVIDIA H100", "fp32"): 67e12,
+    ("NVIDIA H200", "fp32"): 67e12,
+    ("NVIDIA A100", "fp32"): 19.5e12,
+}
+
+
+def peak_flops(device_name: str, dtype: str = "bf16") -> float | None:
+    """The device's dense peak for `dtype`, or `None` where it is not known (e.g. CPUs)."""
+    for (name, dt), value in PEAK_FLOPS.items():
+        if name.lower() in device_name.lower() and dt == dtype:
+            return value
+    return None
+
+
+def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:
+    """FLOPs per token per module, forward and forward+backward, for `config.variant`.
+
+    Returns `{"modules": {name: {"fwd": f, "train": f}}, "fwd": total, "train": total}`.
+    `T` defaults to the context length.
+    """
+    T = config.block_size if T is None else T
+    C, V, L, P = config.n_embd, config.vocab_size, config.n_layer, config.P
+    nb = T // P  # complete blocks: the pooled sequence length
+    frac = nb / T  # pooled tokens per token (1/P when P divides T)
+    modules = {
+        "fast attention qkv+proj": L * 8 * C * C,
+        "fast attention scores+values": L * 4 * T * C,
+        "mlp": L * 16 * C * C,
+        "lm_head": 2 * C * V,
+    }
+    train_factor = {k: 3.0 for k in modules}
+    if config.has_slow:
+        slow = {
+            "slow attention qkv+proj": L * 8 * C * C * frac,
+            "slow attention scores+values": L * 4 * nb * C * frac,
+            "phi_theta": L * 4 * config.phi_mult * C * C * frac,
+        }
+        modules.update(slow)
+        # frozen slow weights: their matmuls need input gradients only (x2, not x3); the
+        # attention products have no weights, both operands still need gradients (x3)
+        factor = 2.0 if config.variant == "frozen-slow" else 3.0
+        train_factor.update({k: factor for k in slow})
+        train_factor["slow attention scores+values"] = 3.0
+    out = {k: {"fwd": float(v), "train": float(v * train_factor[k])} for k, v in modules.items()}
+    return {
+        "modules": out,
+        "fwd": sum(m["fwd"] for m in out.values()),
+        "train": sum(m["train"] for m in out.values()),
+        "T": T,
+        "variant": config.variant,
+    }
+
+
+def measured_flops_per_token(model, idx, targets=None, backward: bool = True) -> float:
+    """FLOPs per token counted by `torch.utils.flop_counter.FlopCounterMode` for one step."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        logits, loss = model(idx, targets if targets is not None else idx)
+        if backward:
+            loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / idx.numel()
+
+
+def mfu(config: BridgeConfig, tokens_per_s: float, device_name: str, dtype: str = "bf16",
+        T: int | None = None) -> float | None:  # fmt: skip
+    """Model FLOPs utilisation: training FLOPs per token times tokens/s over the device's peak."""
+    peak = peak_flops(device_name, dtype)
+    if peak is None:
+        return None
+    return flops_per_token(config, T)["train"] * tokens_per_s / peak

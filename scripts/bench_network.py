@@ -1,0 +1,169 @@
+"""Benchmark: the fast-slow network's cost against the dense baseline, side by side.
+
+Run: python scripts/bench_network.py [--rounds N] [--quick]
+
+1. Forward plus backward time per step, dense and coupled interleaved in the same run (each
+   round runs one step of each), medians and their ratio, for L=4, d=128, 4 heads, batch 8,
+   P=8 at T = 256, 1024, 4096 (CPU, fp32). Targets (issue 5): coupled/dense <= 1.15 at
+   T=1024 and <= 1.10 at T=4096.
+2. The slow-path attention alone (pooled tokens) as T grows: it should scale as (T/P)^2 once
+   the quadratic term dominates; the fitted log-log slope over the largest T is printed.
+3. Dense-arm training throughput (forward, backward, AdamW step) at the configurations of the
+   nanoGPT anchor measured on this machine kind (issue 5: 9,560 tokens/s at T=256, batch 8;
+   6,780 tokens/s at T=1024, batch 2). The anchor was measured in another run on an idle
+   machine, so this comparison is not interleaved: read it as indicative.
+4. On CUDA (when available): bf16 autocast, the same table at T = 8192, and MFU against the
+   device's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+import torch
+
+from fastslow_sim.bridge import BridgeConfig, FastSlowLM, flops_per_token, mfu
+from fastslow_sim.bridge.model import SlowPath, block_mean_pool
+
+NANOGPT_ANCHOR = {(256, 8): 9560.0, (1024, 2): 6780.0}
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make(variant, T, device, **kw):
+    torch.manual_seed(0)
+    cfg = BridgeConfig(vocab_size=256, block_size=T, n_layer=4, n_head=4, n_embd=128, P=8,
+                       variant=variant, **kw)  # fmt: skip
+    return FastSlowLM(cfg).to(device), cfg
+
+
+def fwd_bwd(model, idx, autocast):
+    with torch.autocast(idx.device.type, dtype=torch.bfloat16, enabled=autocast):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def time_interleaved(fns: dict, rounds: int, device, warmup: int = 1) -> dict:
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def table_dense_vs_coupled(Ts, batch, rounds, device, autocast=False):
+    print(f"\n## forward+backward per step, dense vs coupled interleaved ({device.type}, "
+          f"{'bf16 autocast' if autocast else 'fp32'}, batch {batch}, medians of {rounds} rounds)")  # fmt: skip
+    print("| T | dense (ms) | coupled (ms) | coupled/dense | FLOP ratio | dense tokens/s |"
+          + (" MFU dense | MFU coupled |" if device.type == "cuda" else ""))  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if device.type == "cuda" else ""))
+    ratios = {}
+    for T in Ts:
+        (dense, cfg_d), (coupled, cfg_c) = make("dense", T, device), make("coupled", T, device)
+        idx = torch.randint(0, 256, (batch, T + 1), device=device, generator=None)
+        med = time_interleaved(
+            {"dense": lambda: fwd_bwd(dense, idx, autocast), "coupled": lambda: fwd_bwd(coupled, idx, autocast)},
+            rounds, device,
+        )  # fmt: skip
+        ratio = med["coupled"] / med["dense"]
+        ratios[T] = ratio
+        flop_ratio = flops_per_token(cfg_c, T)["train"] / flops_per_token(cfg_d, T)["train"]
+        tps = batch * T / med["dense"]
+        row = (f"| {T} | {1e3 * med['dense']:.1f} | {1e3 * med['coupled']:.1f} | {ratio:.3f} | "
+               f"{flop_ratio:.3f} | {tps:,.0f} |")  # fmt: skip
+        if device.type == "cuda":
+            name = torch.cuda.get_device_name()
+            m_d = mfu(cfg_d, tps, name, "bf16" if autocast else "fp32", T)
+            m_c = mfu(cfg_c, batch * T / med["coupled"], name, "bf16" if autocast else "fp32", T)
+            row += f" {m_d:.1%} | {m_c:.1%} |" if m_d is not None else " n/a | n/a |"
+        print(row)
+    return ratios
+
+
+def slow_attention_scaling(Ts, batch, rounds, device):
+    print(f"\n## slow-path attention alone (pooled tokens, forward+backward), batch {batch}")
+    print("| T | pooled tokens T/P | time (ms) |")
+    print("|---:|---:|---:|")
+    torch.manual_seed(0)
+    cfg = BridgeConfig(vocab_size=256, block_size=max(Ts), n_layer=4, n_head=4, n_embd=128, P=8)
+    sp = SlowPath(cfg).to(device)
+    times = []
+    for T in Ts:
+        x = torch.randn(batch, T, 128, device=device)
+        s = block_mean_pool(x, 8).requires_grad_(True)
+
+        def run():
+            out = sp.attn(sp.ln_a(s))
+            out.sum().backward()
+
+        times.append(time_interleaved({"a": run}, rounds, device)["a"])
+        print(f"| {T} | {T // 8} | {1e3 * times[-1]:.2f} |")
+    slope = np.polyfit(np.log(Ts[-2:]), np.log(times[-2:]), 1)[0]
+    print(f"fitted log-log slope of time against T over T = {Ts[-2]}..{Ts[-1]}: {slope:.2f} "
+          f"(2 once the (T/P)^2 attention dominates; 1 where the linear projections do)")  # fmt: skip
+
+
+def training_throughput(rounds, device):
+    print("\n## dense-arm training iteration (forward, backward, AdamW step), tokens/s")
+    print("| T | batch | median ms/iter | tokens/s | nanoGPT anchor tokens/s | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for (T, batch), anchor in NANOGPT_ANCHOR.items():
+        model, _ = make("dense", T, device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        idx = torch.randint(0, 256, (batch, T + 1), device=device)
+
+        def it():
+            _, loss = model(idx[:, :-1], idx[:, 1:])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        med = time_interleaved({"it": it}, rounds, device, warmup=2)["it"]
+        tps = batch * T / med
+        print(
+            f"| {T} | {batch} | {1e3 * med:.0f} | {tps:,.0f} | {anchor:,.0f} | {tps / anchor:.2f} |"
+        )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="T = 256, 1024 only, 3 rounds")
+    args = parser.parse_args()
+    rounds = 3 if args.quick else args.rounds
+    print(f"# bench_network: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"python {platform.python_version()}")  # fmt: skip
+    cpu = torch.device("cpu")
+    Ts = [256, 1024] if args.quick else [256, 1024, 4096]
+    ratios = table_dense_vs_coupled(Ts, 8, rounds, cpu)
+    slow_attention_scaling([1024, 2048, 4096, 8192, 16384, 32768], 8, rounds, cpu)
+    training_throughput(rounds, cpu)
+    targets = {1024: 1.15, 4096: 1.10}
+    print("\ntargets: " + "; ".join(
+        f"coupled/dense at T={T} <= {lim}: {'met' if ratios[T] <= lim else 'NOT met'} ({ratios[T]:.3f})"
+        for T, lim in targets.items() if T in ratios))  # fmt: skip
+    if torch.cuda.is_available():
+        gpu = torch.device("cuda")
+        print(f"\n# CUDA: {torch.cuda.get_device_name()}")
+        table_dense_vs_coupled([1024, 4096, 8192], 8, rounds, gpu, autocast=True)
+    else:
+        print("\n(no CUDA device here: the GPU table is not measured)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The fast-slow attention network: causality, variants, generation, mapping, cost model."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import fastslow_sim as fs
+from fastslow_sim.bridge import (
+    VARIANTS,
+    BridgeConfig,
+    FastSlowLM,
+    block_mean_pool,
+    flops_per_token,
+    measured_flops_per_token,
+    upsample_completed,
+)
+from fastslow_sim.bridge.model import CausalSelfAttention
+
+P = 4
+T = 23  # not a multiple of P
+
+
+def make(variant, seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=17, block_size=32, n_layer=2, n_head=2, n_embd=16, P=P, variant=variant)
+    cfg.update(kw)
+    return FastSlowLM(BridgeConfig(**cfg)).double().eval()
+
+
+def randomise_gates(model, seed=1):
+    """Open the gates (they start at 0, which would hide any slow-path leak)."""
+    if model.slow is None:
+        return model
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for sp in model.slow:
+            sp.alpha.copy_(torch.randn(sp.alpha.shape, generator=g, dtype=sp.alpha.dtype))
+    return model
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("t", [P - 1, P, 2 * P - 1, 2 * P, T - 2])
+def test_future_tokens_do_not_change_past_logits(variant, t):
+    model = randomise_gates(make(variant))
+    idx = torch.randint(0, 17, (3, T), generator=torch.Generator().manual_seed(t))
+    changed = idx.clone()
+    changed[:, t + 1 :] = torch.randint(0, 17, changed[:, t + 1 :].shape)
+    a, _ = model(idx)
+    b, _ = model(changed)
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1])
+    # and the test can fail: the future does change later logits
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("t", [P - 1, P, 2 * P - 1])
+def test_gradient_of_logit_wrt_future_embeddings_is_exactly_zero(variant, t):
+    model = randomise_gates(make(variant))
+    idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(5))
+    emb = model.embed(idx).detach().requires_grad_(True)
+    logits = model.forward_embeddings(emb)
+    logits[:, t].sum().backward()
+    grad = emb.grad
+    assert torch.count_nonzero(grad[:, t + 1 :]) == 0
+    assert torch.count_nonzero(grad[:, : t + 1]) > 0
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("prefix", [P - 1, P, 2 * P - 1, 2 * P + 1])
+def test_prefix_forward_matches_full_forward(variant, prefix):
+    model = randomise_gates(make(variant))
+    idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(7))
+    full, _ = model(idx)
+    part, _ = model(idx[:, :prefix])
+    torch.testing.assert_close(part, full[:, :prefix], rtol=1e-12, atol=1e-12)
+
+
+def test_leaky_upsampling_would_be_caught():
+    """Repeating each pooled state over its own block (the nanochat bug) breaks the test above."""
+    z = torch.randn(1, 2, 3, dtype=torch.float64)
+    null = torch.zeros(3, dtype=torch.float64)
+    good = upsample_completed(z, null, 4, 8)
+    leaky = z.repeat_interleave(4, dim=1)
+    # token 0 must not see block 0 (which contains tokens 1..3)
+    assert torch.equal(good[0, 0], null) and not torch.equal(leaky[0, 0], null)
+    # token t reads block floor((t+1)/P) - 1
+    assert torch.equal(good[0, 3], z[0, 0]) and torch.equal(good[0, 7], z[0, 1])
+    assert torch.equal(good[0, 6], z[0, 0])
+
+
+def test_pooling_and_upsampling_gradcheck():
+    x = torch.randn(2, 11, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: block_mean_pool(v, 4), (x,))
+    z = torch.randn(2, 2, 3, dtype=torch.float64, requires_grad=True)
+    null = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: upsample_completed(a, b, 4, 11), (z, null))
+    pooled = block_mean_pool(x, 4)
+    assert pooled.shape == (2, 2, 3)
+    torch.testing.assert_close(pooled[:, 1], x[:, 4:8].mean(1))
+
+
+def test_all_variants_agree_at_initialisation():
+    idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(3))
+    logits = [make(v, seed=11)(idx)[0] for v in VARIANTS]
+    for other in logits[1:]:
+        assert torch.equal(logits[0], other)
+
+
+def _train(model, steps, seed=0, lr=3e-3):
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        idx = torch.randint(0, 17, (4, T + 1), generator=g)
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def test_frozen_gate_is_the_dense_model_at_every_step():
+    idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(9))
+    dense, frozen = make("dense", seed=4), make("frozen-gate", seed=4)
+    for _ in range(3):
+        _train(dense, 2)
+        _train(frozen, 2)
+        assert torch.equal(dense(idx)[0], frozen(idx)[0])
+    assert frozen.gates() == [0.0, 0.0]
+
+
+def test_gate_gets_gradient_at_zero_and_frozen_arms_are_frozen():
+    idx = torch.randint(0, 17, (2, T + 1), generator=torch.Generator().manual_seed(2))
+    coupled = make("coupled")
+    _, loss = coupled(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    for sp in coupled.slow:
+        assert sp.alpha.grad is not None and torch.all(sp.alpha.grad != 0)  # no double zero
+    fs_model = make("frozen-slow")
+    trainable = {n for n, p in fs_model.named_parameters() if p.requires_grad}
+    assert {n for n in trainable if n.startswith("slow")} == {"slow.0.alpha", "slow.1.alpha"}
+    fg = make("frozen-gate")
+    assert not any(sp.alpha.requires_grad for sp in fg.slow)
+    # coupled training moves the gate; frozen-slow keeps its slow weights
+    before = [
+        p.clone()
+        for n, p in fs_model.named_parameters()
+        if n.startswith("slow") and "alpha" not in n
+    ]
+    _train(coupled, 3)
+    _train(fs_model, 3)
+    assert any(abs(g) > 0 for g in coupled.gates())
+    after = [p for n, p in fs_model.named_parameters() if n.startswith("slow") and "alpha" not in n]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_channel_gate_and_accessors():
+    model = make("coupled", gate="channel")
+    assert model.slow[0].alpha.shape == (16,)
+    model(torch.randint(0, 17, (2, T)))
+    states = model.slow_states()
+    assert len(states) == 2 and states[0].shape == (2, T // P, 16)
+    assert len(model.gates()) == 2 and len(model.gates()[0]) == 16
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_generation_matches_uncached(variant):
+    model = randomise_gates(make(variant))
+    idx = torch.randint(0, 17, (2, 3), generator=torch.Generator().manual_seed(1))
+    # step-by-step logits equal the full forward pass at every position
+    seq = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(2))
+    full, _ = model(seq)
+    cache = {}
+    for t in range(T):
+        torch.testing.assert_close(
+            model.step(seq[:, t], cache, t), full[:, t], rtol=1e-10, atol=1e-10
+        )
+    greedy_cached = model.generate(idx, 20, temperature=0)
+    greedy_plain = model.generate(idx, 20, temperature=0, use_cache=False)
+    assert torch.equal(greedy_cached, greedy_plain)
+    sampled = [
+        model.generate(idx, 20, use_cache=c, generator=torch.Generator().manual_seed(0))
+        for c in (True, False)
+    ]
+    assert torch.equal(sampled[0], sampled[1])
+
+
+def test_attention_with_identity_maps_is_a_master_equation_step():
+    """Rows of softmax weights sum to one, so Q = S - I is a generator; with identity value and
+    output maps, attention computes x + Q x (backward equation) and moves a distribution by
+    p + Q^T p (forward equation), conserving probability."""
+    torch.manual_seed(0)
+    cfg = BridgeConfig(vocab_size=5, block_size=16, n_layer=1, n_head=1, n_embd=6, P=2)
+    attn = CausalSelfAttention(cfg).double()
+    C = cfg.n_embd
+    with torch.no_grad():
+        w = attn.c_attn.weight  # rows: q, k, v
+        w[2 * C :] = torch.eye(C, dtype=torch.float64)  # W_V = I
+        attn.c_proj.weight.copy_(torch.eye(C, dtype=torch.float64))  # W_O = I
+    x = torch.randn(1, 10, C, dtype=torch.float64)
+    q = x @ w[:C].T
+    k = x @ w[C : 2 * C].T
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(C)
+    scores = scores.masked_fill(torch.triu(torch.ones(10, 10, dtype=torch.bool), 1), -float("inf"))
+    S = torch.softmax(scores, -1)[0]
+    Q = (S - torch.eye(10, dtype=torch.float64)).detach()
+    fs.validate_generator(Q)  # non-negative rates, zero row sums
+    with torch.no_grad():
+        out = attn(x)[0]
+    torch.testing.assert_close(out, x[0] + Q @ x[0], rtol=1e-12, atol=1e-12)
+    p = torch.softmax(torch.randn(10, dtype=torch.float64), 0)
+    stepped = p + Q.T @ p
+    assert abs(float(stepped.sum()) - 1.0) < 1e-14 and torch.all(stepped >= 0)
+
+
+def test_random_tokens_stay_near_ln_v():
+    """A model that beats ln V on uniformly random tokens is leaking the future."""
+    torch.manual_seed(0)
+    V = 32
+    cfg = BridgeConfig(vocab_size=V, block_size=64, n_layer=2, n_head=2, n_embd=32, P=4)
+    model = FastSlowLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        idx = torch.randint(0, V, (16, 65), generator=g)
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        idx = torch.randint(0, V, (64, 65), generator=g)
+        _, val = model(idx[:, :-1], idx[:, 1:])
+    # the best possible loss is ln V; a finite model trained briefly sits slightly above
+    assert math.log(V) - 0.02 <= float(val) <= math.log(V) + 0.1
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("T_eval", [64, 60])
+def test_flop_model_matches_torch_flop_counter(variant, T_eval):
+    torch.manual_seed(0)
+    cfg = BridgeConfig(
+        vocab_size=64, block_size=64, n_layer=2, n_head=2, n_embd=32, P=8, variant=variant
+    )
+    model = FastSlowLM(cfg)
+    idx = torch.randint(0, 64, (2, T_eval))
+    with sdpa_kernel(SDPBackend.MATH):  # the counter sees attention through the math backend
+        train = measured_flops_per_token(model, idx)
+        fwd = measured_flops_per_token(model, idx, backward=False)
+    pred = flops_per_token(cfg, T_eval)
+    assert abs(train / pred["train"] - 1) < 0.05
+    assert abs(fwd / pred["fwd"] - 1) < 0.05
+
+
+def test_flop_model_design_formula():
+    cfg = BridgeConfig(variant="dense", block_size=1024)
+    f = flops_per_token(cfg)
+    C, L, T, V = 128, 4, 1024, 256
+    N = 12 * L * C * C + C * V  # non-embedding weights plus the tied head
+    assert f["train"] == pytest.approx(6 * N + 12 * L * C * T)
+    slow = flops_per_token(BridgeConfig(variant="coupled", block_size=1024))["train"] - f["train"]
+    N_slow = L * (4 + 8) * C * C
+    assert slow == pytest.approx(6 * N_slow / 8 + 12 * L * C * T / 64)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"n_embd": 30, "n_head": 4}, "not divisible"),
+        ({"P": 0}, "P must be an integer from 1"),
+        ({"P": 300}, "P must be an integer from 1"),
+        ({"variant": "hybrid"}, "unknown variant"),
+        ({"gate": "vector"}, "unknown gate"),
+        ({"dropout": 1.5}, "dropout"),
+    ],
+)
+def test_bad_config(kwargs, fragment):
+    with pytest.raises(fs.InputError, match=fragment):
+        BridgeConfig(**kwargs)
+
+
+def test_bad_tokens():
+    model = make("coupled")
+    with pytest.raises(fs.InputError, match=r"token ids must lie in \[0, 16\]"):
+        model(torch.tensor([[0, 17]]))
+    with pytest.raises(fs.InputError, match="exceeds the context length 32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(fs.InputError, match="exceed the context length"):
+        model.generate(torch.zeros(1, 30, dtype=torch.long), 5)
+    assert np.isfinite(float(model(torch.zeros(1, 32, dtype=torch.long))[0].sum()))
