@@ -116,10 +116,16 @@ def completed_block_index(T: int, P: int, device=None) -> torch.Tensor:
 
 
 def upsample_completed(z: torch.Tensor, null: torch.Tensor, P: int, T: int) -> torch.Tensor:
-    """`(B, nb, C)` slow states -> `(B, T, C)` by the completed-blocks rule, `null` before block 0."""
+    """`(B, nb, C)` slow states -> `(B, T, C)` by the completed-blocks rule, `null` before block 0.
+
+    Token `t` gets `[null, z_0, z_1, ...][floor((t + 1)/P)]` (see `completed_block_index`).
+    Done as "repeat every state P times, drop the first row": a broadcast whose backward is a
+    sum over blocks, not the scatter-add that an index gather would need (cheaper on CPUs).
+    """
     B, nb, C = z.shape
     padded = torch.cat([null.expand(B, 1, C), z], dim=1)  # (B, nb+1, C)
-    return padded[:, completed_block_index(T, P, z.device)]
+    repeated = padded[:, :, None, :].expand(B, nb + 1, P, C).reshape(B, (nb + 1) * P, C)
+    return repeated[:, 1 : T + 1]  # row s of `repeated` is padded[floor(s/P)]; token t is s = t+1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,8 +242,10 @@ class SlowPath(nn.Module):
 
     def forward(self, x):
         z = self.slow_states(x)
-        u = upsample_completed(z, self.null, self.P, x.shape[1])
-        return x + self.gate() * u, z
+        g = self.gate()
+        # gate the small (B, T//P, C) states before upsampling: one full-length pass fewer
+        u = upsample_completed(g * z, g * self.null, self.P, x.shape[1])
+        return x + u, z
 
     def step(self, x, cache, layer, t):
         """Token `t` (B, 1, C): accumulate the open block; when it completes, make its slow
