@@ -66,6 +66,26 @@ def _parse_vector(text: str, name: str) -> np.ndarray:
     return values
 
 
+def _output_options(default_name: str):
+    """The `--out`, `--plot`, `--no-plot` and `--json` options shared by the computing commands."""
+
+    def decorate(f):
+        options = [
+            click.option("--out", default=None, metavar="FILE.nc",
+                         help=f"NetCDF output [default: fastslow-results/{default_name}]."),
+            click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+                         help="Plot output [default: the --out path with .png]."),
+            click.option("--no-plot", is_flag=True, help="Do not write a plot."),
+            click.option("--json", "as_json", is_flag=True,
+                         help="Print one JSON object instead of text."),
+        ]  # fmt: skip
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
 def _output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from .io import check_writable
@@ -144,21 +164,7 @@ def main():
 )
 @click.option("--y0", default=None, metavar="Y", help="Initial slow state (default per system).")
 @click.option("--n-eval", default=401, show_default=True, type=int, help="Saved time points.")
-@click.option(
-    "--out",
-    default=None,
-    metavar="FILE.nc",
-    help="NetCDF output [default: fastslow-results/integrate-SYSTEM-epsE.nc].",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    default=None,
-    metavar="FILE.png",
-    help="Plot output [default: the --out path with .png].",
-)
-@click.option("--no-plot", is_flag=True, help="Do not write a plot.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@_output_options("integrate-SYSTEM-epsE.nc")
 def integrate(
     system_name, eps, P, t_end, method, rtol, atol, x0, y0, n_eval, out, plot_path, no_plot, as_json
 ):
@@ -275,21 +281,7 @@ def integrate(
     help="Values of eps (at least two).",
 )
 @click.option("--t-end", default=3.0, show_default=True, type=float, help="End of slow time.")
-@click.option(
-    "--out",
-    default=None,
-    metavar="FILE.nc",
-    help="NetCDF output [default: fastslow-results/convergence-SYSTEM.nc].",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    default=None,
-    metavar="FILE.png",
-    help="Plot output [default: the --out path with .png].",
-)
-@click.option("--no-plot", is_flag=True, help="Do not write a plot.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@_output_options("convergence-SYSTEM.nc")
 def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     """Convergence in eps of the full system to its slow-manifold approximations.
 
@@ -379,21 +371,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     type=float,
     help="eps of the relaxation-oscillation run (only when the manifold folds).",
 )
-@click.option(
-    "--out",
-    default=None,
-    metavar="FILE.nc",
-    help="NetCDF output [default: fastslow-results/manifold-SYSTEM-kappaK.nc].",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    default=None,
-    metavar="FILE.png",
-    help="Plot output [default: the --out path with .png].",
-)
-@click.option("--no-plot", is_flag=True, help="Do not write a plot.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@_output_options("manifold-SYSTEM-kappaK.nc")
 def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_json):
     """Critical manifold Q(x, y)^T x = 0: branches, folds, stability, and the gap to the
     paper's linear identity phi(y) = p_st(Q(x_ref, y)) (x_ref uniform).
@@ -409,7 +387,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     """
     from .io import save_dataset
     from .manifold import identity_check
-    from .nonlinear import family_for, manifold_dataset
+    from .nonlinear import check_y_range, family_for, manifold_dataset
     from .systems import make_system
 
     if not math.isfinite(kappa):
@@ -417,14 +395,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if not math.isfinite(osc_eps) or osc_eps <= 0:
         raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
     family = family_for(system_name, kappa)
-    a, b = y_range
-    if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
-        raise InputError(f"--y-range must be two finite numbers A < B; got {a} {b}.")
-    lo, hi = family.domain()
-    if a < lo or b > hi:
-        raise InputError(
-            f"--y-range {a} {b} leaves the {system_name} generator's domain [{lo}, {hi}]."
-        )
+    a, b = check_y_range(family, y_range)
     out, plot_path = _output_paths(
         f"manifold-{system_name}-kappa{kappa:g}", out, plot_path, no_plot
     )

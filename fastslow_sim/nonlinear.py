@@ -212,6 +212,19 @@ def _start(family, y, n):
     return x
 
 
+def check_y_range(family, y_range) -> tuple[float, float]:
+    """`(A, B)` as floats, or `InputError` unless `A < B` are finite and inside the domain."""
+    y_lo, y_hi = (float(v) for v in y_range)
+    if not (math.isfinite(y_lo) and math.isfinite(y_hi)) or y_hi <= y_lo:
+        raise InputError(f"the y range must be two finite numbers A < B; got {list(y_range)}.")
+    lo, hi = family.domain()
+    if y_lo < lo or y_hi > hi:
+        raise InputError(
+            f"the y range [{y_lo}, {y_hi}] leaves the {family.name} generator's domain [{lo}, {hi}]."
+        )
+    return y_lo, y_hi
+
+
 def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> dict:
     """All branches of `Q(x, y)^T x = 0` for `y` in `y_range`, by pseudo-arclength continuation.
 
@@ -221,14 +234,7 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     Assumes the solution set is one curve entering and leaving the range (true for
     `NonlinearBirthDeath`, whose manifold is the graph `y(m)` of its mean `m = c.x`).
     """
-    y_lo, y_hi = (float(v) for v in y_range)
-    if not (math.isfinite(y_lo) and math.isfinite(y_hi)) or y_hi <= y_lo:
-        raise InputError(f"the y range must be two finite numbers A < B; got {y_range}.")
-    lo, hi = family.domain()
-    if y_lo < lo or y_hi > hi:
-        raise InputError(
-            f"the y range [{y_lo}, {y_hi}] leaves the generator's domain [{lo}, {hi}]."
-        )
+    y_lo, y_hi = check_y_range(family, y_range)
     n = family.n_states
     x = _start(family, np.array([y_lo]), n)
     u = np.append(x, y_lo)
