@@ -535,5 +535,236 @@ def mapping(markdown, as_json):
         click.echo(render_mapping("markdown" if markdown else "text"))
 
 
+@main.command()
+@click.argument("spec", metavar="me|random|text:PATH")
+@click.option("--P", "P", default="8", show_default=True, help="Block length of the me corpus.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def corpus(spec, P, as_json):
+    """Statistics of a corpus and, for the master-equation corpus, its two reference losses:
+    the oracle with y known (a floor no model can beat) and the best predictor that ignores y
+    (one fixed transition matrix).
+
+    \b
+    Examples:
+      fastslow-sim corpus me
+      fastslow-sim corpus text:../shared/data/tinyshakespeare.txt --json
+    """
+    from .corpora import load_corpus
+
+    _, P_int = _parse_eps_P(None, P)
+    c = load_corpus(spec, P=P_int)
+    info = c.summary()
+    if as_json:
+        click.echo(json.dumps(info, default=float))
+        return
+    click.echo(
+        f"corpus {info['corpus']}: {info['tokens']:,} tokens (train {info['train_tokens']:,}, "
+        f"validation {info['val_tokens']:,}), vocabulary {info['vocab_size']}"
+    )
+    if "oracle_loss" in info:
+        click.echo(f"oracle loss (y known)        {info['oracle_loss']:.4f} nats/token")
+        click.echo(
+            f"ignore-y loss (fixed matrix) {info['ignore_y_loss']:.4f} nats/token "
+            f"(gap {info['loss_gap']:.4f})"
+        )
+        click.echo(
+            f"uniform loss                 {info['uniform_loss']:.4f}; y from {info['y_p05']:.2f} "
+            f"to {info['y_p95']:.2f} (5th to 95th percentile), P = {info['P']}"
+        )
+    if "note" in info:
+        click.echo(f"note: {info['note']}")
+    if "floor_loss" in info:
+        click.echo(f"floor loss ln V = {info['floor_loss']:.4f}")
+
+
+def _train_options(f):
+    options = [
+        click.option("--corpus", "corpus_spec", default="me", show_default=True,
+                     metavar="me|random|text:PATH", help="Training corpus."),
+        click.option("--tokens", default="500k", show_default=True,
+                     help="Training tokens per run: 500k, 2M or a plain integer."),
+        click.option("--P", "P", default="8", show_default=True, help="Pooling ratio (eps = 1/P)."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
+        click.option("--batch-size", default=8, show_default=True, type=int),
+        click.option("--context", "block_size", default=256, show_default=True, type=int,
+                     help="Context length T."),
+        click.option("--compile", "use_compile", is_flag=True, help="Use torch.compile."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _base_config(P, device, batch_size, block_size, use_compile):
+    _, P_int = _parse_eps_P(None, P)
+    return {"P": P_int, "device": device, "batch_size": batch_size, "block_size": block_size,
+            "compile": use_compile}  # fmt: skip
+
+
+@main.command("train-network")
+@click.option(
+    "--variant",
+    default="coupled",
+    show_default=True,
+    type=click.Choice(["dense", "coupled", "frozen-gate", "frozen-slow"]),
+)
+@_train_options
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--out", default=None, metavar="DIR", help="Run folder [default: runs/VARIANT-CORPUS-seedS]."
+)
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def train_network(
+    variant,
+    corpus_spec,
+    tokens,
+    P,
+    device,
+    batch_size,
+    block_size,
+    use_compile,
+    seed,
+    out,
+    resume,
+    as_json,
+):
+    """Train the fast-slow network (AdamW, warm-up and cosine decay, clipping, bf16 on CUDA).
+
+    Logs loss, learning rate, tokens/s and every layer's gate tanh(alpha) per step, and the
+    validation loss every 50 steps, to DIR/train.nc; checkpoints atomically to DIR/ckpt.pt;
+    writes DIR/summary.json. Under torchrun it trains with DDP.
+
+    \b
+    Examples:
+      fastslow-sim train-network
+      fastslow-sim train-network --variant dense --corpus text:input.txt --tokens 2M
+    """
+    from .training import TrainConfig, TrainingDivergedError, parse_tokens, train
+
+    n_tokens = parse_tokens(tokens)
+    base = _base_config(P, device, batch_size, block_size, use_compile)
+    if out is None:
+        tag = "text" if corpus_spec.startswith("text:") else corpus_spec
+        out = f"runs/{variant}-{tag}-seed{seed}"
+    cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=n_tokens, seed=seed, out=out,
+                      resume=resume, progress=not as_json, **base)  # fmt: skip
+    try:
+        summary = train(cfg)
+    except TrainingDivergedError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(summary, default=float))
+        return
+    click.echo(
+        f"{variant} on {corpus_spec}: {summary['tokens']:,} tokens in {summary['steps']} steps, "
+        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s"
+    )
+    click.echo(f"train loss {summary['train_loss']:.4f}, validation loss {summary['val_loss']:.4f}")
+    gates = ", ".join(f"{g:+.4f}" if isinstance(g, float) else "channels" for g in summary["gates"])
+    click.echo(f"gates tanh(alpha) per layer: {gates}")
+    click.echo(f"run folder  {out} (train.nc, summary.json, ckpt.pt)")
+
+
+@main.command()
+@_train_options
+@click.option("--seeds", default=3, show_default=True, type=int, help="Seeds per variant.")
+@click.option(
+    "--variants",
+    default="dense,coupled,frozen-gate,frozen-slow",
+    show_default=True,
+    help="Comma-separated variants.",
+)
+@click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def reproduce(
+    corpus_spec,
+    tokens,
+    P,
+    device,
+    batch_size,
+    block_size,
+    use_compile,
+    seeds,
+    variants,
+    out,
+    as_json,
+):
+    """The paper's ablation: every variant for every seed, identical data order per seed.
+
+    Prints validation loss mean +- standard deviation over seeds, final |tanh(alpha)| per
+    layer, wall-clock per run and its ratio to dense, and a verdict on which differences
+    exceed run-to-run noise; saves DIR/ablation.nc and one run folder per (variant, seed).
+
+    \b
+    Example:
+      fastslow-sim reproduce --corpus text:../shared/data/tinyshakespeare.txt
+    """
+    from .bridge import VARIANTS
+    from .training import parse_tokens
+    from .training import reproduce as run_reproduce
+
+    n_tokens = parse_tokens(tokens)
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names:
+        raise InputError(f"--variants must name some of {list(VARIANTS)}; got {variants!r}.")
+    if seeds < 1:
+        raise InputError(f"--seeds must be a positive integer; got {seeds}.")
+    base = _base_config(P, device, batch_size, block_size, use_compile)
+    base["progress"] = not as_json
+    tag = "text" if corpus_spec.startswith("text:") else corpus_spec
+    out = out or f"runs/reproduce-{tag}"
+    log = (lambda *a: None) if as_json else click.echo
+    table = run_reproduce(corpus_spec, n_tokens, seeds, names, out, base, log=log)
+    if as_json:
+        click.echo(json.dumps({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
+                               "out": out}, default=float))  # fmt: skip
+        return
+    click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds))
+    click.echo(f"dataset     {Path(out) / 'ablation.nc'}")
+
+
+def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
+    lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {seeds} seeds",
+             "| variant | val loss (mean ± sd) | |tanh(alpha)| per layer | wall-clock (s) | ratio to dense | tokens/s |",
+             "|---|---|---|---:|---:|---:|"]  # fmt: skip
+    for v, r in table["rows"].items():
+        gates = " ".join(f"{g:.4f}" for g in r["gate_abs_per_layer"])
+        ratio = "" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
+        lines.append(
+            f"| {v} | {r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f} | {gates} | "
+            f"{r['wall_time_s']:.1f} | {ratio} | {r['tokens_per_s']:,.0f} |"
+        )
+    lines.append("verdict:")
+    lines += [f"  {line}" for line in table["verdict"]]
+    return "\n".join(lines)
+
+
+@main.command("phi-vs-pst")
+@click.argument("run_dir", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def phi_vs_pst_cmd(run_dir, as_json):
+    """Compare what the trained slow path says about the next block with p_st(y) (me corpus):
+    mean total-variation distance through the model's head and through a linear probe, next to
+    three baselines (uniform, corpus frequencies, the block's own histogram)."""
+    from .probe import phi_vs_pst
+
+    result = phi_vs_pst(run_dir)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {k: v for k, v in result.items() if not k.endswith("mean_state") and k != "y"}
+            )
+        )
+        return
+    click.echo(f"{result['variant']} run {run_dir}: {result['blocks']} validation blocks")
+    click.echo("| readout | mean TV distance to p_st(y) |")
+    click.echo("|---|---:|")
+    for k, v in result["mean_tv"].items():
+        click.echo(f"| {k} | {v:.4f} |")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
