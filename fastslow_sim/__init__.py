@@ -18,7 +18,7 @@ from .generators import (  # noqa: E402
     random_generators,
     validate_generator,
 )
-from .integrators import METHODS, StiffnessWarning, integrate  # noqa: E402
+from .integrators import METHODS, StiffnessWarning, integrate, integrate_batch  # noqa: E402
 from .io import load_dataset, save_dataset  # noqa: E402
 from .stationary import (  # noqa: E402
     fundamental_matrix,
@@ -56,6 +56,7 @@ __all__ = [
     "METHODS",
     "StiffnessWarning",
     "integrate",
+    "integrate_batch",
     "load_dataset",
     "save_dataset",
 ]

@@ -164,9 +164,33 @@ def main():
 )
 @click.option("--y0", default=None, metavar="Y", help="Initial slow state (default per system).")
 @click.option("--n-eval", default=401, show_default=True, type=int, help="Saved time points.")
+@click.option(
+    "--batch",
+    default=None,
+    type=int,
+    metavar="N",
+    help="Integrate N random initial conditions (x0 uniform on the simplex, y0 uniform "
+    "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
 @_output_options("integrate-SYSTEM-epsE.nc")
 def integrate(
-    system_name, eps, P, t_end, method, rtol, atol, x0, y0, n_eval, out, plot_path, no_plot, as_json
+    system_name,
+    eps,
+    P,
+    t_end,
+    method,
+    rtol,
+    atol,
+    x0,
+    y0,
+    n_eval,
+    batch,
+    seed,
+    out,
+    plot_path,
+    no_plot,
+    as_json,
 ):
     """Integrate a fast-slow system: eps dx/dt = Q(y)^T x, dy/dt = g(x, y).
 
@@ -192,6 +216,14 @@ def integrate(
     system = make_system(system_name, eps=e)
     x0v = _parse_vector(x0, "--x0") if x0 is not None else None
     y0v = _parse_vector(y0, "--y0") if y0 is not None else None
+    if batch is not None:
+        if batch < 1:
+            raise InputError(f"--batch must be a positive integer; got {batch}.")
+        if x0 is not None or y0 is not None:
+            raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
+        rng = np.random.default_rng(seed)
+        x0v = rng.dirichlet(np.ones(system.n_fast), batch)
+        y0v = rng.uniform(0.0, 1.0, (batch, system.n_slow))
 
     out, plot_path = _output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
 
@@ -208,23 +240,24 @@ def integrate(
     if not no_plot:
         from .analysis import plot_trajectory
 
-        plot_trajectory(ds, plot_path)
+        plot_trajectory(ds.isel(batch=0) if "batch" in ds.dims else ds, plot_path)
 
     a = ds.attrs
-    x_final = ds["x"].values[-1]
-    y_final = ds["y"].values[-1]
+    batched = "batch" in ds.dims
+    x_final = ds["x"].values[..., -1, :]
+    y_final = ds["y"].values[..., -1, :]
     summary = {
         "system": system_name,
         "eps": a["eps"],
         "P": None if a["P"] == -1 else int(a["P"]),
         "method": a["method"],
         "method_requested": method,
-        "stiffness_index": a["stiffness_index"],
+        "stiffness_index": a.get("stiffness_index", float("nan")),
         "t_end": t_end,
         "x_final": x_final.tolist(),
         "y_final": y_final.tolist(),
-        "p_st_final": ds["p_st"].values[-1].tolist(),
-        "manifold_distance_final": float(ds["manifold_distance"].values[-1]),
+        "p_st_final": ds["p_st"].values[..., -1, :].tolist(),
+        "manifold_distance_final": float(np.max(ds["manifold_distance"].values[..., -1])),
         "mass_error_max": float(np.nanmax(np.abs(ds["mass_error"].values))),
         "nfev": a["nfev"],
         "njev": a["njev"],
@@ -235,6 +268,10 @@ def integrate(
         "out": str(out),
         "plot": None if no_plot else str(plot_path),
     }
+    if batched:
+        statuses = ds["status"].values.tolist()
+        summary["batch"] = len(statuses)
+        summary["status_counts"] = {k: statuses.count(k) for k in sorted(set(statuses))}
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -242,14 +279,19 @@ def integrate(
         click.echo(f"{system_name}: eps = {e:g}{P_text}, t in [0, {t_end:g}]")
         click.echo(
             f"method      {a['method']} (requested {method}; stiffness index "
-            f"{a['stiffness_index']:.3g}), rtol {rtol:g}, atol {atol:g}"
+            f"{summary['stiffness_index']:.3g}), rtol {rtol:g}, atol {atol:g}"
         )
         click.echo(f"status      {a['status']}: {a['message']}")
-        click.echo(f"x(t_end)    {_fmt_vec(x_final)}")
-        click.echo(f"p_st(y)     {_fmt_vec(summary['p_st_final'])}")
-        click.echo(f"y(t_end)    {_fmt_vec(y_final, 6)}")
+        if batched:
+            click.echo(f"batch       {summary['batch']} trajectories: {summary['status_counts']}")
+            click.echo(f"y(t_end)    from {np.nanmin(y_final):.6g} to {np.nanmax(y_final):.6g}")
+        else:
+            click.echo(f"x(t_end)    {_fmt_vec(x_final)}")
+            click.echo(f"p_st(y)     {_fmt_vec(summary['p_st_final'])}")
+            click.echo(f"y(t_end)    {_fmt_vec(y_final, 6)}")
         click.echo(
-            f"|x - p_st(y)|_1 at t_end = {summary['manifold_distance_final']:.3e}; "
+            f"|x - p_st(y)|_1 at t_end = {summary['manifold_distance_final']:.3e}"
+            f"{' (largest in the batch)' if batched else ''}; "
             f"max |1^T x - 1| = {summary['mass_error_max']:.1e}"
         )
         click.echo(

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,11 +181,17 @@ def me_corpus(config: MECorpusConfig | None = None) -> Corpus:
     return Corpus("me", n, train, val, stats, blocks)
 
 
+@functools.lru_cache(maxsize=4)
+def _cached_me_corpus(P: int, seed: int) -> Corpus:
+    """The default me corpus is deterministic: build it once per process (about 10 s)."""
+    return me_corpus(MECorpusConfig(P=P, seed=seed))
+
+
 def load_corpus(spec: str, P: int = 8, seed: int = 0) -> Corpus:
     """`"me"`, `"random"` or `"text:PATH"`. The corpus seed is separate from a training seed:
     every training run on `"me"` with the same `P` sees the same corpus."""
     if spec == "me":
-        return me_corpus(MECorpusConfig(P=P, seed=seed))
+        return _cached_me_corpus(P, seed)
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):

@@ -391,3 +391,85 @@ GENERATORS = {
     "random": RandomIrreducible,
     "michaelis-menten": MichaelisMenten,
 }
+
+
+# ----------------------------------------------------------------------------------------------
+# torch versions of the rates (batched, differentiable also in the generators' parameters, which
+# may be tensors), used by the torch solver. Each returns Q of shape (B, n, n) for y of (B, 1).
+
+
+def _t_generator(off):
+    """Generator from off-diagonal rates with a zero diagonal (torch), out of place."""
+    import torch
+
+    return off - torch.diag_embed(off.sum(-1))
+
+
+def torch_rates(gen: Generator, y, derivative: bool = False):
+    """`Q(y)` in torch for the built-in generators, `y` of shape `(B, 1)`; with `derivative`,
+    also `dQ/dy` `(B, n, n)`. Parameters of `gen` may be tensors (differentiable)."""
+    import torch
+
+    yv = y[..., 0]
+    n = gen.n_states
+    B = yv.shape[0]
+    kw = {"dtype": y.dtype, "device": y.device}
+    if isinstance(gen, TwoState):
+        up = gen.a * torch.exp(gen.beta * yv)
+        zero = torch.zeros_like(up)
+        b = torch.as_tensor(gen.b, **kw).expand(B)
+        off = torch.stack([torch.stack([zero, up], -1), torch.stack([b, zero], -1)], -2)
+        doff = torch.stack(
+            [torch.stack([zero, gen.beta * up], -1), torch.stack([zero, zero], -1)], -2
+        )
+    elif isinstance(gen, BirthDeath):
+        up = (gen.up * torch.exp(gen.beta * (yv - gen.y_mid)))[:, None].expand(B, n - 1)
+        down = torch.as_tensor(gen.down, **kw).expand(B, n - 1)
+        off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
+        doff = torch.diag_embed(gen.beta * up, offset=1)
+    elif isinstance(gen, Cycle):
+        i = torch.arange(n, device=y.device)
+        s = torch.as_tensor(gen._s(), **kw)
+        fw = gen.forward * torch.exp(yv[:, None] * s)  # (B, n): rate i -> i+1
+        shift = torch.zeros(n, n, **kw)
+        shift[i, (i + 1) % n] = 1.0
+        back = torch.zeros(n, n, **kw)
+        back[i, (i - 1) % n] = gen.backward
+        off = fw[:, :, None] * shift + back
+        doff = (s * fw)[:, :, None] * shift
+    elif isinstance(gen, RandomIrreducible):
+        a = torch.as_tensor(gen._a, **kw)
+        b = torch.as_tensor(gen._b, **kw)
+        off = a * torch.exp(yv[:, None, None] * b)
+        doff = off * b
+    elif isinstance(gen, MichaelisMenten):
+        i = torch.arange(n - 1, **kw)
+        up = (gen.N - i) * gen.k1 * yv[:, None]
+        down = ((i + 1) * (gen.k_minus1 + gen.k2)).expand(B, n - 1)
+        off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
+        doff = torch.diag_embed(((gen.N - i) * gen.k1).expand(B, n - 1), offset=1)
+    else:
+        raise InputError(f"generator {gen.name!r} has no torch version.")
+    Q = _t_generator(off)
+    return (Q, _t_generator(doff)) if derivative else Q
+
+
+def torch_apply_transpose(gen: Generator, y, x):
+    """`Q(y)^T x` in torch, `(B, n)`: O(n) for the tridiagonal chains (birth-death,
+    Michaelis-Menten: the net probability flux between neighbours), dense otherwise."""
+    import torch
+
+    if isinstance(gen, (BirthDeath, MichaelisMenten)):
+        yv = y[:, :1]
+        n = gen.n_states
+        if isinstance(gen, BirthDeath):
+            up = (gen.up * torch.exp(gen.beta * (yv - gen.y_mid))).expand(-1, n - 1)
+            down = torch.as_tensor(gen.down, dtype=y.dtype, device=y.device).expand_as(up)
+        else:
+            i = torch.arange(n - 1, dtype=y.dtype, device=y.device)
+            up = (gen.N - i) * gen.k1 * yv
+            down = ((i + 1) * (gen.k_minus1 + gen.k2)).expand_as(up)
+        flux = up * x[:, :-1] - down * x[:, 1:]  # net rate i -> i+1
+        zero = torch.zeros_like(x[:, :1])
+        return torch.cat([zero, flux], 1) - torch.cat([flux, zero], 1)
+    return torch.einsum("bji,bj->bi", torch_rates(gen, y), x)

@@ -63,6 +63,20 @@ METHODS = {
     "dopri8": Method("dopri8", "torchdiffeq", False, None, "torchdiffeq dopri8, differentiable"),
     "bosh3": Method("bosh3", "torchdiffeq", False, None, "torchdiffeq Bogacki-Shampine 3(2)"),
     "adaptive_heun": Method("adaptive_heun", "torchdiffeq", False, None, "torchdiffeq Heun 2(1)"),
+    "multirate": Method(
+        "multirate",
+        "multirate",
+        True,
+        None,
+        "multirate map of DESIGN 3.3: exact fast propagation per token, one slow step per block H",
+    ),
+    "rodas4": Method(
+        "rodas4",
+        "torch",
+        True,
+        None,
+        "batched torch RODAS4, stiff, one step size per trajectory, CPU or CUDA",
+    ),
 }
 
 
@@ -175,8 +189,13 @@ def integrate(
     t_eval=None,
     n_eval: int = 401,
     max_steps: int = 1_000_000,
+    H: float = 0.01,
+    tokens_per_block: int = 8,
 ) -> xr.Dataset:
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
+
+    `method="multirate"` runs the multirate map with blocks of slow time `H` and
+    `tokens_per_block` tokens, saving the state at block ends (`t_eval` is ignored).
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -185,6 +204,9 @@ def integrate(
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; expected one of {list(METHODS)}.")
+    if (x0 is not None and np.ndim(x0) == 2) or (y0 is not None and np.ndim(y0) == 2):
+        return integrate_batch(system, t_span, x0, y0, method=method, rtol=rtol, atol=atol,
+                               t_eval=t_eval, n_eval=n_eval, max_steps=max_steps)  # fmt: skip
     rtol = _check_positive("rtol", rtol)
     if np.ndim(atol) == 0:
         atol = _check_positive("atol", atol)
@@ -226,8 +248,25 @@ def integrate(
         )
 
     start = time.perf_counter()
-    if chosen.backend == "scipy":
+    if chosen.backend == "multirate":
+        from .multirate import multirate_map
+
+        n_blocks = max(int(round((t1 - t0) / H)), 1)
+        run = multirate_map(system, H, n_blocks, tokens_per_block, x0, y0)
+        t_eval = t0 + run["t_blocks"]
+        z = np.concatenate([run["x_tokens"][::tokens_per_block], run["y_blocks"]], axis=1)
+        status, message = (
+            "success",
+            f"{n_blocks} blocks of slow time H={H:g}, {tokens_per_block} tokens each",
+        )
+        stats = {"nfev": n_blocks, "njev": 0, "nlu": 0}
+    elif chosen.backend == "scipy":
         z, status, message, stats = _solve_scipy(system, z0, (t0, t1), t_eval, chosen, rtol, atol)
+    elif chosen.backend == "torch":
+        zb, codes, st = _solve_rodas4(system, z0[None], t_eval, rtol, atol, max_steps)
+        z, status = zb[:, 0], _STATUS[int(codes[0])]
+        message = "integration finished" if status == "success" else f"rodas4 stopped: {status}"
+        stats = {k: int(v[0]) for k, v in st.items() if k != "iterations"}
     else:
         z, status, message, stats = _solve_torchdiffeq(
             system, z0, (t0, t1), t_eval, chosen, rtol, atol, max_steps
@@ -256,13 +295,174 @@ def integrate(
     )  # fmt: skip
 
 
-def _to_dataset(system, t, x, y, attrs) -> xr.Dataset:
+from .rosenbrock import STATUS as _STATUS  # noqa: E402
+
+
+def torch_functions(system, dtype=None, device="cpu", eps=None):
+    """`(fun, jac)` in torch for the stacked state `z = [x, y]` of a master-equation system.
+
+    `fun(z, idx)` is `[Q(y)^T x / eps, g(x, y)]` for the trajectories `idx`; `jac(z, idx)` is analytic in `x` (`Q^T / eps`, `g_x`) and
+    takes the `y` column from the analytic `dQ/dy` of the generator's torch rates.
+    `eps` may be a tensor of shape `(B,)`: one time-scale ratio per trajectory.
+    """
+    import torch
+
+    from .generators import torch_apply_transpose, torch_rates
+    from .systems import LinearSlowLaw, MichaelisMentenSlowLaw
+
+    dtype = dtype or torch.float64
+    if not hasattr(system, "generator") or system.n_slow != 1:
+        raise InputError(
+            f"the torch solver supports master-equation systems with one slow variable; got {system.name!r}."
+        )
+    gen, law, n = system.generator, system.slow_law, system.n_fast
+    e = torch.as_tensor(system.eps if eps is None else eps, dtype=dtype, device=device)
+    e = e.reshape(-1, 1)  # (B, 1) or (1, 1)
+    if isinstance(law, LinearSlowLaw):
+        c = torch.as_tensor(law.c, dtype=dtype, device=device)
+
+        def g(x, y):
+            return (x @ c + law.b)[:, None] - law.a * y
+
+        def g_x(x, y):
+            return c.expand(x.shape[0], 1, n)
+
+        def g_y(x, y):
+            return torch.full((x.shape[0], 1, 1), -law.a, dtype=dtype, device=device)
+    elif isinstance(law, MichaelisMentenSlowLaw):
+        c = torch.as_tensor(law.c, dtype=dtype, device=device)
+        k1, km1 = law.generator.k1, law.generator.k_minus1
+
+        def g(x, y):
+            f = (x @ c)[:, None]
+            return -k1 * y * (1 - f) + km1 * f
+
+        def g_x(x, y):
+            return (k1 * y + km1)[:, :, None] * c
+
+        def g_y(x, y):
+            return (-k1 * (1 - (x @ c)[:, None]))[:, :, None]
+    else:
+        raise InputError(f"slow law {type(law).__name__} has no torch version.")
+
+    def ratio(idx):
+        return e if (idx is None or e.shape[0] == 1) else e[idx]
+
+    def fun(z, idx=None):
+        x, y = z[:, :n], z[:, n:]
+        return torch.cat([torch_apply_transpose(gen, y, x) / ratio(idx), g(x, y)], dim=-1)
+
+    def jac(z, idx=None):
+        e = ratio(idx)
+        x, y = z[:, :n], z[:, n:]
+        Q, dQ = torch_rates(gen, y, derivative=True)
+        fy = torch.einsum("bji,bj->bi", dQ, x)  # d(Q^T x)/dy
+        top = torch.cat([Q.transpose(1, 2), fy[:, :, None]], dim=-1) / e[:, :, None]
+        bottom = torch.cat([g_x(x, y), g_y(x, y)], dim=-1)
+        return torch.cat([top, bottom], dim=1)
+
+    return fun, jac
+
+
+def _solve_rodas4(system, z0, t_eval, rtol, atol, max_steps, device="cpu", eps=None):
+    """Batched RODAS4 on `z0 (B, n+m)`; returns numpy `(z (T, B, n+m), status codes, stats)`."""
+    import torch
+
+    from .rosenbrock import rodas4_solve
+
+    if np.ndim(atol) != 0:
+        raise InputError("rodas4 takes one scalar atol.")
+    fun, jac = torch_functions(system, torch.float64, device, eps)
+    z, codes, stats = rodas4_solve(
+        fun, jac, torch.as_tensor(z0, dtype=torch.float64, device=device),
+        torch.as_tensor(t_eval, dtype=torch.float64), rtol=rtol, atol=atol, max_steps=max_steps,
+    )  # fmt: skip
+    return (z.cpu().numpy(), codes.cpu().numpy(),
+            {k: (v.cpu().numpy() if hasattr(v, "cpu") else v) for k, v in stats.items()})  # fmt: skip
+
+
+def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e-10, t_eval=None,
+                    n_eval=401, max_steps=1_000_000, eps=None, device="cpu") -> xr.Dataset:  # fmt: skip
+    """Integrate a batch of initial conditions `x0 (B, n)`, `y0 (B, m)` (either may be shared)
+    and optionally one `eps` per trajectory; `auto` takes the batched torch RODAS4.
+
+    The dataset gains a `batch` dimension; `status(batch)` and the statistics are per
+    trajectory, and one failing trajectory does not stop the others.
+    """
+    rtol = _check_positive("rtol", rtol)
+    atol = _check_positive("atol", atol)
+    try:
+        t0, t1 = (float(v) for v in t_span)
+    except (TypeError, ValueError):
+        raise InputError(f"t_span must be two numbers (t0, t1); got {t_span!r}.") from None
+    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
+        raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
+    x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
+    y0 = np.atleast_2d(np.asarray(system.y0 if y0 is None else y0, dtype=np.float64))
+    if y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
+        y0 = y0.T
+    n_eps = 1 if eps is None else int(np.size(eps))
+    B = max(x0.shape[0], y0.shape[0], n_eps)
+    if B < 1 or x0.shape[0] not in (1, B) or y0.shape[0] not in (1, B):
+        raise InputError(
+            f"x0 and y0 must have the same batch size (or 1); got {x0.shape[0]} and {y0.shape[0]}."
+        )
+    x0, y0 = np.broadcast_to(x0, (B, x0.shape[1])), np.broadcast_to(y0, (B, y0.shape[1]))
+    for b in range(B):  # every row must be a valid initial state
+        _initial_state(system, x0[b], y0[b])
+    if eps is not None:
+        eps = np.asarray(eps, dtype=np.float64).reshape(-1)
+        if eps.shape != (B,) or not np.all(np.isfinite(eps)) or np.any(eps <= 0):
+            raise InputError(f"eps must hold {B} positive finite values, one per trajectory.")
+    t_eval = (
+        np.linspace(t0, t1, int(n_eval)) if t_eval is None else np.asarray(t_eval, dtype=np.float64)
+    )
+    chosen = METHODS["rodas4" if method == "auto" else method]
+    z0 = np.concatenate([x0, y0], axis=1)
+    start = time.perf_counter()
+    if chosen.backend == "torch":
+        z, codes, stats = _solve_rodas4(system, z0, t_eval, rtol, atol, max_steps, device, eps)
+        status = [_STATUS[int(c)] for c in codes]
+        stats.pop("iterations", None)
+    else:
+        if eps is not None:
+            raise InputError("one eps per trajectory needs method 'rodas4' (or 'auto').")
+        runs = [integrate(system, (t0, t1), x0[b], y0[b], method=method, rtol=rtol, atol=atol,
+                          t_eval=t_eval, max_steps=max_steps) for b in range(B)]  # fmt: skip
+        z = np.stack([np.concatenate([r["x"].values, r["y"].values], axis=1) for r in runs], axis=1)
+        status = [r.attrs["status"] for r in runs]
+        stats = {k: np.array([r.attrs[k] for r in runs]) for k in ("nfev", "njev", "nlu")}
+    wall = time.perf_counter() - start
+    x, y = z[..., : system.n_fast], z[..., system.n_fast :]  # (T, B, .)
+    ds = _to_dataset(system, t_eval, np.moveaxis(x, 1, 0), np.moveaxis(y, 1, 0), attrs={
+        "method": chosen.name, "method_requested": method, "backend": chosen.backend, "rtol": rtol,
+        "atol": atol, "t_start": t0, "t_end": t1, "batch_size": B,
+        "stiffness_index": stiffness_index(system, z0[0], (t0, t1)),
+        "status": "success" if all(s == "success" for s in status) else
+                  f"{sum(s != 'success' for s in status)} of {B} trajectories failed",
+        "message": "per-trajectory status in the variable 'status'", "wall_time_s": wall,
+        "nfev": int(np.sum(stats["nfev"])), "njev": int(np.sum(stats["njev"])), "nlu": int(np.sum(stats["nlu"])),
+    }, batch=True)  # fmt: skip
+    ds["status"] = (
+        "batch",
+        np.array(status, dtype=object),
+        {"long_name": "solver status per trajectory"},
+    )
+    for k, v in stats.items():
+        ds[f"stat_{k}"] = ("batch", np.asarray(v), {"long_name": f"{k} per trajectory"})
+    if eps is not None:
+        ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory"})
+    return ds
+
+
+def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     """Label a trajectory as a Dataset; adds `p_st`, manifold distance and mass error for ME systems."""
     import json
 
+    lead = ("batch", "time") if batch else ("time",)
     data = {
-        "x": (("time", "state"), x, {"long_name": "fast variable (probability of each state)"}),
-        "y": (("time", "slow"), y, {"long_name": "slow variable"}),
+        "x": ((*lead, "state"), x, {"long_name": "fast variable (probability of each state)"}),
+        "y": ((*lead, "slow"), y, {"long_name": "slow variable"}),
     }
     if hasattr(system, "critical_manifold"):
         ok = np.all(np.isfinite(y), axis=-1)
@@ -270,16 +470,15 @@ def _to_dataset(system, t, x, y, attrs) -> xr.Dataset:
         if np.any(ok):
             p[ok] = system.critical_manifold(y[ok])
         data["p_st"] = (
-            ("time", "state"), p,
+            (*lead, "state"), p,
             {"long_name": "stationary distribution p_st(Q(y(t))), the critical manifold h0(y)"},
         )  # fmt: skip
         data["manifold_distance"] = (
-            ("time",), np.abs(x - p).sum(-1), {"long_name": "L1 distance |x - p_st(y)|_1"}
+            lead, np.abs(x - p).sum(-1), {"long_name": "L1 distance |x - p_st(y)|_1"}
         )  # fmt: skip
-
     if system.conserves_mass:
         data["mass_error"] = (
-            ("time",), x.sum(-1) - 1.0, {"long_name": "total probability minus one, 1^T x - 1"}
+            lead, x.sum(-1) - 1.0, {"long_name": "total probability minus one, 1^T x - 1"}
         )  # fmt: skip
     eps = system.eps
     P = system.P

@@ -1,0 +1,186 @@
+"""Benchmark: many stiff trajectories, the batched torch RODAS4 against scipy, in one run.
+
+Run: python scripts/bench_integrators.py [--batch 1024] [--reference 64] [--gpu-batch 65536]
+
+Problem (issue 4): 16-state birth-death system (up rate exp(4(y - 1/2)), down rate 1,
+g = c.x - y), eps = 1e-4, t in [0, 10], rtol = 1e-6, atol = 1e-9; x0 uniform on the simplex
+(Dirichlet(1)), y0 uniform in [0, 1], seed 0. Methods:
+  (a) a Python loop over scipy's LSODA with the analytic Jacobian;
+  (b) scipy's BDF on the stacked system (batch x 17 unknowns) with `jac_sparsity`
+      (block diagonal), so the Jacobian is estimated by grouped finite differences;
+  (c) fastslow-sim's RODAS4 in torch, all trajectories in one batch (CPU; and CUDA if present).
+Largest error at t = 10 against a tight reference (scipy Radau, rtol 1e-10, atol 1e-13, analytic
+Jacobian) on an evenly spaced subset of the batch (running it on all 1024 would take minutes).
+Each method runs once (the scipy runs take tens of seconds), except RODAS4, whose median of
+three runs is shown. Target: RODAS4 at least 10x faster than the faster of (a) and (b),
+largest error at most 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy
+import torch
+from scipy.integrate import solve_ivp
+from scipy.sparse import block_diag, csr_matrix
+
+import fastslow_sim as fs
+from fastslow_sim.integrators import torch_functions
+from fastslow_sim.rosenbrock import rodas4_solve
+from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
+
+N_STATES, EPS, T_END, RTOL, ATOL = 16, 1e-4, 10.0, 1e-6, 1e-9
+
+
+def problem(batch, seed=0):
+    system = MasterEquationSystem(
+        fs.BirthDeath(n=N_STATES), LinearSlowLaw(np.arange(N_STATES) / (N_STATES - 1)), EPS
+    )
+    rng = np.random.default_rng(seed)
+    z0 = np.concatenate(
+        [rng.dirichlet(np.ones(N_STATES), batch), rng.uniform(0, 1, (batch, 1))], axis=1
+    )
+    return system, z0
+
+
+def run_lsoda(system, z0):
+    out, nfev = np.empty_like(z0), 0
+    for b in range(len(z0)):
+        sol = solve_ivp(
+            system.rhs, (0, T_END), z0[b], method="LSODA", jac=system.jacobian, rtol=RTOL, atol=ATOL
+        )
+        out[b], nfev = sol.y[:, -1], nfev + sol.nfev
+    return out, {"nfev": nfev}
+
+
+def run_bdf_stacked(system, z0):
+    B, d = z0.shape
+
+    def rhs(t, flat):
+        return system.rhs(t, flat.reshape(B, d)).reshape(-1)
+
+    sparsity = block_diag([csr_matrix(np.ones((d, d)))] * B, format="csr")
+    sol = solve_ivp(
+        rhs, (0, T_END), z0.reshape(-1), method="BDF", jac_sparsity=sparsity, rtol=RTOL, atol=ATOL
+    )
+    return sol.y[:, -1].reshape(B, d), {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}
+
+
+def run_rodas4(system, z0, device):
+    fun, jac = torch_functions(system, torch.float64, device)
+    z = torch.as_tensor(z0, dtype=torch.float64, device=device)
+    out, status, stats = rodas4_solve(fun, jac, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (
+        out[-1].cpu().numpy(),
+        status.cpu().numpy(),
+        {k: (v.cpu().numpy() if hasattr(v, "cpu") else v) for k, v in stats.items()},
+    )
+
+
+def reference(system, z0, idx):
+    out = np.empty((len(idx), z0.shape[1]))
+    for i, b in enumerate(idx):
+        sol = solve_ivp(
+            system.rhs,
+            (0, T_END),
+            z0[b],
+            method="Radau",
+            jac=system.jacobian,
+            rtol=1e-10,
+            atol=1e-13,
+        )
+        out[i] = sol.y[:, -1]
+    return out
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument(
+        "--reference", type=int, default=64, help="trajectories in the reference subset"
+    )
+    parser.add_argument("--gpu-batch", type=int, default=65536)
+    parser.add_argument("--skip-lsoda", action="store_true", help="skip the slow LSODA loop")
+    args = parser.parse_args()
+    system, z0 = problem(args.batch)
+    idx = np.linspace(0, args.batch - 1, min(args.reference, args.batch)).astype(int)
+    print(
+        f"# bench_integrators: {args.batch} trajectories, 16-state birth-death, eps={EPS:g}, t in [0, {T_END:g}], "
+        f"rtol={RTOL:g}, atol={ATOL:g}; torch {torch.__version__} ({torch.get_num_threads()} threads), scipy {scipy.__version__}"
+    )
+    t_ref, ref = timed(lambda: reference(system, z0, idx))
+    rows = []
+    cpu = torch.device("cpu")
+    run_rodas4(system, z0[:8], cpu)  # warm-up
+    times, res = [], None
+    for _ in range(3):
+        t, res = timed(lambda: run_rodas4(system, z0, cpu))
+        times.append(t)
+    z_r, status, st = res
+    rows.append(
+        (
+            "rodas4 (torch, cpu, batched)",
+            float(np.median(times)),
+            z_r,
+            f"nfev {int(st['nfev'].sum()):,}; steps {int(st['naccept'].sum()):,} accepted, "
+            f"{int(st['nreject'].sum()):,} rejected; {int((status == 0).sum())}/{len(status)} success",
+        )
+    )
+    t_bdf, (z_b, st_b) = timed(lambda: run_bdf_stacked(system, z0))
+    rows.append(
+        (
+            "scipy BDF, stacked, jac_sparsity",
+            t_bdf,
+            z_b,
+            f"nfev {st_b['nfev']:,}, njev {st_b['njev']}, nlu {st_b['nlu']}",
+        )
+    )
+    if not args.skip_lsoda:
+        t_ls, (z_l, st_l) = timed(lambda: run_lsoda(system, z0))
+        rows.append(("scipy LSODA loop, analytic Jacobian", t_ls, z_l, f"nfev {st_l['nfev']:,}"))
+    baseline = min(t for name, t, *_ in rows if name.startswith("scipy"))
+    print(
+        f"reference: scipy Radau (rtol 1e-10, atol 1e-13) on {len(idx)} trajectories, {t_ref:.1f} s\n"
+    )
+    print(
+        "| method | wall (s) | speed-up vs faster scipy | max error at t=10 (subset) | statistics |"
+    )
+    print("|---|---:|---:|---:|---|")
+    for name, t, z, info in rows:
+        err = np.max(np.abs(z[idx] - ref))
+        print(f"| {name} | {t:.2f} | {baseline / t:.2f}x | {err:.2e} | {info} |")
+    t_r = rows[0][1]
+    err_r = np.max(np.abs(rows[0][2][idx] - ref))
+    print(
+        f"\ntarget: rodas4 >= 10x faster than the faster scipy method: {'met' if baseline / t_r >= 10 else 'NOT met'} "
+        f"({baseline / t_r:.2f}x); max error <= 1e-5: {'met' if err_r <= 1e-5 else 'NOT met'} ({err_r:.1e})"
+    )
+    if torch.cuda.is_available():
+        gpu = torch.device("cuda")
+        sys_g, z0_g = problem(args.gpu_batch, seed=1)
+        run_rodas4(sys_g, z0_g[:64], gpu)
+        t_g, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, gpu))
+        idx_g = np.linspace(0, args.gpu_batch - 1, 32).astype(int)
+        err_g = np.max(np.abs(z_g[idx_g] - reference(sys_g, z0_g, idx_g)))
+        print(
+            f"\nCUDA {torch.cuda.get_device_name()}: {args.gpu_batch} trajectories in {t_g:.2f} s "
+            f"({args.gpu_batch / t_g:,.0f} trajectories/s), max error on 32 of them {err_g:.1e}, "
+            f"{int((status_g == 0).sum())}/{args.gpu_batch} success"
+        )
+    else:
+        print("\n(no CUDA device here: the GPU row is not measured)")
+
+
+if __name__ == "__main__":
+    main()

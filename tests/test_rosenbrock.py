@@ -1,0 +1,188 @@
+"""The batched torch RODAS4 solver and the multirate map (issue 4)."""
+
+import numpy as np
+import pytest
+import torch
+
+import fastslow_sim as fs
+from fastslow_sim.integrators import torch_functions
+from fastslow_sim.multirate import multirate_map
+from fastslow_sim.rosenbrock import STATUS, rodas4_solve
+from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
+
+
+@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+def test_rodas4_matches_scipy_at_tight_tolerance(name):
+    system = fs.make_system(name, eps=1e-3)
+    ref = fs.integrate(system, (0, 2), method="radau", rtol=1e-12, atol=1e-14, n_eval=21)
+    ds = fs.integrate(system, (0, 2), method="rodas4", rtol=1e-9, atol=1e-12, n_eval=21)
+    assert ds.attrs["status"] == "success" and ds.attrs["method"] == "rodas4"
+    np.testing.assert_allclose(ds["x"].values, ref["x"].values, atol=1e-7)
+    np.testing.assert_allclose(ds["y"].values, ref["y"].values, atol=1e-7)
+    assert np.max(np.abs(ds["mass_error"].values)) < 1e-12
+
+
+def test_jacobian_of_torch_functions_against_finite_differences():
+    for name in fs.SYSTEMS:
+        system = fs.make_system(name, eps=0.01)
+        fun, jac = torch_functions(system)
+        z = torch.tensor(np.concatenate([np.full(system.n_fast, 1 / system.n_fast), [0.7]]))[None]
+        h = 1e-6
+        fd = torch.stack([(fun(z + h * e) - fun(z - h * e))[0] / (2 * h)
+                          for e in torch.eye(z.shape[1], dtype=torch.float64)], 1)  # fmt: skip
+        torch.testing.assert_close(jac(z)[0], fd, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            fun(z)[0].numpy(), system.rhs(0, z[0].numpy()), rtol=1e-12, atol=1e-12
+        )
+
+
+def test_batch_of_initial_conditions_and_of_eps():
+    system = fs.make_system("birth-death", eps=1e-3)
+    rng = np.random.default_rng(0)
+    x0 = rng.dirichlet(np.ones(8), 5)
+    y0 = rng.uniform(0, 1, (5, 1))
+    ds = fs.integrate(system, (0, 1), x0, y0, rtol=1e-9, atol=1e-12, n_eval=11)
+    assert ds["x"].dims == ("batch", "time", "state") and ds.sizes["batch"] == 5
+    assert ds.attrs["method"] == "rodas4" and list(ds["status"].values) == ["success"] * 5
+    for k in ("stat_nfev", "stat_njev", "stat_nlu", "stat_nsolve", "stat_naccept", "stat_nreject"):
+        assert ds[k].dims == ("batch",) and np.all(ds[k].values >= 0)
+    for b in [0, 3]:
+        one = fs.integrate(
+            system, (0, 1), x0[b], y0[b], method="radau", rtol=1e-12, atol=1e-14, n_eval=11
+        )
+        np.testing.assert_allclose(ds["x"].values[b], one["x"].values, atol=1e-7)
+    eps = np.array([1e-1, 1e-2, 1e-3, 1e-4, 1e-5])
+    de = fs.integrate_batch(
+        system, (0, 1), system.x0, system.y0, eps=eps, rtol=1e-9, atol=1e-12, n_eval=3
+    )
+    for b, e in enumerate(eps):
+        one = fs.integrate(
+            system.with_eps(e), (0, 1), method="radau", rtol=1e-12, atol=1e-14, n_eval=3
+        )
+        np.testing.assert_allclose(de["y"].values[b], one["y"].values, atol=1e-7)
+    # and a scipy method over the same batch gives the same answers
+    dl = fs.integrate(
+        system, (0, 1), x0[:2], y0[:2], method="lsoda", rtol=1e-10, atol=1e-12, n_eval=11
+    )
+    np.testing.assert_allclose(dl["x"].values, ds["x"].values[:2], atol=1e-6)
+
+
+def test_a_failing_trajectory_does_not_take_the_others_down():
+    def fun(z, idx):  # trajectory 1 blows up at t = 1/z0 = 0.5; the others decay
+        idx = torch.arange(z.shape[0]) if idx is None else idx
+        blow = (idx == 1)[:, None].to(z.dtype)
+        return -z * (1 - blow) + blow * z**2
+
+    def jac(z, idx):
+        d = torch.where((idx == 1)[:, None], 2 * z, -torch.ones_like(z))
+        return torch.diag_embed(d)
+
+    z0 = torch.tensor([[1.0], [2.0], [0.5]], dtype=torch.float64)
+    out, status, stats = rodas4_solve(
+        fun, jac, z0, torch.tensor([0.0, 1.0, 2.0]), rtol=1e-8, atol=1e-10
+    )
+    names = [STATUS[int(s)] for s in status]
+    assert names[0] == names[2] == "success"
+    assert names[1] in ("step_underflow", "non_finite", "max_steps")
+    np.testing.assert_allclose(out[:, 0, 0].numpy(), np.exp(-np.array([0.0, 1.0, 2.0])), rtol=1e-7)
+    np.testing.assert_allclose(
+        out[:, 2, 0].numpy(), 0.5 * np.exp(-np.array([0.0, 1.0, 2.0])), rtol=1e-7
+    )
+    assert torch.isnan(out[-1, 1]).all()
+    # the blow-up was followed with ever smaller steps until the step size underflowed
+    assert stats["naccept"][1] + stats["nreject"][1] > 20 and stats["naccept"][0] > 0
+
+
+def test_max_steps_status():
+    system = fs.make_system("two-state", eps=1e-3)
+    fun, jac = torch_functions(system)
+    z0 = torch.tensor([[1.0, 0.0, 0.9]], dtype=torch.float64)
+    _, status, _ = rodas4_solve(
+        fun, jac, z0, torch.tensor([0.0, 5.0]), rtol=1e-10, atol=1e-12, max_steps=5
+    )
+    assert STATUS[int(status[0])] == "max_steps"
+
+
+def test_gradient_with_respect_to_generator_parameters():
+    n = 6
+
+    def final_loss(up, differentiable, rtol):
+        gen = fs.BirthDeath(n=n, beta=2.0)
+        gen.up = up  # a tensor parameter of the generator
+        system = MasterEquationSystem(gen, LinearSlowLaw(np.arange(n) / (n - 1)), 0.05)
+        fun, jac = torch_functions(system)
+        z0 = torch.tensor(np.concatenate([np.eye(n)[0], [0.3]]))[None]
+        out, _, _ = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]), rtol=rtol, atol=rtol * 1e-2,
+                                 differentiable=differentiable)  # fmt: skip
+        zf = out[-1, 0]
+        return zf[-1] + (zf[:n] * torch.arange(n, dtype=torch.float64)).sum() / n
+
+    up = torch.tensor(1.3, dtype=torch.float64, requires_grad=True)
+    final_loss(up, True, 1e-10).backward()
+    d = 1e-4
+    fd = (final_loss(torch.tensor(1.3 + d, dtype=torch.float64), False, 1e-12)
+          - final_loss(torch.tensor(1.3 - d, dtype=torch.float64), False, 1e-12)) / (2 * d)  # fmt: skip
+    assert abs(up.grad.item() - fd.item()) <= 1e-6 * abs(fd.item())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_rodas4_on_cuda_matches_cpu():
+    system = fs.make_system("birth-death", eps=1e-3)
+    rng = np.random.default_rng(0)
+    x0, y0 = rng.dirichlet(np.ones(8), 4), rng.uniform(0, 1, (4, 1))
+    cpu = fs.integrate_batch(system, (0, 1), x0, y0, n_eval=3)
+    gpu = fs.integrate_batch(system, (0, 1), x0, y0, n_eval=3, device="cuda")
+    np.testing.assert_allclose(gpu["x"].values, cpu["x"].values, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"rtol": 0.0}, "rtol must be a positive"),
+        ({"atol": -1.0}, "atol must be a positive"),
+        ({"t_span": (1.0, 0.0)}, "run forward"),
+        ({"t_span": (0.0, 0.0)}, "run forward"),
+        ({"eps": [0.1, -1.0]}, "positive finite"),
+    ],
+)
+def test_batch_bad_input(kwargs, fragment):
+    system = fs.make_system("birth-death", eps=0.1)
+    t_span = kwargs.pop("t_span", (0.0, 1.0))
+    x0 = np.tile(system.x0, (2, 1))
+    with pytest.raises(fs.InputError, match=fragment):
+        fs.integrate_batch(system, t_span, x0, system.y0, **kwargs)
+
+
+def _map_error(eps, H, T=2.0):
+    system = fs.make_system("birth-death", eps=eps)
+    run = multirate_map(system, H, int(round(T / H)), P=8)
+    ref = fs.integrate(
+        system, (0, T), method="radau", rtol=1e-11, atol=1e-13, t_eval=run["t_blocks"]
+    )
+    assert run["x_tokens"].shape == (int(round(T / H)) * 8 + 1, 8)  # cost: P/H tokens per unit time
+    np.testing.assert_allclose(run["x_tokens"].sum(-1), 1.0, atol=1e-12)
+    return np.max(np.abs(run["y_blocks"][:, 0] - ref["y"].values[:, 0]))
+
+
+def test_multirate_error_does_not_grow_as_eps_shrinks():
+    errs = np.array([_map_error(eps, 0.05) for eps in [1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]])
+    assert np.all(errs <= 1.05 * errs[0])  # never worse than at eps = 0.1
+    assert errs[-3:].max() / errs[-3:].min() < 1.1  # a plateau, not a drift, as eps -> 0
+
+
+@pytest.mark.parametrize("eps", [1e-1, 1e-6])
+def test_multirate_first_order_in_H(eps):
+    Hs = np.array([0.1, 0.05, 0.025, 0.0125])
+    errs = [_map_error(eps, H) for H in Hs]
+    slope = np.polyfit(np.log(Hs), np.log(errs), 1)[0]
+    assert 0.85 <= slope <= 1.15
+
+
+def test_multirate_as_a_method_of_integrate():
+    system = fs.make_system("birth-death", eps=1e-4)
+    ds = fs.integrate(system, (0, 1), method="multirate", H=0.05, tokens_per_block=8)
+    run = multirate_map(system, 0.05, 20, P=8)
+    np.testing.assert_allclose(ds["y"].values, run["y_blocks"])
+    np.testing.assert_allclose(ds["x"].values, run["x_tokens"][::8])
+    with pytest.raises(fs.InputError, match="H"):
+        multirate_map(system, -0.1, 10)
