@@ -67,9 +67,10 @@ def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:
             "phi_theta": L * 4 * config.phi_mult * C * C * frac,
         }
         modules.update(slow)
-        # frozen slow weights: their matmuls need input gradients only (x2, not x3); the
+        # frozen slow weights (frozen-slow, and frozen-gate whose zero gate passes no gradient):
+        # their matmuls need input gradients only (x2, not x3); the
         # attention products have no weights, both operands still need gradients (x3)
-        factor = 2.0 if config.variant == "frozen-slow" else 3.0
+        factor = 2.0 if config.variant in ("frozen-slow", "frozen-gate") else 3.0
         train_factor.update({k: factor for k in slow})
         train_factor["slow attention scores+values"] = 3.0
     out = {k: {"fwd": float(v), "train": float(v * train_factor[k])} for k, v in modules.items()}

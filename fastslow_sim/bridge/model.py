@@ -22,8 +22,9 @@ the gate's first gradient `<dL/dout, u>` is non-zero (no "double zero", DESIGN 4
 Variants, one switch (`BridgeConfig.variant`):
 - `dense`: no slow path at all;
 - `coupled`: slow path and gate trained;
-- `frozen-gate`: slow path computed, gate pinned at 0 (so no gradient reaches the slow path:
-  the dense model plus wasted compute; the paper's frozen arm as we read it);
+- `frozen-gate`: slow path computed, gate pinned at 0 (so no gradient reaches the slow path,
+  whose weights are therefore frozen too: the dense model plus wasted compute; the paper's
+  frozen arm as we read it);
 - `frozen-slow`: slow-path weights frozen at initialisation, gate trained.
 The dense part is built and initialised first, from the same seed, so all four variants have
 identical dense weights and identical logits at initialisation.
@@ -284,8 +285,11 @@ class FastSlowLM(nn.Module):
             self.slow = nn.ModuleList([SlowPath(config) for _ in range(config.n_layer)])
             self._init_slow()
             if config.variant == "frozen-gate":
-                for sp in self.slow:
-                    sp.alpha.requires_grad_(False)
+                # the zero gate passes no gradient to the slow path, so freezing its weights
+                # changes nothing but this: optimiser and gradient clipping then see exactly
+                # the dense model's parameters, and the arm stays bit-identical to dense
+                for p in self.slow.parameters():
+                    p.requires_grad_(False)
             elif config.variant == "frozen-slow":
                 for sp in self.slow:
                     for name, p in sp.named_parameters():
