@@ -808,5 +808,52 @@ def phi_vs_pst_cmd(run_dir, as_json):
         click.echo(f"| {k} | {v:.4f} |")
 
 
+@main.command("training-figures")
+@click.option(
+    "--runs",
+    "runs_dir",
+    default="runs",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder holding reproduce-text/ and reproduce-me/ (from fastslow-sim reproduce).",
+)
+@click.option("--out-dir", default="figures", show_default=True, type=click.Path(file_okay=False))
+def training_figures(runs_dir, out_dir):
+    """Figures of the ablation: gates per layer during training, validation loss per arm with
+    seed spread, wall-clock per arm, and phi_theta against p_st(y) (reads saved runs only).
+
+    \b
+    Make the runs first:
+      fastslow-sim reproduce --corpus text:PATH --out runs/reproduce-text
+      fastslow-sim reproduce --corpus me --out runs/reproduce-me
+      fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0
+    """
+    from .analysis import plot_gates, plot_phi_vs_pst, plot_val_loss, plot_wall_clock
+    from .io import load_dataset
+
+    runs_dir, out_dir = Path(runs_dir), Path(out_dir)
+    dirs = {name: runs_dir / f"reproduce-{name}" for name in ("text", "me")}
+    dirs = {k: v for k, v in dirs.items() if (v / "ablation.nc").is_file()}
+    if not dirs:
+        raise InputError(
+            f"no ablation results under {str(runs_dir)!r}; run fastslow-sim reproduce first."
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    refs = {}
+    if "me" in dirs:
+        summary = json.loads(load_dataset(dirs["me"] / "ablation.nc").attrs["corpus_summary"])
+        refs["me"] = {"oracle": summary["oracle_loss"], "ignore-y": summary["ignore_y_loss"]}
+    for name, fn in (("training-gates.png", lambda p: plot_gates(dirs, p)),
+                     ("training-val-loss.png", lambda p: plot_val_loss(dirs, p, refs)),
+                     ("training-wall-clock.png", lambda p: plot_wall_clock(dirs, p))):  # fmt: skip
+        fn(out_dir / name)
+        click.echo(f"wrote {out_dir / name}")
+    if "me" in dirs:
+        files = {p.parent.name: p for p in sorted(dirs["me"].glob("*-seed0/phi_vs_pst.json"))}
+        if files:
+            plot_phi_vs_pst(files, out_dir / "phi-vs-pst.png")
+            click.echo(f"wrote {out_dir / 'phi-vs-pst.png'}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -48,6 +48,9 @@ def atomic_path(path):
     tmp = Path(tmp)
     try:
         yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -108,7 +108,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument(
-        "--reference", type=int, default=64, help="trajectories in the reference subset"
+        "--reference", type=int, default=32, help="trajectories in the reference subset"
     )
     parser.add_argument("--gpu-batch", type=int, default=65536)
     parser.add_argument("--skip-lsoda", action="store_true", help="skip the slow LSODA loop")

@@ -279,3 +279,16 @@ def test_ddp_two_processes_on_gloo(tmp_path, text_file):
     assert summary["world_size"] == 2 and summary["finished"]
     # 2 processes x batch 4 x context 32 per step
     assert summary["tokens"] == summary["steps"] * 2 * 4 * 32
+
+
+def test_training_figures_from_saved_runs(tmp_path, text_file):
+    base = {k: v for k, v in TINY.items()}
+    reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "runs" / "reproduce-text"), base,
+              log=lambda *a: None)  # fmt: skip
+    res = CliRunner().invoke(main, ["training-figures", "--runs", str(tmp_path / "runs"), "--out-dir",
+                                    str(tmp_path / "figs")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for name in ("training-gates.png", "training-val-loss.png", "training-wall-clock.png"):
+        assert (tmp_path / "figs" / name).stat().st_size > 1000
+    missing = CliRunner().invoke(main, ["training-figures", "--runs", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2 and "no ablation results" in missing.output
