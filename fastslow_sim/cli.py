@@ -66,6 +66,12 @@ def _parse_vector(text: str, name: str) -> np.ndarray:
     return values
 
 
+def _system_option(help_text: str):
+    """The `--system` option (a named system, `birth-death` by default)."""
+    return click.option("--system", "system_name", default="birth-death", show_default=True,
+                        type=click.Choice(list(SYSTEMS)), help=help_text)  # fmt: skip
+
+
 def _output_options(default_name: str):
     """The `--out`, `--plot`, `--no-plot` and `--json` options shared by the computing commands."""
 
@@ -136,14 +142,7 @@ def main():
 
 
 @main.command()
-@click.option(
-    "--system",
-    "system_name",
-    default="birth-death",
-    show_default=True,
-    type=click.Choice(list(SYSTEMS)),
-    help="Named system. " + _systems_help(),
-)
+@_system_option("Named system. " + _systems_help())
 @click.option("--eps", default=None, metavar="E", help="Time-scale ratio eps > 0 (eps = 1/P).")
 @click.option("--P", "P", default=None, metavar="P", help="Positive integer P; eps = 1/P.")
 @click.option("--t-end", default=5.0, show_default=True, type=float, help="End of slow time.")
@@ -306,14 +305,7 @@ def integrate(
 
 
 @main.command()
-@click.option(
-    "--system",
-    "system_name",
-    default="birth-death",
-    show_default=True,
-    type=click.Choice(list(SYSTEMS)),
-    help="Named system.",
-)
+@_system_option("Named system.")
 @click.option(
     "--eps",
     "eps_list",
@@ -382,14 +374,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
 
 
 @main.command()
-@click.option(
-    "--system",
-    "system_name",
-    default="birth-death",
-    show_default=True,
-    type=click.Choice(list(SYSTEMS)),
-    help="Named system; only birth-death has a non-linear family (kappa != 0).",
-)
+@_system_option("Named system; only birth-death has a non-linear family (kappa != 0).")
 @click.option(
     "--kappa",
     default=3.0,

@@ -106,6 +106,17 @@ def _check_positive(name, value):
     return v
 
 
+def _check_t_span(t_span) -> tuple[float, float]:
+    """`(t0, t1)` as floats, or `InputError` unless they are finite and run forward."""
+    try:
+        t0, t1 = (float(v) for v in t_span)
+    except (TypeError, ValueError):
+        raise InputError(f"t_span must be two numbers (t0, t1); got {t_span!r}.") from None
+    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
+        raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
+    return t0, t1
+
+
 def _initial_state(system, x0, y0):
     x0 = system.x0 if x0 is None else x0
     y0 = system.y0 if y0 is None else y0
@@ -217,12 +228,7 @@ def integrate(
                 f"atol must be a positive number or {system.n_fast + system.n_slow} positive "
                 f"numbers (one per component of [x, y]); got {atol.tolist()}."
             )
-    try:
-        t0, t1 = (float(v) for v in t_span)
-    except (TypeError, ValueError):
-        raise InputError(f"t_span must be two numbers (t0, t1); got {t_span!r}.") from None
-    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
-        raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
+    t0, t1 = _check_t_span(t_span)
     x0, y0 = _initial_state(system, x0, y0)
     z0 = np.concatenate([x0, y0])
     if t_eval is None:
@@ -391,12 +397,7 @@ def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e
     """
     rtol = _check_positive("rtol", rtol)
     atol = _check_positive("atol", atol)
-    try:
-        t0, t1 = (float(v) for v in t_span)
-    except (TypeError, ValueError):
-        raise InputError(f"t_span must be two numbers (t0, t1); got {t_span!r}.") from None
-    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
-        raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
+    t0, t1 = _check_t_span(t_span)
     x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
     y0 = np.atleast_2d(np.asarray(system.y0 if y0 is None else y0, dtype=np.float64))
     if y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
