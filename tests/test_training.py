@@ -292,3 +292,15 @@ def test_training_figures_from_saved_runs(tmp_path, text_file):
         assert (tmp_path / "figs" / name).stat().st_size > 1000
     missing = CliRunner().invoke(main, ["training-figures", "--runs", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "no ablation results" in missing.output
+
+
+@pytest.mark.slow
+def test_torch_compile_gives_the_eager_losses(tmp_path, text_file):
+    corpus = text_corpus(text_file)
+    spec = f"text:{text_file}"
+    eager = train(_cfg(tmp_path, "eager", spec, tokens=1000), corpus)
+    compiled = train(_cfg(tmp_path, "compiled", spec, tokens=1000, compile=True), corpus)
+    le = fs.load_dataset(tmp_path / "eager" / "train.nc")["loss"].values
+    lc = fs.load_dataset(tmp_path / "compiled" / "train.nc")["loss"].values
+    np.testing.assert_allclose(lc, le, rtol=1e-4)
+    assert compiled["val_loss"] == pytest.approx(eager["val_loss"], rel=1e-4)
