@@ -47,13 +47,13 @@ def load_run(run_dir):
     return model.eval(), ckpt["train_config"]
 
 
-def _windows(tokens, start_block, P, T, max_windows):
-    """Non-overlapping windows of T tokens starting at block boundaries: `(tokens, first block)`."""
+def _windows(tokens, first_block, end_block, P, T, max_windows):
+    """Non-overlapping windows of `T` tokens of the global stream, starting at block boundaries
+    from block `first_block` and ending before block `end_block`: `(tokens, first block)`."""
     blocks_per = T // P
-    n_blocks = len(tokens) // P
     out = []
-    for b in range(0, n_blocks - blocks_per + 1, blocks_per):
-        out.append((np.asarray(tokens[b * P : b * P + T], dtype=np.int64), start_block + b))
+    for b in range(first_block, end_block - blocks_per + 1, blocks_per):
+        out.append((np.asarray(tokens[b * P : b * P + T], dtype=np.int64), b))
         if len(out) >= max_windows:
             break
     return out
@@ -118,15 +118,17 @@ def phi_vs_pst(run_dir, max_windows: int = 400) -> dict:
     if corpus.stats["P"] != P:
         raise InputError(f"the model's P={P} differs from the corpus's P={corpus.stats['P']}.")
     ys, pst = corpus.blocks["y"], corpus.blocks["p_st"]
-    n_train_blocks = corpus.blocks["n_train_blocks"]
     tokens = np.concatenate([np.asarray(corpus.train), np.asarray(corpus.val)])
     V = corpus.vocab_size
 
     def hist(block):
         return np.bincount(tokens[block * P : (block + 1) * P], minlength=V) / P
 
-    train_w = _windows(corpus.train, 0, P, T, max_windows)
-    val_w = _windows(corpus.val, n_train_blocks, P, T, max_windows)
+    n_blocks = len(tokens) // P
+    first_val = -(-len(corpus.train) // P)  # first block that lies wholly in the validation split
+    # training windows end one block early: the probe's target is the following block
+    train_w = _windows(tokens, 0, len(corpus.train) // P - 1, P, T, max_windows)
+    val_w = _windows(tokens, first_val, n_blocks - 1, P, T, max_windows)
     Xtr, _, gtr = _slow_readout(model, train_w, P)
     Xva, head, gva = _slow_readout(model, val_w, P)
     probe = _fit_probe(Xtr, np.stack([hist(g + 1) for g in gtr]))(Xva)
