@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import codecs
 import functools
 import math
 from dataclasses import asdict, dataclass, field
@@ -79,7 +80,7 @@ def text_corpus(path) -> Corpus:
     data = np.memmap(p, dtype=np.uint8, mode="r")
     utf8 = True
     with open(p, "rb") as f:  # check the text in chunks, without holding it all
-        decoder = __import__("codecs").getincrementaldecoder("utf-8")()
+        decoder = codecs.getincrementaldecoder("utf-8")()
         try:
             while chunk := f.read(1 << 20):
                 decoder.decode(chunk)

@@ -103,7 +103,6 @@ def rodas4_solve(
     K = t_eval.shape[0]
     t0, t_end = float(t_eval[0]), float(t_eval[-1])
     span = t_end - t0
-    out = [None] * K
     out_rows = torch.full((K, B, n), float("nan"), dtype=dtype, device=device)
     out_rows[0] = z0.detach()
     recorded = [[z0[b]] + [None] * (K - 1) for b in range(B)] if differentiable else None
@@ -206,6 +205,5 @@ def rodas4_solve(
             ]
             rows.append(torch.stack(col))
         out_rows = torch.stack(rows)
-    del out
     stats["iterations"] = n_iter
     return out_rows, status, stats
