@@ -224,3 +224,27 @@ def test_analysis_commands_bad_input(args, fragment, tmp_path, monkeypatch):
     assert res.exit_code == 2, res.output
     assert fragment in res.output and "Traceback" not in res.output
     assert not list(tmp_path.rglob("*.nc"))
+
+
+def test_mapping_command():
+    res = run(["mapping", "--json"])
+    rows = json.loads(res.output)
+    assert {"ode", "network", "holds", "gap"} <= set(rows[0])
+    assert any("eps = 1/P" in r["ode"] and r["holds"] == "exact" for r in rows)
+    md = run(["mapping", "--markdown"]).output
+    assert md.startswith("| ODE object |") and md.count("\n") == len(rows) + 2  # header, rule, rows
+
+
+def test_figures_command_regenerates_every_ode_figure(tmp_path):
+    res = run(
+        ["figures", "--out-dir", str(tmp_path / "figs"), "--results-dir", str(tmp_path / "res")]
+    )
+    assert res.exit_code == 0, res.output
+    for name in (
+        "integrate-birth-death",
+        "equilibrium-manifold",
+        "convergence",
+        "nonlinear-branches",
+    ):
+        assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 10_000
+    assert len(list((tmp_path / "res").glob("*.nc"))) >= 5
