@@ -204,6 +204,9 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration "
                 f"({k} = {a!r} there, {b!r} here)."
             )
+    # the corpus is checked before anything is written, so bad input leaves no folder behind
+    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P)
+    corpus.check_fits(cfg.block_size, cfg.batch_size)
     if rank == 0:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -214,8 +217,6 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         if not os.access(out, os.W_OK):
             raise InputError(f"the output folder {str(out)!r} is not writable.")
 
-    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P)
-    corpus.check_fits(cfg.block_size, cfg.batch_size)
     mcfg = cfg.model_config(corpus.vocab_size)
     torch.manual_seed(cfg.seed)
     model = FastSlowLM(mcfg).to(device)
