@@ -304,3 +304,13 @@ def test_torch_compile_gives_the_eager_losses(tmp_path, text_file):
     lc = fs.load_dataset(tmp_path / "compiled" / "train.nc")["loss"].values
     np.testing.assert_allclose(lc, le, rtol=1e-4)
     assert compiled["val_loss"] == pytest.approx(eager["val_loss"], rel=1e-4)
+
+
+def test_corpus_command_json(text_file):
+    res = CliRunner().invoke(main, ["corpus", "me", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert {"vocab_size", "tokens", "P", "oracle_loss", "ignore_y_loss"} <= set(data)
+    assert data["ignore_y_loss"] - data["oracle_loss"] >= 0.05
+    text = json.loads(CliRunner().invoke(main, ["corpus", f"text:{text_file}", "--json"]).output)
+    assert text["vocab_size"] == 256 and text["utf8"] is True
