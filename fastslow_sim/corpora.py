@@ -178,7 +178,7 @@ def me_corpus(config: MECorpusConfig | None = None) -> Corpus:
         "y_p95": float(np.percentile(ys, 95)),
         "config": asdict(cfg),
     }
-    blocks = {"y": ys, "p_st": p_st, "n_train_blocks": n_train // P}
+    blocks = {"y": ys, "p_st": p_st}
     return Corpus("me", n, train, val, stats, blocks)
 
 
