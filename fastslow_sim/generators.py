@@ -454,22 +454,58 @@ def torch_rates(gen: Generator, y, derivative: bool = False):
     return (Q, _t_generator(doff)) if derivative else Q
 
 
-def torch_apply_transpose(gen: Generator, y, x):
-    """`Q(y)^T x` in torch, `(B, n)`: O(n) for the tridiagonal chains (birth-death,
-    Michaelis-Menten: the net probability flux between neighbours), dense otherwise."""
+def torch_chain_rates(gen: Generator, dtype=None, device="cpu"):
+    """For a generator whose jumps join neighbours only, `i <-> i+1` (two-state, birth-death,
+    Michaelis-Menten), a function `y (B, 1) -> (up, down, dup)`: the rates `i -> i+1` and
+    `i+1 -> i` and `d up/dy`, each broadcastable to `(B, n-1)` (`down` does not depend on `y`).
+    `None` for any other generator. Constants are made once here, not at every call, because the
+    solver calls the rates six times per step. Parameters may be tensors (differentiable)."""
     import torch
 
-    if isinstance(gen, (BirthDeath, MichaelisMenten)):
-        yv = y[:, :1]
-        n = gen.n_states
-        if isinstance(gen, BirthDeath):
-            up = (gen.up * torch.exp(gen.beta * (yv - gen.y_mid))).expand(-1, n - 1)
-            down = torch.as_tensor(gen.down, dtype=y.dtype, device=y.device).expand_as(up)
-        else:
-            i = torch.arange(n - 1, dtype=y.dtype, device=y.device)
-            up = (gen.N - i) * gen.k1 * yv
-            down = ((i + 1) * (gen.k_minus1 + gen.k2)).expand_as(up)
-        flux = up * x[:, :-1] - down * x[:, 1:]  # net rate i -> i+1
-        zero = torch.zeros_like(x[:, :1])
-        return torch.cat([zero, flux], 1) - torch.cat([flux, zero], 1)
-    return torch.einsum("bji,bj->bi", torch_rates(gen, y), x)
+    kw = {"dtype": dtype or torch.float64, "device": device}
+    n = gen.n_states
+    if isinstance(gen, TwoState):
+        down = torch.as_tensor(gen.b, **kw).reshape(1, 1)
+
+        def rates(y):
+            up = gen.a * torch.exp(gen.beta * y)
+            return up, down, gen.beta * up
+
+    elif isinstance(gen, BirthDeath):
+        down = torch.as_tensor(gen.down, **kw).expand(1, n - 1)
+
+        def rates(y):
+            up = (gen.up * torch.exp(gen.beta * (y - gen.y_mid))).expand(-1, n - 1)
+            return up, down, gen.beta * up
+
+    elif isinstance(gen, MichaelisMenten):
+        i = torch.arange(n - 1, **kw)
+        down = ((i + 1) * (gen.k_minus1 + gen.k2))[None]
+        dup = ((gen.N - i) * gen.k1)[None]
+
+        def rates(y):
+            return dup * y, down, dup.expand(y.shape[0], -1)
+
+    else:
+        return None
+    return rates
+
+
+def torch_apply_transpose(gen: Generator, y, x):
+    """`Q(y)^T x` in torch, `(B, n)`: O(n) for the neighbour chains (the net probability flux
+    `up_i x_i - down_i x_{i+1}` between `i` and `i+1`), dense otherwise."""
+    import torch
+
+    rates = torch_chain_rates(gen, x.dtype, x.device)
+    if rates is None:
+        return torch.einsum("bji,bj->bi", torch_rates(gen, y), x)
+    up, down, _ = rates(y[:, :1])
+    return chain_divergence(up * x[:, :-1] - down * x[:, 1:])
+
+
+def chain_divergence(flux):
+    """`dx_i/dt` from the net fluxes `flux_i` from `i` to `i+1` `(B, n-1)`: `flux_{i-1} - flux_i`."""
+    import torch.nn.functional as F
+
+    padded = F.pad(flux, (1, 1))
+    return padded[:, :-1] - padded[:, 1:]

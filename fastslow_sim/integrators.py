@@ -304,16 +304,20 @@ def integrate(
 from .rosenbrock import STATUS as _STATUS  # noqa: E402
 
 
-def torch_functions(system, dtype=None, device="cpu", eps=None):
+def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True):
     """`(fun, jac)` in torch for the stacked state `z = [x, y]` of a master-equation system.
 
-    `fun(z, idx)` is `[Q(y)^T x / eps, g(x, y)]` for the trajectories `idx`; `jac(z, idx)` is analytic in `x` (`Q^T / eps`, `g_x`) and
-    takes the `y` column from the analytic `dQ/dy` of the generator's torch rates.
-    `eps` may be a tensor of shape `(B,)`: one time-scale ratio per trajectory.
+    `fun(z, idx)` is `[Q(y)^T x / eps, g(x, y)]` for the trajectories `idx`; `jac(z, idx)` is
+    analytic: `[[Q^T / eps, (dQ/dy)^T x / eps], [g_x, g_y]]`. For a neighbour chain (two-state,
+    birth-death, Michaelis-Menten) and `structured=True`, `jac` returns it as an
+    `ArrowTridiagonal` (`Q^T` is tridiagonal), which the solver factors in O(n) vector operations;
+    otherwise as a dense `(b, n+1, n+1)` tensor. `eps` may be a tensor of shape `(B,)`: one
+    time-scale ratio per trajectory.
     """
     import torch
 
-    from .generators import torch_apply_transpose, torch_rates
+    from .generators import chain_divergence, torch_apply_transpose, torch_chain_rates, torch_rates
+    from .linalg import ArrowTridiagonal
     from .systems import LinearSlowLaw, MichaelisMentenSlowLaw
 
     dtype = dtype or torch.float64
@@ -322,50 +326,76 @@ def torch_functions(system, dtype=None, device="cpu", eps=None):
             f"the torch solver supports master-equation systems with one slow variable; got {system.name!r}."
         )
     gen, law, n = system.generator, system.slow_law, system.n_fast
-    e = torch.as_tensor(system.eps if eps is None else eps, dtype=dtype, device=device)
-    e = e.reshape(-1, 1)  # (B, 1) or (1, 1)
+    inv_e = 1.0 / torch.as_tensor(system.eps if eps is None else eps, dtype=dtype, device=device)
+    inv_e = inv_e.reshape(-1, 1)  # (B, 1) or (1, 1)
+    c = torch.as_tensor(law.c, dtype=dtype, device=device)[:, None]  # (n, 1)
+    # slow law: g (b, 1), g_x (b, n), g_y (b,)
     if isinstance(law, LinearSlowLaw):
-        c = torch.as_tensor(law.c, dtype=dtype, device=device)
 
         def g(x, y):
-            return (x @ c + law.b)[:, None] - law.a * y
+            return torch.add(x @ c + law.b, y, alpha=-law.a)
 
-        def g_x(x, y):
-            return c.expand(x.shape[0], 1, n)
+        def g_xy(x, y):
+            B = x.shape[0]
+            return c.T.expand(B, n), torch.full((B,), -law.a, dtype=dtype, device=device)
 
-        def g_y(x, y):
-            return torch.full((x.shape[0], 1, 1), -law.a, dtype=dtype, device=device)
     elif isinstance(law, MichaelisMentenSlowLaw):
-        c = torch.as_tensor(law.c, dtype=dtype, device=device)
         k1, km1 = law.generator.k1, law.generator.k_minus1
 
         def g(x, y):
-            f = (x @ c)[:, None]
-            return -k1 * y * (1 - f) + km1 * f
+            f = x @ c
+            return km1 * f - k1 * y * (1 - f)
 
-        def g_x(x, y):
-            return (k1 * y + km1)[:, :, None] * c
+        def g_xy(x, y):
+            return (k1 * y + km1) * c.T, -k1 * (1 - (x @ c)[:, 0])
 
-        def g_y(x, y):
-            return (-k1 * (1 - (x @ c)[:, None]))[:, :, None]
     else:
         raise InputError(f"slow law {type(law).__name__} has no torch version.")
 
     def ratio(idx):
-        return e if (idx is None or e.shape[0] == 1) else e[idx]
+        return inv_e if (idx is None or inv_e.shape[0] == 1) else inv_e[idx]
 
-    def fun(z, idx=None):
-        x, y = z[:, :n], z[:, n:]
-        return torch.cat([torch_apply_transpose(gen, y, x) / ratio(idx), g(x, y)], dim=-1)
+    chain = torch_chain_rates(gen, dtype, device)
+    if chain is not None:
 
-    def jac(z, idx=None):
-        e = ratio(idx)
-        x, y = z[:, :n], z[:, n:]
-        Q, dQ = torch_rates(gen, y, derivative=True)
-        fy = torch.einsum("bji,bj->bi", dQ, x)  # d(Q^T x)/dy
-        top = torch.cat([Q.transpose(1, 2), fy[:, :, None]], dim=-1) / e[:, :, None]
-        bottom = torch.cat([g_x(x, y), g_y(x, y)], dim=-1)
-        return torch.cat([top, bottom], dim=1)
+        def fun(z, idx=None):
+            x, y = z[:, :n], z[:, n:]
+            up, down, _ = chain(y)
+            dx = chain_divergence(up * x[:, :-1] - down * x[:, 1:])
+            return torch.cat([dx * ratio(idx), g(x, y)], dim=-1)
+
+    else:
+
+        def fun(z, idx=None):
+            x, y = z[:, :n], z[:, n:]
+            return torch.cat([torch_apply_transpose(gen, y, x) * ratio(idx), g(x, y)], dim=-1)
+
+    if chain is not None and structured:
+
+        def jac(z, idx=None):
+            r = ratio(idx)
+            x, y = z[:, :n], z[:, n:]
+            up, down, dup = chain(y)
+            down = down.expand_as(up)
+            F = torch.nn.functional
+            sub = F.pad(up, (1, 0)) * r  # T[i, i-1]: rate i-1 -> i
+            sup = F.pad(down, (0, 1)) * r  # T[i, i+1]: rate i+1 -> i
+            diag = -(F.pad(up, (0, 1)) + F.pad(down, (1, 0))) * r  # minus the exit rates
+            u = chain_divergence(dup * x[:, :-1]) * r  # d(Q^T x)/dy / eps
+            v, d = g_xy(x, y)
+            return ArrowTridiagonal(sub, diag, sup, u, v, d)
+
+    else:
+
+        def jac(z, idx=None):
+            r = ratio(idx)
+            x, y = z[:, :n], z[:, n:]
+            Q, dQ = torch_rates(gen, y, derivative=True)
+            fy = torch.einsum("bji,bj->bi", dQ, x)  # d(Q^T x)/dy
+            top = torch.cat([Q.transpose(1, 2), fy[:, :, None]], dim=-1) * r[:, :, None]
+            v, d = g_xy(x, y)
+            bottom = torch.cat([v, d[:, None]], dim=-1)[:, None, :]
+            return torch.cat([top, bottom], dim=1)
 
     return fun, jac
 

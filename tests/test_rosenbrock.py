@@ -6,6 +6,7 @@ import torch
 
 import fastslow_sim as fs
 from fastslow_sim.integrators import torch_functions
+from fastslow_sim.linalg import ArrowTridiagonal
 from fastslow_sim.multirate import multirate_map
 from fastslow_sim.rosenbrock import STATUS, rodas4_solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
@@ -22,18 +23,25 @@ def test_rodas4_matches_scipy_at_tight_tolerance(name):
     assert np.max(np.abs(ds["mass_error"].values)) < 1e-12
 
 
-def test_jacobian_of_torch_functions_against_finite_differences():
+@pytest.mark.parametrize("structured", [True, False])
+def test_jacobian_of_torch_functions_against_finite_differences(structured):
+    kinds = set()
     for name in fs.SYSTEMS:
         system = fs.make_system(name, eps=0.01)
-        fun, jac = torch_functions(system)
+        fun, jac = torch_functions(system, structured=structured)
         z = torch.tensor(np.concatenate([np.full(system.n_fast, 1 / system.n_fast), [0.7]]))[None]
         h = 1e-6
         fd = torch.stack([(fun(z + h * e) - fun(z - h * e))[0] / (2 * h)
                           for e in torch.eye(z.shape[1], dtype=torch.float64)], 1)  # fmt: skip
-        torch.testing.assert_close(jac(z)[0], fd, rtol=1e-6, atol=1e-6)
+        J = jac(z)
+        kinds.add(type(J).__name__)
+        J = J.dense() if isinstance(J, ArrowTridiagonal) else J
+        torch.testing.assert_close(J[0], fd, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(
             fun(z)[0].numpy(), system.rhs(0, z[0].numpy()), rtol=1e-12, atol=1e-12
         )
+    # the neighbour chains come structured, the others dense
+    assert kinds == ({"ArrowTridiagonal", "Tensor"} if structured else {"Tensor"})
 
 
 def test_batch_of_initial_conditions_and_of_eps():
@@ -74,6 +82,7 @@ def test_a_failing_trajectory_does_not_take_the_others_down():
         return -z * (1 - blow) + blow * z**2
 
     def jac(z, idx):
+        idx = torch.arange(z.shape[0]) if idx is None else idx
         d = torch.where((idx == 1)[:, None], 2 * z, -torch.ones_like(z))
         return torch.diag_embed(d)
 
@@ -186,3 +195,39 @@ def test_multirate_as_a_method_of_integrate():
     np.testing.assert_allclose(ds["x"].values, run["x_tokens"][::8])
     with pytest.raises(fs.InputError, match="H"):
         multirate_map(system, -0.1, 10)
+
+
+@pytest.mark.slow
+def test_compiled_step_matches_eager():
+    # minutes: torch.compile of the step (run with `pytest -m slow`)
+    system = fs.make_system("birth-death", eps=1e-4)
+    rng = np.random.default_rng(5)
+    z0 = torch.tensor(np.concatenate([rng.dirichlet(np.ones(8), 6), rng.uniform(0, 1, (6, 1))], 1))
+    fun, jac = torch_functions(system)
+    t = torch.tensor([0.0, 0.5, 2.0])
+    eager = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11)
+    compiled = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11, compile=True)
+    assert (compiled[1] == 0).all()
+    torch.testing.assert_close(compiled[0], eager[0], rtol=0, atol=1e-10)
+
+
+def test_autograd_jacobian_fallback():
+    from fastslow_sim.rosenbrock import autograd_jacobian
+
+    for name in fs.SYSTEMS:  # the automatic Jacobian equals the analytic one on every system
+        system = fs.make_system(name, eps=0.01)
+        fun, jac = torch_functions(system, structured=False)
+        rng = np.random.default_rng(1)
+        z = torch.tensor(
+            np.concatenate(
+                [rng.dirichlet(np.ones(system.n_fast), 3), rng.uniform(0.2, 1, (3, 1))], 1
+            )
+        )
+        torch.testing.assert_close(autograd_jacobian(fun)(z), jac(z), rtol=1e-12, atol=1e-12)
+    # and the solver takes jac=None
+    system = fs.make_system("cycle", eps=1e-3)
+    fun, jac = torch_functions(system)
+    z0 = torch.tensor(np.concatenate([system.x0, system.y0]))[None].repeat(2, 1)
+    with_jac = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
+    without = rodas4_solve(fun, None, z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
+    torch.testing.assert_close(without[0], with_jac[0], rtol=0, atol=1e-12)
