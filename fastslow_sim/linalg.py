@@ -56,38 +56,46 @@ class ArrowTridiagonal:
         bottom = torch.cat([self.v, self.d[:, None]], dim=1)[:, None, :]
         return torch.cat([top, bottom], dim=1)
 
-    def shifted_solver(self, s: torch.Tensor):
+    def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None):
         """`r (B, n+1) -> (s I - J)^{-1} r` for `s (B,)`: the tridiagonal block by elimination
-        down the chain (Thomas), the border by its Schur complement."""
-        fac = _thomas_factor(self.sub, s[:, None] - self.diag, self.sup)
-        w = _thomas_solve(fac, self.u)  # (s I - T)^{-1} u
-        inv_sigma = 1.0 / (s - self.d - (self.v * w).sum(-1))  # 1 / Schur complement
+        down the chain (Thomas), the border by its Schur complement. With `first`, also returns
+        the solution for that right-hand side, found in the same sweep as the border's."""
         n = self.diag.shape[1]
+        fac = _thomas_factor(self.sub, s[:, None] - self.diag, self.sup)
+        if first is None:
+            w = _thomas_solve(fac, self.u[:, :, None])[:, :, 0]  # (s I - T)^{-1} u
+        else:  # one sweep for two right-hand sides
+            both = _thomas_solve(fac, torch.stack([self.u, first[:, :n]], dim=2))
+            w, a_first = both[:, :, 0], both[:, :, 1]
+        inv_sigma = 1.0 / (s - self.d - (self.v * w).sum(-1))  # 1 / Schur complement
 
-        def solve(r):
-            a = _thomas_solve(fac, r[:, :n])
-            last = (r[:, n] + (self.v * a).sum(-1)) * inv_sigma  # (B,)
+        def finish(a, r_last):
+            last = (r_last + (self.v * a).sum(-1)) * inv_sigma  # (B,)
             return torch.cat([torch.addcmul(a, w, last[:, None]), last[:, None]], dim=1)
 
-        return solve
+        def solve(r):
+            return finish(_thomas_solve(fac, r[:, :n, None])[:, :, 0], r[:, n])
+
+        return solve if first is None else (solve, finish(a_first, first[:, n]))
 
 
 def _thomas_factor(p, b, q):
     """Elimination down the chain for `b_i x_i - p_i x_{i-1} - q_i x_{i+1} = r_i`:
     `den_i = b_i - p_i g_{i-1}`, `g_i = q_i / den_i` (so that `x_i = y_i + g_i x_{i+1}`).
-    Returns `1/den (B, n)`, the scaled `p_i / den_i` and `g_i` as `(B,)` columns."""
+    Returns `1/den (B, n, 1)`, the scaled `p_i / den_i` and `g_i` as `(B, 1)` columns."""
     P, Bc, Q = p.unbind(1), b.unbind(1), q.unbind(1)
     inv = [1.0 / Bc[0]]
     g = [Q[0] * inv[0]]
     for i in range(1, len(Bc)):
         inv.append(1.0 / torch.addcmul(Bc[i], P[i], g[i - 1], value=-1))
         g.append(Q[i] * inv[i])
-    inv = torch.stack(inv, dim=1)
-    return inv, (p * inv).unbind(1), g
+    inv = torch.stack(inv, dim=1)[:, :, None]
+    return inv, (p[:, :, None] * inv).unbind(1), [gi[:, None] for gi in g]
 
 
 def _thomas_solve(fac, r):
-    """Forward `y_i = r_i / den_i + (p_i / den_i) y_{i-1}`, back `x_i = y_i + g_i x_{i+1}`."""
+    """`r (B, n, k)`: forward `y_i = r_i / den_i + (p_i / den_i) y_{i-1}`, back
+    `x_i = y_i + g_i x_{i+1}`, on `(B, k)` columns."""
     inv, ps, g = fac
     n = len(g)
     y = list((r * inv).unbind(1))
@@ -98,10 +106,15 @@ def _thomas_solve(fac, r):
     return torch.stack(y, dim=1)
 
 
-def shifted_solver(J, s: torch.Tensor):
-    """`r -> (s I - J)^{-1} r` for a dense `J (B, N, N)` or an `ArrowTridiagonal`; `s (B,)`."""
+def shifted_solver(J, s: torch.Tensor, first: torch.Tensor | None = None):
+    """`r -> (s I - J)^{-1} r` for a dense `J (B, N, N)` or an `ArrowTridiagonal`; `s (B,)`.
+    With `first (B, N)`, returns `(solve, solve(first))`."""
     if isinstance(J, ArrowTridiagonal):
-        return J.shifted_solver(s)
+        return J.shifted_solver(s, first)
     G = torch.diag_embed(s[:, None].expand(-1, J.shape[-1])) - J
     LU, piv, _ = torch.linalg.lu_factor_ex(G)
-    return lambda r: torch.linalg.lu_solve(LU, piv, r[..., None])[..., 0]
+
+    def solve(r):
+        return torch.linalg.lu_solve(LU, piv, r[..., None])[..., 0]
+
+    return solve if first is None else (solve, solve(first))

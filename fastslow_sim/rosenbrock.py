@@ -99,24 +99,21 @@ def _rosenbrock_step(tab: _Tableau):
     plain_error = tuple(tab.E) == (0.0,) * (s_stages - 1) + (1.0,)
 
     def step(fun, jac, ya, hh, inv_h, sel):
-        solve = shifted_solver(jac(ya, sel), 1.0 / (hh * tab.gamma))
-        ks, yi = [], ya
-        for i, (kind, row) in enumerate(plan):
-            if i == 0:
-                rhs = fun(ya, sel)
+        solve, k0 = shifted_solver(jac(ya, sel), 1.0 / (hh * tab.gamma), first=fun(ya, sel))
+        ks, yi = [k0], ya
+        for i in range(1, s_stages):
+            kind, row = plan[i]
+            if kind == "prev":
+                yi = yi + ks[i - 1]
             else:
-                if kind == "prev":
-                    yi = yi + ks[i - 1]
-                else:
-                    yi = ya
-                    for j, a in enumerate(row):
-                        if a:
-                            yi = torch.add(yi, ks[j], alpha=a)
-                acc = ks[0] * tab.C[i][0]
-                for j in range(1, i):
-                    acc = torch.add(acc, ks[j], alpha=tab.C[i][j])
-                rhs = torch.addcmul(fun(yi, sel), acc, inv_h)
-            ks.append(solve(rhs))
+                yi = ya
+                for j, a in enumerate(row):
+                    if a:
+                        yi = torch.add(yi, ks[j], alpha=a)
+            acc = ks[0] * tab.C[i][0]
+            for j in range(1, i):
+                acc = torch.add(acc, ks[j], alpha=tab.C[i][j])
+            ks.append(solve(torch.addcmul(fun(yi, sel), acc, inv_h)))
         if stiffly_accurate:
             y_new = yi + ks[-1]
         else:
@@ -230,10 +227,9 @@ def rodas4_solve(
             scale = torch.maximum(ya.detach().abs(), y_new.detach().abs()).mul_(rtol).add_(atol)
             err = torch.linalg.vector_norm(err_vec.detach() / scale, dim=-1).mul_(n**-0.5)
             accept = err <= 1.0  # False for NaN
-            finite = torch.isfinite(err)
             fac = err.clamp(min=1e-10).pow_(-1.0 / tab.order).mul_(0.9)
             fac = torch.where(accept, fac.clamp(0.2, 6.0), fac.clamp(0.1, 1.0))
-            ha = hh * torch.where(finite, fac, torch.full_like(fac, 0.2))
+            ha = hh * fac.nan_to_num_(nan=0.2, posinf=0.2)  # a non-finite step: shrink by 5
             landed = accept & clip
             ta = torch.where(accept, ta + hh, ta)
             ta = torch.where(landed, target, ta)  # exactly on the output time
@@ -255,6 +251,7 @@ def rodas4_solve(
             k_next = k_next + landed
             target = t_eval[k_next.clamp(max=K - 1)]
         finished = k_next >= K
+        finite = torch.isfinite(err)
         fail_bad = under & ~finite & ~finished
         fail_under = under & finite & ~finished
         status[idx[fail_bad]] = STATUS.index("non_finite")
