@@ -111,6 +111,7 @@ def timed(fn):
 
 
 def main():
+    global ATOL  # --atol changes it for every method
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument(
@@ -119,11 +120,15 @@ def main():
     parser.add_argument("--gpu-batch", type=int, default=65536)
     parser.add_argument("--skip-lsoda", action="store_true", help="skip the slow LSODA loop")
     parser.add_argument(
+        "--atol", type=float, default=ATOL, help="absolute tolerance of every method (default 1e-9)"
+    )
+    parser.add_argument(
         "--skip-compile",
         action="store_true",
         help="skip the torch.compile row (minutes to compile)",
     )
     args = parser.parse_args()
+    ATOL = args.atol
     system, z0 = problem(args.batch)
     idx = np.linspace(0, args.batch - 1, min(args.reference, args.batch)).astype(int)
     print(
