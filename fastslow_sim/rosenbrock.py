@@ -260,7 +260,8 @@ def rodas4_solve(
     ha = h
     k_next = torch.ones(B, dtype=torch.long, device=device)
     # steps are shortened to land on `target`: every output time, or only the last one
-    target = torch.full((B,), t_end, dtype=dtype, device=device) if dense_output else t_eval[k_next]
+    t_out = t_eval[k_next]  # the next output time of each trajectory
+    target = torch.full((B,), t_end, dtype=dtype, device=device) if dense_output else t_out
     acc_a = torch.zeros(B, dtype=torch.long, device=device)
     n_iter = 0
     while idx.numel():
@@ -281,7 +282,7 @@ def rodas4_solve(
             ha = hh * fac.nan_to_num_(nan=0.2, posinf=0.2)  # a non-finite step: shrink by 5
             t_prev = ta
             ta = torch.where(accept, torch.where(clip, target, ta + hh), ta)  # exact landing
-            due = accept & (t_eval[k_next] <= ta)  # an output time in the accepted step
+            due = accept & (t_out <= ta)  # an output time in the accepted step
             acc_a += accept
             under = ha < h_min
             event = due | under
@@ -295,8 +296,9 @@ def rodas4_solve(
         if rows.numel():
             _dense_outputs(tab, rows, ks, y_prev, y_new, t_prev, hh, ta, t_eval, k_next, idx,
                            out_rows, recorded)  # fmt: skip
+            t_out = t_eval[k_next.clamp(max=K - 1)]
             if not dense_output:
-                target = t_eval[k_next.clamp(max=K - 1)]
+                target = t_out
         finished = k_next >= K
         finite = torch.isfinite(err)
         fail_bad = under & ~finite & ~finished
@@ -312,11 +314,12 @@ def rodas4_solve(
             steps[gone] = n_iter
             naccept[gone] = acc_a[leave]
             keep = torch.nonzero(~leave).squeeze(-1)
-            idx, ta, ha, k_next, target, acc_a = (
+            idx, ta, ha, k_next, t_out, target, acc_a = (
                 idx[keep],
                 ta[keep],
                 ha[keep],
                 k_next[keep],
+                t_out[keep],
                 target[keep],
                 acc_a[keep],
             )
