@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import InputError
 from .linalg import shifted_solver
 
 __all__ = ["RODAS4", "rodas4_solve", "autograd_jacobian", "STATUS"]
@@ -187,6 +188,24 @@ def autograd_jacobian(fun):
     return jac
 
 
+def _check_inputs(z0, t_eval, rtol, atol, max_steps):
+    """`InputError` (one sentence) unless the arguments of `rodas4_solve` make sense."""
+    if z0.ndim != 2 or z0.shape[0] < 1 or z0.shape[1] < 1:
+        raise InputError(
+            f"z0 must have shape (batch, n) with batch, n >= 1; got {tuple(z0.shape)}."
+        )
+    t = torch.as_tensor(t_eval, dtype=torch.float64).cpu()
+    if t.ndim != 1 or t.numel() < 2 or not torch.isfinite(t).all() or not (t[1:] > t[:-1]).all():
+        raise InputError(
+            f"t_eval must be at least two finite, strictly increasing times; got {t.tolist()}."
+        )
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if not (float(v) > 0 and float(v) < float("inf")):
+            raise InputError(f"{name} must be a positive finite number; got {v!r}.")
+    if int(max_steps) < 1:
+        raise InputError(f"max_steps must be a positive integer; got {max_steps!r}.")
+
+
 def rodas4_solve(
     fun,
     jac,
@@ -225,6 +244,7 @@ def rodas4_solve(
     step = _rosenbrock_step(tab)
     if compile:
         step = torch.compile(step, dynamic=True)
+    _check_inputs(z0, t_eval, rtol, atol, max_steps)
     B, n = z0.shape
     dtype, device = z0.dtype, z0.device
     t_eval = t_eval.to(dtype=dtype, device=device)

@@ -262,3 +262,23 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
     _, _, two = rodas4_solve(fun, jac, z0, t[[0, -1]], rtol=1e-9, atol=1e-12)
     assert torch.equal(runs[True], two["naccept"] + two["nreject"])
     assert (runs[True] < runs[False]).all()  # landing on 200 output times costs steps
+
+
+@pytest.mark.parametrize(
+    "z0, t, kwargs, fragment",
+    [
+        ([1.0], [0.0, 1.0], {}, "z0 must have shape"),
+        ([[1.0]], [1.0, 0.0], {}, "strictly increasing"),
+        ([[1.0]], [0.0], {}, "at least two"),
+        ([[1.0]], [0.0, float("nan")], {}, "finite"),
+        ([[1.0]], [0.0, 1.0], {"rtol": 0.0}, "rtol must be a positive"),
+        ([[1.0]], [0.0, 1.0], {"atol": float("inf")}, "atol must be a positive"),
+        ([[1.0]], [0.0, 1.0], {"max_steps": 0}, "max_steps must be a positive"),
+    ],
+)
+def test_rodas4_solve_bad_input(z0, t, kwargs, fragment):
+    def fun(z, idx):
+        return -z
+
+    with pytest.raises(fs.InputError, match=fragment):
+        rodas4_solve(fun, None, torch.tensor(z0, dtype=torch.float64), torch.tensor(t), **kwargs)
