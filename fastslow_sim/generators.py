@@ -414,19 +414,11 @@ def torch_rates(gen: Generator, y, derivative: bool = False):
     n = gen.n_states
     B = yv.shape[0]
     kw = {"dtype": y.dtype, "device": y.device}
-    if isinstance(gen, TwoState):
-        up = gen.a * torch.exp(gen.beta * yv)
-        zero = torch.zeros_like(up)
-        b = torch.as_tensor(gen.b, **kw).expand(B)
-        off = torch.stack([torch.stack([zero, up], -1), torch.stack([b, zero], -1)], -2)
-        doff = torch.stack(
-            [torch.stack([zero, gen.beta * up], -1), torch.stack([zero, zero], -1)], -2
-        )
-    elif isinstance(gen, BirthDeath):
-        up = (gen.up * torch.exp(gen.beta * (yv - gen.y_mid)))[:, None].expand(B, n - 1)
-        down = torch.as_tensor(gen.down, **kw).expand(B, n - 1)
+    chain = torch_chain_rates(gen, y.dtype, y.device)
+    if chain is not None:  # two-state, birth-death, Michaelis-Menten: one rate formula for all uses
+        up, down, dup = (r.expand(B, n - 1) for r in chain(y[..., :1]))
         off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
-        doff = torch.diag_embed(gen.beta * up, offset=1)
+        doff = torch.diag_embed(dup, offset=1)
     elif isinstance(gen, Cycle):
         i = torch.arange(n, device=y.device)
         s = torch.as_tensor(gen._s(), **kw)
@@ -442,12 +434,6 @@ def torch_rates(gen: Generator, y, derivative: bool = False):
         b = torch.as_tensor(gen._b, **kw)
         off = a * torch.exp(yv[:, None, None] * b)
         doff = off * b
-    elif isinstance(gen, MichaelisMenten):
-        i = torch.arange(n - 1, **kw)
-        up = (gen.N - i) * gen.k1 * yv[:, None]
-        down = ((i + 1) * (gen.k_minus1 + gen.k2)).expand(B, n - 1)
-        off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
-        doff = torch.diag_embed(((gen.N - i) * gen.k1).expand(B, n - 1), offset=1)
     else:
         raise InputError(f"generator {gen.name!r} has no torch version.")
     Q = _t_generator(off)

@@ -315,6 +315,7 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
     time-scale ratio per trajectory.
     """
     import torch
+    import torch.nn.functional as F
 
     from .generators import chain_divergence, torch_apply_transpose, torch_chain_rates, torch_rates
     from .linalg import ArrowTridiagonal
@@ -377,7 +378,6 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
             x, y = z[:, :n], z[:, n:]
             up, down, dup = chain(y)
             down = down.expand_as(up)
-            F = torch.nn.functional
             sub = F.pad(up, (1, 0)) * r  # T[i, i-1]: rate i-1 -> i
             sup = F.pad(down, (0, 1)) * r  # T[i, i+1]: rate i+1 -> i
             diag = -(F.pad(up, (0, 1)) + F.pad(down, (1, 0))) * r  # minus the exit rates
