@@ -440,37 +440,62 @@ def torch_rates(gen: Generator, y, derivative: bool = False):
     return (Q, _t_generator(doff)) if derivative else Q
 
 
-def torch_chain_rates(gen: Generator, dtype=None, device="cpu"):
+def torch_chain_rates(gen: Generator, dtype=None, device="cpu", batch_last=False, scale=None):
     """For a generator whose jumps join neighbours only, `i <-> i+1` (two-state, birth-death,
-    Michaelis-Menten), a function `y (B, 1) -> (up, down, dup)`: the rates `i -> i+1` and
-    `i+1 -> i` and `d up/dy`, each broadcastable to `(B, n-1)` (`down` does not depend on `y`).
+    Michaelis-Menten), a function `rates(y (B, 1), derivative=True) -> (up, down, dup)`: the rates
+    `i -> i+1` and `i+1 -> i` and `d up/dy` (`None` without `derivative`), each broadcastable
+    to `(B, n-1)` (`down` does not depend on `y`). With `batch_last`, `y (1, B) -> ` rates
+    broadcastable to `(n-1, B)`. A float `scale` (such as `1/eps`) multiplies every rate.
     `None` for any other generator. Constants are made once here, not at every call, because the
-    solver calls the rates six times per step. Parameters may be tensors (differentiable)."""
+    solver calls the rates six times per step: an exponential rate `k exp(beta (y - y_mid))` is
+    `exp(log(k scale) - beta y_mid + beta y)`, two operations. Parameters may be tensors
+    (differentiable)."""
     import torch
 
     kw = {"dtype": dtype or torch.float64, "device": device}
     n = gen.n_states
-    if isinstance(gen, TwoState):
-        down = torch.as_tensor(gen.b, **kw).reshape(1, 1)
+    scale = 1.0 if scale is None else float(scale)
+    chain = (n - 1, -1) if batch_last else (-1, n - 1)  # expand to the chain's shape
+    link = (n - 1, 1) if batch_last else (1, n - 1)  # a constant per link i -> i+1
 
-        def rates(y):
-            up = gen.a * torch.exp(gen.beta * y)
-            return up, down, gen.beta * up
+    def along_chain(t):
+        return torch.as_tensor(t, **kw).reshape(link)
+
+    def exponential(k, beta, y_mid):  # y -> k scale exp(beta (y - y_mid)) and its derivative
+        log_k = torch.log(torch.as_tensor(k, **kw) * scale) - beta * y_mid
+
+        def up(y, derivative):
+            if isinstance(beta, torch.Tensor):  # a parameter being differentiated
+                u = torch.exp(log_k + beta * y).expand(*chain)
+            else:
+                u = torch.exp(torch.add(log_k, y, alpha=beta)).expand(*chain)
+            return u, (beta * u if derivative else None)
+
+        return up
+
+    if isinstance(gen, TwoState):
+        down = (torch.as_tensor(gen.b, **kw) * scale).reshape(1, 1)
+        up_of = exponential(gen.a, gen.beta, 0.0)
+
+        def rates(y, derivative=True):
+            up, dup = up_of(y, derivative)
+            return up, down, dup
 
     elif isinstance(gen, BirthDeath):
-        down = torch.as_tensor(gen.down, **kw).expand(1, n - 1)
+        down = (torch.as_tensor(gen.down, **kw) * scale).reshape(1, 1).expand(link)
+        up_of = exponential(gen.up, gen.beta, gen.y_mid)
 
-        def rates(y):
-            up = (gen.up * torch.exp(gen.beta * (y - gen.y_mid))).expand(-1, n - 1)
-            return up, down, gen.beta * up
+        def rates(y, derivative=True):
+            up, dup = up_of(y, derivative)
+            return up, down, dup
 
     elif isinstance(gen, MichaelisMenten):
         i = torch.arange(n - 1, **kw)
-        down = ((i + 1) * (gen.k_minus1 + gen.k2))[None]
-        dup = ((gen.N - i) * gen.k1)[None]
+        down = along_chain((i + 1) * (gen.k_minus1 + gen.k2) * scale)
+        dup = along_chain((gen.N - i) * gen.k1 * scale)
 
-        def rates(y):
-            return dup * y, down, dup.expand(y.shape[0], -1)
+        def rates(y, derivative=True):
+            return dup * y, down, (dup.expand(*chain) if derivative else None)
 
     else:
         return None

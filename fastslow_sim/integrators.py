@@ -312,12 +312,13 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
     birth-death, Michaelis-Menten) and `structured=True`, `jac` returns it as an
     `ArrowTridiagonal` (`Q^T` is tridiagonal), which the solver factors in O(n) vector operations;
     otherwise as a dense `(b, n+1, n+1)` tensor. `eps` may be a tensor of shape `(B,)`: one
-    time-scale ratio per trajectory.
+    time-scale ratio per trajectory. For the chains, `fun.batch_last` and `jac.batch_last` take
+    `z (n+1, b)` (each state one contiguous row), the layout `rodas4_solve` works in.
     """
     import torch
     import torch.nn.functional as F
 
-    from .generators import chain_divergence, torch_apply_transpose, torch_chain_rates, torch_rates
+    from .generators import torch_apply_transpose, torch_chain_rates, torch_rates
     from .linalg import ArrowTridiagonal
     from .systems import LinearSlowLaw, MichaelisMentenSlowLaw
 
@@ -330,24 +331,27 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
     inv_e = 1.0 / torch.as_tensor(system.eps if eps is None else eps, dtype=dtype, device=device)
     inv_e = inv_e.reshape(-1, 1)  # (B, 1) or (1, 1)
     c = torch.as_tensor(law.c, dtype=dtype, device=device)[:, None]  # (n, 1)
-    # slow law: g (b, 1), g_x (b, n), g_y (b,)
+    # slow law: g (b, 1), g_x (b, n), g_y (b,); batch last: g (1, b), g_x (n, b), g_y (b,)
     if isinstance(law, LinearSlowLaw):
 
-        def g(x, y):
-            return torch.add(x @ c + law.b, y, alpha=-law.a)
+        def g(x, y, batch_last=False):
+            return torch.add((c.T @ x if batch_last else x @ c) + law.b, y, alpha=-law.a)
 
-        def g_xy(x, y):
-            B = x.shape[0]
-            return c.T.expand(B, n), torch.full((B,), -law.a, dtype=dtype, device=device)
+        def g_xy(x, y, batch_last=False):
+            B = x.shape[1 if batch_last else 0]
+            g_y = torch.full((B,), -law.a, dtype=dtype, device=device)
+            return (c.expand(n, B), g_y) if batch_last else (c.T.expand(B, n), g_y)
 
     elif isinstance(law, MichaelisMentenSlowLaw):
         k1, km1 = law.generator.k1, law.generator.k_minus1
 
-        def g(x, y):
-            f = x @ c
+        def g(x, y, batch_last=False):
+            f = c.T @ x if batch_last else x @ c
             return km1 * f - k1 * y * (1 - f)
 
-        def g_xy(x, y):
+        def g_xy(x, y, batch_last=False):
+            if batch_last:
+                return (k1 * y + km1) * c, -k1 * (1 - (c.T @ x)[0])
             return (k1 * y + km1) * c.T, -k1 * (1 - (x @ c)[:, 0])
 
     else:
@@ -356,15 +360,59 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
     def ratio(idx):
         return inv_e if (idx is None or inv_e.shape[0] == 1) else inv_e[idx]
 
-    chain = torch_chain_rates(gen, dtype, device)
+    # one eps for the whole batch is folded into the chain's rate constants
+    folded = inv_e.numel() == 1 and not inv_e.requires_grad
+    chain = torch_chain_rates(
+        gen, dtype, device, batch_last=True, scale=float(inv_e) if folded else None
+    )
     if chain is not None:
+        # the neighbour chains are written batch last, `z (n+1, b)`: each state is one contiguous
+        # row, which is the layout the solver's elimination down the chain works in
+        cT = c.T.contiguous()  # (1, n)
+        zero = torch.zeros((1, 1), dtype=dtype, device=device)
+        plain_linear = (
+            isinstance(law, LinearSlowLaw) and isinstance(law.a, (int, float)) and law.b == 0
+        )
+
+        def g_batch_last(x, y):  # (1, b)
+            if plain_linear:  # c.x - a y in one operation
+                return torch.addmm(y, cT, x, beta=-law.a)
+            return g(x, y, True)
+
+        padded = {}  # width -> a buffer (n+1, b) whose first and last rows stay zero, and views
+
+        def fun_batch_last(z, idx=None):
+            x, y = z[:n], z[n:]
+            up, down, _ = chain(y, derivative=False)
+            b = z.shape[1]
+            if torch.is_grad_enabled():
+                back = torch.mul(down, x[1:]).addcmul_(up, x[:-1], value=-1)  # flux i+1 -> i
+                if not folded:
+                    back = back * ratio(idx).T
+                # dx_i/dt = flux_{i-1} - flux_i, with no flux beyond either end
+                dx = torch.diff(back, dim=0, prepend=zero.expand(1, b), append=zero.expand(1, b))
+                return torch.cat([dx, g_batch_last(x, y)])
+            # without autograd: the same into preallocated rows, no concatenation
+            if b not in padded:
+                P = torch.zeros((n + 1, b), dtype=dtype, device=device)
+                padded.clear()
+                padded[b] = (P[1:n], P[1:], P[:-1])
+            inner, hi, lo = padded[b]
+            back = torch.mul(down, x[1:], out=inner).addcmul_(up, x[:-1], value=-1)
+            if not folded:
+                back.mul_(ratio(idx).T)
+            out = torch.empty_like(z)
+            torch.sub(hi, lo, out=out[:n])
+            if plain_linear:
+                torch.addmm(y, cT, x, beta=-law.a, out=out[n:])
+            else:
+                out[n:] = g(x, y, True)
+            return out
 
         def fun(z, idx=None):
-            x, y = z[:, :n], z[:, n:]
-            up, down, _ = chain(y)
-            dx = chain_divergence(up * x[:, :-1] - down * x[:, 1:])
-            return torch.cat([dx * ratio(idx), g(x, y)], dim=-1)
+            return fun_batch_last(z.T, idx).T
 
+        fun.batch_last = fun_batch_last
     else:
 
         def fun(z, idx=None):
@@ -373,17 +421,25 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
 
     if chain is not None and structured:
 
-        def jac(z, idx=None):
-            r = ratio(idx)
-            x, y = z[:, :n], z[:, n:]
+        def jac_batch_last(z, idx=None):
+            x, y = z[:n], z[n:]
             up, down, dup = chain(y)
-            down = down.expand_as(up)
-            sub = F.pad(up, (1, 0)) * r  # T[i, i-1]: rate i-1 -> i
-            sup = F.pad(down, (0, 1)) * r  # T[i, i+1]: rate i+1 -> i
-            diag = -(F.pad(up, (0, 1)) + F.pad(down, (1, 0))) * r  # minus the exit rates
-            u = chain_divergence(dup * x[:, :-1]) * r  # d(Q^T x)/dy / eps
-            v, d = g_xy(x, y)
+            up, down = up.expand(n - 1, -1), down.expand(n - 1, z.shape[1])
+            if not folded:
+                r = ratio(idx).T  # (1, b)
+                up, down, dup = up * r, down * r, dup * r
+            sub = F.pad(up, (0, 0, 1, 0))  # T[i, i-1]: rate i-1 -> i
+            sup = F.pad(down, (0, 0, 0, 1))  # T[i, i+1]: rate i+1 -> i
+            diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus exit rates
+            flux = F.pad(dup * x[:-1], (0, 0, 1, 1))
+            u = flux[:-1] - flux[1:]  # d(Q^T x)/dy / eps
+            v, d = g_xy(x, y, True)
             return ArrowTridiagonal(sub, diag, sup, u, v, d)
+
+        def jac(z, idx=None):
+            return jac_batch_last(z.T, idx)
+
+        jac.batch_last = jac_batch_last
 
     else:
 

@@ -11,7 +11,7 @@ with it once per stage. Two forms of `J`:
 Why the second form: on the CPU a batched LAPACK LU treats each small matrix on its own (about
 1 us per 17 x 17 solve), and a Rosenbrock step needs six solves. The arrow form is solved with
 whole-batch vector operations: Gaussian elimination down the chain (the Thomas algorithm) on one
-`(B,)` column per state, about `2n` multiply-adds per solve, and the Schur complement of the
+`(B,)` row per state, about `2n` multiply-adds per solve, and the Schur complement of the
 border, `sigma = (s - d) - v^T (s I - T)^{-1} u`. The number of tensor operations per solve does
 not depend on the batch size.
 
@@ -34,9 +34,10 @@ __all__ = ["ArrowTridiagonal", "shifted_solver"]
 
 @dataclass
 class ArrowTridiagonal:
-    """`J = [[T, u], [v^T, d]]`: `T` tridiagonal with `sub (B, n)` (`sub[:, i] = T[i, i-1]`,
-    `sub[:, 0] = 0`), `diag (B, n)`, `sup (B, n)` (`sup[:, i] = T[i, i+1]`, `sup[:, -1] = 0`);
-    `u (B, n)` the last column, `v (B, n)` the last row, `d (B,)` the corner."""
+    """`J = [[T, u], [v^T, d]]` for a batch of `B` matrices, stored chain-major (batch last, so
+    that each chain row is one contiguous `(B,)` vector): `T` tridiagonal with `sub (n, B)`
+    (`sub[i] = T[i, i-1]`, `sub[0] = 0`), `diag (n, B)`, `sup (n, B)` (`sup[i] = T[i, i+1]`,
+    `sup[-1] = 0`); `u (n, B)` the last column, `v (n, B)` the last row, `d (B,)` the corner."""
 
     sub: torch.Tensor
     diag: torch.Tensor
@@ -48,73 +49,229 @@ class ArrowTridiagonal:
     def dense(self) -> torch.Tensor:
         """The full `(B, n+1, n+1)` matrix (for tests and small problems)."""
         T = (
-            torch.diag_embed(self.diag)
-            + torch.diag_embed(self.sub[:, 1:], -1)
-            + torch.diag_embed(self.sup[:, :-1], 1)
+            torch.diag_embed(self.diag.T)
+            + torch.diag_embed(self.sub.T[:, 1:], -1)
+            + torch.diag_embed(self.sup.T[:, :-1], 1)
         )
-        top = torch.cat([T, self.u[:, :, None]], dim=2)
-        bottom = torch.cat([self.v, self.d[:, None]], dim=1)[:, None, :]
+        top = torch.cat([T, self.u.T[:, :, None]], dim=2)
+        bottom = torch.cat([self.v.T, self.d[:, None]], dim=1)[:, None, :]
         return torch.cat([top, bottom], dim=1)
 
-    def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None):
-        """`r (B, n+1) -> (s I - J)^{-1} r` for `s (B,)`: the tridiagonal block by elimination
-        down the chain (Thomas), the border by its Schur complement. With `first`, also returns
-        the solution for that right-hand side, found in the same sweep as the border's."""
-        n = self.diag.shape[1]
-        fac = _thomas_factor(self.sub, s[:, None] - self.diag, self.sup)
+    def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None):
+        """`solve(r (n+1, B), out=None) -> (s I - J)^{-1} r` for `s (B,)`: the tridiagonal block
+        by elimination down the chain (Thomas), the border by its Schur complement. With
+        `first`, also returns the solution for that right-hand side, found in the same sweep as
+        the border's. `workspace` (a dict owned by the caller) keeps the buffers and their views
+        from one factorisation to the next of the same shape; a factorisation made with it is
+        valid until the next one made with it."""
+        n = self.diag.shape[0]
+        # in place, on rows made once per factorisation, unless autograd records the operations
+        # or torch.compile traces them (it fuses the out-of-place form itself)
+        inplace = not torch.compiler.is_compiling() and (
+            not torch.is_grad_enabled()
+            or not any(
+                t is not None and t.requires_grad
+                for t in (self.sub, self.diag, self.sup, self.u, self.v, self.d, s, first)
+            )
+        )
+        if inplace:
+            return _ArrowSolver(self, s, first, workspace).result()
+        fac = _thomas_factor(self.sub, s - self.diag, self.sup)
         if first is None:
-            w = _thomas_solve(fac, self.u[:, :, None])[:, :, 0]  # (s I - T)^{-1} u
+            w = _thomas_solve(fac, self.u)  # (s I - T)^{-1} u
         else:  # one sweep for two right-hand sides
-            both = _thomas_solve(fac, torch.stack([self.u, first[:, :n]], dim=2))
-            w, a_first = both[:, :, 0], both[:, :, 1]
-        inv_sigma = 1.0 / (s - self.d - (self.v * w).sum(-1))  # 1 / Schur complement
+            both = _thomas_solve(fac, torch.stack([self.u, first[:n]], dim=1))
+            w, a_first = both[:, 0], both[:, 1]
+        inv_sigma = 1.0 / (s - self.d - (self.v * w).sum(0))  # 1 / Schur complement
 
-        def finish(a, r_last):
-            last = (r_last + (self.v * a).sum(-1)) * inv_sigma  # (B,)
-            return torch.cat([torch.addcmul(a, w, last[:, None]), last[:, None]], dim=1)
+        def finish(a, r_last):  # a = (s I - T)^{-1} r[:n]
+            last = (r_last + (self.v * a).sum(0)) * inv_sigma  # (B,)
+            return torch.cat([torch.addcmul(a, w, last), last[None]])
 
-        def solve(r):
-            return finish(_thomas_solve(fac, r[:, :n, None])[:, :, 0], r[:, n])
+        def solve(r, out=None):
+            return finish(_thomas_solve(fac, r[:n]), r[n])
 
-        return solve if first is None else (solve, finish(a_first, first[:, n]))
+        return solve if first is None else (solve, finish(a_first, first[n]))
+
+
+def _pairs(t, m):
+    """Views of rows `(k, n-1-k)` of `t (n, ...)` as `(2, ...)` tensors, `k < m`."""
+    s0, n = t.stride(0), t.shape[0]
+    rest, rest_strides = t.shape[1:], t.stride()[1:]
+    off = t.storage_offset()
+    return [
+        t.as_strided((2, *rest), ((n - 1 - 2 * k) * s0, *rest_strides), off + k * s0)
+        for k in range(m)
+    ]
+
+
+class _Workspace:
+    """The buffers of `_ArrowSolver` for one shape, with the views its sweeps use (making views
+    costs about as much as the arithmetic on a `(B,)` row, so they are made once)."""
+
+    def __init__(self, n, B, k, like):
+        m = n // 2
+        kw = {"dtype": like.dtype, "device": like.device}
+        self.b, self.fw_num, self.bw_num, self.inv, self.bw, self.fw, self.work = (
+            torch.empty((n, B), **kw) for _ in range(7)
+        )
+        self.border = torch.empty((n, k, B), **kw) if k > 1 else torch.empty((n, B), **kw)
+        self.Bb, self.Fn, self.Bn, self.Ip, self.BW, self.FW, self.work_pairs = (
+            _pairs(t, m)
+            for t in (self.b, self.fw_num, self.bw_num, self.inv, self.bw, self.fw, self.work)
+        )
+        self.border_pairs = _pairs(self.border, m)
+        wide = k > 1
+        self.FW3 = _pairs(self.fw[:, None], m) if wide else self.FW
+        self.BW3 = _pairs(self.bw[:, None], m) if wide else self.BW
+        self.inv3 = self.inv[:, None] if wide else self.inv
+        middle = [i for i in (m - 1, m, m + 1) if 0 <= i < n]  # rows the middle step reads
+        self.work_rows = {i: self.work[i] for i in middle}
+        self.border_rows = {i: self.border[i] for i in middle}
+        self.bw_rows = {i: self.bw[i] for i in middle}
+        self.fw_rows = {i: self.fw[i] for i in middle}
+
+
+class _ArrowSolver:
+    """`(s I - J)^{-1}` for an `ArrowTridiagonal` `J`, in place, eliminating from both ends of the
+    chain at once: rows `k` (from the top) and `n-1-k` (from the bottom) are one `(2, B)` view, so
+    a sweep takes `n/2` vector operations instead of `n`. This is Gaussian elimination without
+    pivoting in the order `0, n-1, 1, n-2, ...`, a symmetric permutation of `s I - T`, which keeps
+    its column diagonal dominance and so the stability argument of the module docstring (for
+    odd `n` the middle row is eliminated last; for even `n` the middle pair is a 2 x 2 system).
+
+    Top rows `i < m`: `den_i = b_i - p_i g_{i-1}`, `g_i = q_i / den_i`, forward multiplier
+    `p_i / den_i`; bottom rows, mirrored: `den_j = b_j - q_j h_{j+1}`, `h_j = p_j / den_j`,
+    forward multiplier `q_j / den_j`. The border by its Schur complement, as in the functional
+    path."""
+
+    def __init__(self, J, s, first, workspace=None):
+        p, q = J.sub, J.sup
+        n, B = J.diag.shape
+        m = n // 2
+        k = 1 if first is None else 2
+        key = ("arrow", n, B, k, J.diag.dtype, J.diag.device)
+        ws = None if workspace is None else workspace.get(key)
+        if ws is None:
+            ws = _Workspace(n, B, k, J.diag)
+            if workspace is not None:
+                for old in [k for k in workspace if k[0] == "arrow"]:
+                    del workspace[old]  # one shape at a time: the batch only shrinks
+                workspace[key] = ws
+        self.J, self.n, self.m, self.ws = J, n, m, ws
+        b = torch.sub(s, J.diag, out=ws.b)
+        torch.cat([p[:m], q[m:]], out=ws.fw_num)  # forward numerators: p on top, q at the bottom
+        torch.cat([q[:m], p[m:]], out=ws.bw_num)  # backward numerators: q on top, p at the bottom
+        Ip, BW, Fn, Bn, Bb = ws.Ip, ws.BW, ws.Fn, ws.Bn, ws.Bb
+        for i in range(m):
+            if i == 0:
+                torch.reciprocal(Bb[0], out=Ip[0])
+            else:
+                torch.addcmul(Bb[i], Fn[i], BW[i - 1], value=-1, out=Ip[i]).reciprocal_()
+            torch.mul(Bn[i], Ip[i], out=BW[i])
+        inv, bw = ws.inv, ws.bw
+        if n % 2:  # the middle row, coupled to both ends
+            den = b[m] if m == 0 else b[m] - p[m] * bw[m - 1] - q[m] * bw[m + 1]
+            torch.reciprocal(den, out=inv[m])
+            self.fw_mid = p[m] * inv[m]  # and fw[m] = q_m / den_m
+        elif m:  # the middle pair: x_m = (y_m + h_m y_{m-1}) / (1 - g_{m-1} h_m)
+            self.inv_mid = (bw[m - 1] * bw[m]).neg_().add_(1.0).reciprocal_()
+        torch.mul(ws.fw_num, inv, out=ws.fw)
+        # the border: w = (s I - T)^{-1} u, sigma = s - d - v.w, in one sweep with `first`
+        if first is None:
+            w = self._tridiagonal(torch.mul(J.u, inv, out=ws.border), ws.border_pairs,
+                                  ws.border_rows, wide=False)  # fmt: skip
+        else:
+            both = torch.stack([J.u, first[:n]], dim=1, out=ws.border).mul_(ws.inv3)
+            both = self._tridiagonal(both, ws.border_pairs, ws.border_rows, wide=True)
+            w, self.a_first = both[:, 0], both[:, 1]
+        self.w, self.first = w, first
+        self.inv_sigma = (torch.linalg.vecdot(J.v, w, dim=0).add_(J.d).neg_().add_(s)).reciprocal_()
+
+    def _tridiagonal(self, y, pairs, rows, wide):
+        """`y <- (s I - T)^{-1} r` in place from `y = r / den` (`(n, B)`, or `(n, k, B)` if
+        `wide`), given the pair views and middle rows of `y`."""
+        ws, n, m = self.ws, self.n, self.m
+        FW, BW = (ws.FW3, ws.BW3) if wide else (ws.FW, ws.BW)
+        for i in range(1, m):
+            pairs[i].addcmul_(FW[i], pairs[i - 1])
+        # single rows `(B,)` broadcast against `(B,)` and `(k, B)` alike
+        if n % 2:
+            mid = rows[m]
+            if m:
+                mid.addcmul_(self.fw_mid, rows[m - 1])
+                mid.addcmul_(ws.fw_rows[m], rows[m + 1])
+                pairs[m - 1].addcmul_(BW[m - 1], mid)
+        elif m:
+            lo, hi = rows[m - 1], rows[m]
+            hi.addcmul_(ws.bw_rows[m], lo).mul_(self.inv_mid)
+            lo.addcmul_(ws.bw_rows[m - 1], hi)
+        for i in range(m - 2, -1, -1):
+            pairs[i].addcmul_(BW[i], pairs[i + 1])
+        return y
+
+    def finish(self, a, r_last, out=None):
+        """`[a - w x_n, x_n]` with `x_n = (r_n + v.a) / sigma`, for `a = (s I - T)^{-1} r[:n]`."""
+        n = self.n
+        if out is None:
+            out = torch.empty((n + 1, *a.shape[1:]), dtype=a.dtype, device=a.device)
+        last = out[n]
+        torch.mul(torch.linalg.vecdot(self.J.v, a, dim=0).add_(r_last), self.inv_sigma, out=last)
+        torch.addcmul(a, self.w, last, out=out[:n])
+        return out
+
+    def solve(self, r, out=None):
+        ws = self.ws
+        torch.mul(r[: self.n], ws.inv, out=ws.work)
+        a = self._tridiagonal(ws.work, ws.work_pairs, ws.work_rows, wide=False)
+        return self.finish(a, r[self.n], out)
+
+    def result(self):
+        if self.first is None:
+            return self.solve
+        return self.solve, self.finish(self.a_first, self.first[self.n])
 
 
 def _thomas_factor(p, b, q):
-    """Elimination down the chain for `b_i x_i - p_i x_{i-1} - q_i x_{i+1} = r_i`:
-    `den_i = b_i - p_i g_{i-1}`, `g_i = q_i / den_i` (so that `x_i = y_i + g_i x_{i+1}`).
-    Returns `1/den (B, n, 1)`, the scaled `p_i / den_i` and `g_i` as `(B, 1)` columns."""
-    P, Bc, Q = p.unbind(1), b.unbind(1), q.unbind(1)
-    inv = [1.0 / Bc[0]]
-    g = [Q[0] * inv[0]]
-    for i in range(1, len(Bc)):
-        inv.append(1.0 / torch.addcmul(Bc[i], P[i], g[i - 1], value=-1))
-        g.append(Q[i] * inv[i])
-    inv = torch.stack(inv, dim=1)[:, :, None]
-    return inv, (p[:, :, None] * inv).unbind(1), [gi[:, None] for gi in g]
+    """Elimination down the chain for `b_i x_i - p_i x_{i-1} - q_i x_{i+1} = r_i` (rows of
+    `(n, B)`): `den_i = b_i - p_i g_{i-1}`, `g_i = q_i / den_i` (so that `x_i = y_i + g_i x_{i+1}`;
+    the `g` the back substitution uses is the one the pivots were made with, which keeps the
+    elimination backward stable). Returns `1/den (n, B)` and the rows `p_i / den_i` and `g_i`.
+    Out of place, for autograd; `_ArrowSolver` is the in-place version."""
+    P, Bs, Q = p.unbind(0), b.unbind(0), q.unbind(0)
+    inv = [1.0 / Bs[0]]
+    G = [Q[0] * inv[0]]
+    for i in range(1, b.shape[0]):
+        inv.append(1.0 / torch.addcmul(Bs[i], P[i], G[i - 1], value=-1))
+        G.append(Q[i] * inv[i])
+    inv = torch.stack(inv)
+    return inv, (p * inv).unbind(0), G
 
 
 def _thomas_solve(fac, r):
-    """`r (B, n, k)`: forward `y_i = r_i / den_i + (p_i / den_i) y_{i-1}`, back
-    `x_i = y_i + g_i x_{i+1}`, on `(B, k)` columns."""
+    """`r (n, B)` or `(n, k, B)`: forward `y_i = r_i / den_i + (p_i / den_i) y_{i-1}`, back
+    `x_i = y_i + g_i x_{i+1}`, on `(B,)` rows."""
     inv, ps, g = fac
     n = len(g)
-    y = list((r * inv).unbind(1))
+    rows = list((r * (inv if r.ndim == 2 else inv[:, None])).unbind(0))
     for i in range(1, n):
-        y[i] = torch.addcmul(y[i], ps[i], y[i - 1])
+        rows[i] = torch.addcmul(rows[i], ps[i], rows[i - 1])
     for i in range(n - 2, -1, -1):
-        y[i] = torch.addcmul(y[i], g[i], y[i + 1])
-    return torch.stack(y, dim=1)
+        rows[i] = torch.addcmul(rows[i], g[i], rows[i + 1])
+    return torch.stack(rows)
 
 
-def shifted_solver(J, s: torch.Tensor, first: torch.Tensor | None = None):
-    """`r -> (s I - J)^{-1} r` for a dense `J (B, N, N)` or an `ArrowTridiagonal`; `s (B,)`.
-    With `first (B, N)`, returns `(solve, solve(first))`."""
+def shifted_solver(J, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None):
+    """`r (N, B) -> (s I - J)^{-1} r` (batch last) for a dense `J (B, N, N)` or an
+    `ArrowTridiagonal`; `s (B,)`. With `first (N, B)`, returns `(solve, solve(first))`.
+    `workspace`: see `ArrowTridiagonal.shifted_solver`."""
     if isinstance(J, ArrowTridiagonal):
-        return J.shifted_solver(s, first)
+        return J.shifted_solver(s, first, workspace)
     G = torch.diag_embed(s[:, None].expand(-1, J.shape[-1])) - J
     LU, piv, _ = torch.linalg.lu_factor_ex(G)
 
-    def solve(r):
-        return torch.linalg.lu_solve(LU, piv, r[..., None])[..., 0]
+    def solve(r, out=None):
+        x = torch.linalg.lu_solve(LU, piv, r.T[..., None])[..., 0].T
+        return x if out is None else out.copy_(x)
 
     return solve if first is None else (solve, solve(first))

@@ -114,47 +114,98 @@ def _combination(tab: _Tableau):
 
 def _rosenbrock_step(tab: _Tableau):
     """`step(fun, jac, y, h, 1/h, idx) -> (y_new, error vector, stages)` for one Rosenbrock step of
-    tableau `tab` on a batch: one factorisation of `I/(h gamma) - J`, one solve per stage."""
+    tableau `tab` on a batch (batch last, `y (n, b)`): one factorisation of `I/(h gamma) - J`,
+    one solve per stage. Without autograd the stages `k_j` are written into one `(s, n, b)`
+    buffer, so that each stage sum `y + sum_j A_ij k_j` (and `sum_j C_ij k_j`) is a single
+    matrix product; with autograd they stay separate tensors."""
     plan, stiffly_accurate = _combination(tab)
     s_stages = len(tab.M)
     plain_error = tuple(tab.E) == (0.0,) * (s_stages - 1) + (1.0,)
+    rows = {}  # (dtype, device) -> the rows of A and C as (1, i) tensors
 
-    def step(fun, jac, ya, hh, inv_h, sel):
-        solve, k0 = shifted_solver(jac(ya, sel), 1.0 / (hh * tab.gamma), first=fun(ya, sel))
-        ks, yi = [k0], ya
+    def coefficient_rows(like):
+        key = (like.dtype, like.device)
+        if key not in rows:
+            kw = {"dtype": like.dtype, "device": like.device}
+            rows[key] = (
+                [torch.tensor([a], **kw) if a else None for a in tab.A],
+                [torch.tensor([c], **kw) if c else None for c in tab.C],
+            )
+        return rows[key]
+
+    def step(fun, jac, ya, hh, inv_h, sel, workspace=None):  # batch last: ya (n, b), hh (b,)
+        s = (hh * tab.gamma).reciprocal_()
+        solve, k0 = shifted_solver(jac(ya, sel), s, first=fun(ya, sel), workspace=workspace)
+        if k0.requires_grad or ya.requires_grad or torch.compiler.is_compiling():
+            return _recorded_stages(tab, plan, stiffly_accurate, plain_error, fun, solve,
+                                    k0, ya, inv_h, sel)  # fmt: skip
+        A, C = coefficient_rows(ya)
+        n, b = ya.shape
+        key = ("stages", n, b)
+        if workspace is None or key not in workspace:
+            K = torch.empty((s_stages, n, b), dtype=ya.dtype, device=ya.device)
+            views = (K.unbind(0), K.view(s_stages, n * b))
+            views = views + ([views[1][:i] for i in range(s_stages)],)
+            if workspace is not None:  # valid until the next step: the caller uses ks at once
+                for old in [k for k in workspace if k[0] == "stages"]:
+                    del workspace[old]
+                workspace[key] = views
+        ks, Kf, first_rows = workspace[key] if workspace is not None else views
+        ks[0].copy_(k0)
+        yf, yi = ya.reshape(1, n * b), ya
         for i in range(1, s_stages):
-            kind, row = plan[i]
-            if kind == "prev":
+            if plan[i][0] == "prev":
                 yi = yi + ks[i - 1]
-            else:
-                yi = ya
-                for j, a in enumerate(row):
-                    if a:
-                        yi = torch.add(yi, ks[j], alpha=a)
-            acc = ks[0] * tab.C[i][0]
-            for j in range(1, i):
-                acc = torch.add(acc, ks[j], alpha=tab.C[i][j])
-            ks.append(solve(torch.addcmul(fun(yi, sel), acc, inv_h)))
+            else:  # mm then add: faster than addmm for one row on the CPU
+                yi = torch.mm(A[i], first_rows[i]).add_(yf).view(n, b)
+            acc = torch.mm(C[i], first_rows[i]).view(n, b)
+            solve(torch.addcmul(fun(yi, sel), acc, inv_h), out=ks[i])
         if stiffly_accurate:
             y_new = yi + ks[-1]
         else:
-            y_new = ya
-            for j in range(s_stages):
-                y_new = torch.add(y_new, ks[j], alpha=tab.M[j])
-        err = ks[-1] if plain_error else sum(e * k for e, k in zip(tab.E, ks) if e)
+            y_new = torch.addmm(yf, ya.new_tensor([tab.M]), Kf).view(n, b)
+        err = ks[-1] if plain_error else torch.mm(ya.new_tensor([tab.E]), Kf).view(n, b)
         return y_new, err, ks
 
     return step
+
+
+def _recorded_stages(tab, plan, stiffly_accurate, plain_error, fun, solve, k0, ya, inv_h, sel):
+    """The stages of `_rosenbrock_step` as separate tensors, for autograd to record (and
+    for torch.compile to trace: it fuses them itself)."""
+    s_stages = len(tab.M)
+    ks, yi = [k0], ya
+    for i in range(1, s_stages):
+        kind, row = plan[i]
+        if kind == "prev":
+            yi = yi + ks[i - 1]
+        else:
+            yi = ya
+            for j, a in enumerate(row):
+                if a:
+                    yi = torch.add(yi, ks[j], alpha=a)
+        acc = ks[0] * tab.C[i][0]
+        for j in range(1, i):
+            acc = torch.add(acc, ks[j], alpha=tab.C[i][j])
+        ks.append(solve(torch.addcmul(fun(yi, sel), acc, inv_h)))
+    if stiffly_accurate:
+        y_new = yi + ks[-1]
+    else:
+        y_new = ya
+        for j in range(s_stages):
+            y_new = torch.add(y_new, ks[j], alpha=tab.M[j])
+    err = ks[-1] if plain_error else sum(e * k for e, k in zip(tab.E, ks) if e)
+    return y_new, err, ks
 
 
 def _dense_outputs(tab, rows, ks, y0, y1, t0, h, t1, t_eval, k_next, idx, out_rows, recorded):
     """Write the solution at every output time in `(t0, t1]` of the accepted steps `rows`,
     `y(t0 + s h) = (1-s) y0 + s (y1 + (1-s) (D_0.k + s D_1.k))`, and advance `k_next`; exact at
     `s = 1` (a step that landed on the output time). `recorded` (differentiable runs) keeps
-    the rows with their graphs."""
+    the rows with their graphs. `ks`, `y0`, `y1` are batch last, `(n, b)`."""
     K = t_eval.shape[0]
-    d = [sum(c * k[rows] for c, k in zip(coef, ks) if c) for coef in tab.D]
-    y0, y1, t0, h = y0[rows], y1[rows], t0[rows], h[rows]
+    d = [sum(c * k[:, rows] for c, k in zip(coef, ks) if c).T for coef in tab.D]
+    y0, y1, t0, h = y0[:, rows].T, y1[:, rows].T, t0[rows], h[rows]  # batch first from here
     while rows.numel():
         kk = k_next[rows]
         s = ((t_eval[kk] - t0) / h)[:, None].detach()
@@ -186,6 +237,28 @@ def autograd_jacobian(fun):
         return torch.func.vmap(column)(directions).permute(1, 2, 0)
 
     return jac
+
+
+def _batch_last(fun, jac):
+    """The solver works batch last, `z (n, b)`: each component one contiguous row, so that the
+    elimination down a chain and the stage sums run on contiguous vectors. `fun.batch_last`
+    (and `jac.batch_last`) are used where a system provides them (`torch_functions` does for
+    the neighbour chains); otherwise the batch-first functions are called on the transpose."""
+    fun_bl = getattr(fun, "batch_last", None)
+    if fun_bl is None:
+
+        def fun_bl(z, idx=None):
+            return fun(z.T, idx).T
+
+    if jac is None:
+        jac = autograd_jacobian(fun)
+    jac_bl = getattr(jac, "batch_last", None)
+    if jac_bl is None:
+
+        def jac_bl(z, idx=None):
+            return jac(z.T, idx)
+
+    return fun_bl, jac_bl
 
 
 def _check_inputs(z0, t_eval, rtol, atol, max_steps):
@@ -239,8 +312,7 @@ def rodas4_solve(
     """
     tab = RODAS4
     s_stages = len(tab.M)
-    if jac is None:
-        jac = autograd_jacobian(fun)
+    fun_bl, jac_bl = _batch_last(fun, jac)
     step = _rosenbrock_step(tab)
     if compile:
         step = torch.compile(step, dynamic=True)
@@ -275,7 +347,7 @@ def rodas4_solve(
     # the packed working set of running trajectories
     idx = torch.arange(B, device=device)
     packed = False  # False while the working set is the whole batch in order (idx = None for fun)
-    ya = z0 if differentiable else z0.detach().clone()
+    ya = (z0 if differentiable else z0.detach()).T.contiguous()  # batch last: (n, b)
     ta = torch.full((B,), t0, dtype=dtype, device=device)
     ha = h
     k_next = torch.ones(B, dtype=torch.long, device=device)
@@ -283,19 +355,32 @@ def rodas4_solve(
     t_out = t_eval[k_next]  # the next output time of each trajectory
     target = torch.full((B,), t_end, dtype=dtype, device=device) if dense_output else t_out
     acc_a = torch.zeros(B, dtype=torch.long, device=device)
+    workspace = None if compile else {}  # the linear solver's buffers, reused step to step
+    grad = differentiable and torch.is_grad_enabled()  # else no graph: the step works in place
     n_iter = 0
-    while idx.numel():
+    # A trajectory that finishes or fails is frozen in place (its column keeps being computed and
+    # ignored) until an eighth of the packed set is frozen; then the set is repacked. Repacking
+    # at every departure would change the batch width hundreds of times, and each new width
+    # costs new buffers and views. Differentiable runs repack at once: a frozen column's
+    # arithmetic may overflow, and autograd would sum its 0 * inf into shared parameters.
+    live = torch.ones(B, dtype=torch.bool, device=device)
+    n_live, n_frozen = B, 0
+    repack_at = 0 if differentiable else 8
+    inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+    while n_live:
         n_iter += 1
         sel = idx if packed else None
         with torch.no_grad():
             room = target - ta
             clip = ha >= room  # this step lands on the target
             hh = torch.where(clip, room, ha)
-            inv_h = (1.0 / hh)[:, None]
-        y_new, err_vec, ks = step(fun, jac, ya, hh, inv_h, sel)
+            inv_h = (1.0 / hh)[None, :]
+        with torch.set_grad_enabled(grad):
+            y_new, err_vec, ks = step(fun_bl, jac_bl, ya, hh, inv_h, sel, workspace)
         with torch.no_grad():
             scale = torch.maximum(ya.detach().abs(), y_new.detach().abs()).mul_(rtol).add_(atol)
-            err = torch.linalg.vector_norm(err_vec.detach() / scale, dim=-1).mul_(n**-0.5)
+            q = err_vec.detach() / scale  # RMS norm; vecdot is ~15x faster than vector_norm
+            err = torch.linalg.vecdot(q, q, dim=0).mul_(1.0 / n).sqrt_()
             accept = err <= 1.0  # False for NaN
             fac = err.clamp(min=1e-10).pow_(-1.0 / tab.order).mul_(0.9)
             fac = torch.where(accept, fac.clamp(0.2, 6.0), fac.clamp(0.1, 1.0))
@@ -305,9 +390,12 @@ def rodas4_solve(
             due = accept & (t_out <= ta)  # an output time in the accepted step
             acc_a += accept
             under = ha < h_min
+            if n_frozen:
+                due &= live
+                under &= live
             event = due | under
         y_prev = ya
-        ya = torch.where(accept[:, None], y_new, ya)
+        ya = torch.where(accept, y_new, ya)
         if not bool(event.any()) and n_iter < max_steps:
             continue
         # something happened: outputs, finished or failed trajectories (ya keeps its graph when
@@ -318,33 +406,41 @@ def rodas4_solve(
                            out_rows, recorded)  # fmt: skip
             t_out = t_eval[k_next.clamp(max=K - 1)]
             if not dense_output:
-                target = t_out
+                target = torch.where(live, t_out, inf) if n_frozen else t_out
         finished = k_next >= K
         finite = torch.isfinite(err)
         fail_bad = under & ~finite & ~finished
         fail_under = under & finite & ~finished
         status[idx[fail_bad]] = STATUS.index("non_finite")
         status[idx[fail_under]] = STATUS.index("step_underflow")
-        leave = finished | under
+        leave = (finished | under) & live
         if n_iter >= max_steps:
-            status[idx[~leave]] = STATUS.index("max_steps")
-            leave = torch.ones_like(leave)
-        if bool(leave.any()):
+            status[idx[live & ~leave]] = STATUS.index("max_steps")
+            leave = live.clone()
+        n_leave = int(leave.sum())
+        if n_leave:
             gone = idx[leave]
             steps[gone] = n_iter
             naccept[gone] = acc_a[leave]
-            keep = torch.nonzero(~leave).squeeze(-1)
-            idx, ta, ha, k_next, t_out, target, acc_a = (
-                idx[keep],
-                ta[keep],
-                ha[keep],
-                k_next[keep],
-                t_out[keep],
-                target[keep],
-                acc_a[keep],
-            )
-            ya = ya[keep]
-            packed = True
+            live &= ~leave
+            n_live -= n_leave
+            n_frozen += n_leave
+            if n_live and n_frozen * repack_at >= live.numel():
+                keep = torch.nonzero(live).squeeze(-1)
+                idx, ta, ha, k_next, t_out, target, acc_a, live = (
+                    idx[keep],
+                    ta[keep],
+                    ha[keep],
+                    k_next[keep],
+                    t_out[keep],
+                    target[keep],
+                    acc_a[keep],
+                    live[keep],
+                )
+                ya = ya[:, keep]
+                packed, n_frozen = True, 0
+            elif n_live:  # frozen: never clipped to a target, so never landing on one
+                target = torch.where(live, target, inf)
     if differentiable:
         rows = []
         for k in range(K):

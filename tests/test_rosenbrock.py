@@ -102,6 +102,33 @@ def test_a_failing_trajectory_does_not_take_the_others_down():
     assert stats["naccept"][1] + stats["nreject"][1] > 20 and stats["naccept"][0] > 0
 
 
+@pytest.mark.parametrize("dense_output", [True, False])
+def test_batch_equals_trajectories_solved_alone(dense_output):
+    # every trajectory has its own step sequence: inside a batch, where others finish at other
+    # iterations, are frozen in place and later repacked away, it gets the solution and the
+    # statistics it gets alone
+    system = fs.make_system("birth-death", eps=1e-3)
+    n = system.n_fast
+    rng = np.random.default_rng(7)
+    B = 20
+    z0 = torch.tensor(
+        np.concatenate([rng.dirichlet(np.ones(n), B), rng.uniform(0, 1, (B, 1))], axis=1)
+    )
+    t = torch.tensor([0.0, 0.01, 0.3, 1.0, 2.5])
+    fun, jac = torch_functions(system)
+    out_b, status_b, stats_b = rodas4_solve(fun, jac, z0, t, rtol=1e-7, atol=1e-10,
+                                            dense_output=dense_output)  # fmt: skip
+    assert (status_b == 0).all()
+    steps = stats_b["naccept"] + stats_b["nreject"]
+    assert len(set(steps.tolist())) > 5  # departures at many different iterations
+    for b in range(0, B, 3):
+        out_1, _, stats_1 = rodas4_solve(fun, jac, z0[b : b + 1], t, rtol=1e-7, atol=1e-10,
+                                         dense_output=dense_output)  # fmt: skip
+        torch.testing.assert_close(out_b[:, b], out_1[:, 0], rtol=1e-12, atol=1e-14)
+        assert int(stats_b["naccept"][b]) == int(stats_1["naccept"][0])
+        assert int(stats_b["nreject"][b]) == int(stats_1["nreject"][0])
+
+
 def test_max_steps_status():
     system = fs.make_system("two-state", eps=1e-3)
     fun, jac = torch_functions(system)
