@@ -385,7 +385,7 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
             x, y = z[:n], z[n:]
             up, down, _ = chain(y, derivative=False)
             b = z.shape[1]
-            if torch.is_grad_enabled():
+            if torch.is_grad_enabled() or torch.compiler.is_compiling():
                 back = torch.mul(down, x[1:]).addcmul_(up, x[:-1], value=-1)  # flux i+1 -> i
                 if not folded:
                     back = back * ratio(idx).T

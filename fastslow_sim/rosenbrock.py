@@ -11,10 +11,18 @@ Linear algebra (`linalg.shifted_solver`): `jac` returns a dense `(b, n, n)` tens
 LAPACK LU with pivoting) or a structured matrix, `linalg.ArrowTridiagonal` for the neighbour
 chains of master-equation systems, solved with O(n) whole-batch vector operations.
 
+Layout and cost: the solver works batch last, `z (n, b)`, so that each component of every
+trajectory is one contiguous row. On a CPU a step of a small system is a few hundred tensor
+operations on short rows, each costing a few microseconds of dispatch whatever the batch size;
+so the step works in place where autograd does not need the graph (stage vectors in one
+buffer, each stage sum one matrix product, the linear solver's buffers and views kept from one
+step to the next), and the batch width changes rarely (see `rodas4_solve`).
+
 Each trajectory has its own time, step size, accept/reject decision and status (`success`,
 `max_steps`, `step_underflow`, `non_finite`); a failing trajectory stops alone and the others
 go on. Statistics per trajectory: function evaluations, Jacobians, factorisations, stage solves,
-accepted and rejected steps. Steps are shortened to land exactly on the output times.
+accepted and rejected steps. The solution at the output times comes from RODAS4's continuous
+extension (or, with `dense_output=False`, from steps shortened to land on them).
 
 Differentiable: with `differentiable=True` the accepted steps are recorded with their step
 sizes detached, so autograd differentiates the discrete solution (discretise-then-optimise);
@@ -145,12 +153,12 @@ def _rosenbrock_step(tab: _Tableau):
         if workspace is None or key not in workspace:
             K = torch.empty((s_stages, n, b), dtype=ya.dtype, device=ya.device)
             views = (K.unbind(0), K.view(s_stages, n * b))
-            views = views + ([views[1][:i] for i in range(s_stages)],)
+            views = views + ([views[1][:i] for i in range(s_stages)], K)
             if workspace is not None:  # valid until the next step: the caller uses ks at once
                 for old in [k for k in workspace if k[0] == "stages"]:
                     del workspace[old]
                 workspace[key] = views
-        ks, Kf, first_rows = workspace[key] if workspace is not None else views
+        ks, Kf, first_rows, K = workspace[key] if workspace is not None else views
         ks[0].copy_(k0)
         yf, yi = ya.reshape(1, n * b), ya
         for i in range(1, s_stages):
@@ -165,7 +173,7 @@ def _rosenbrock_step(tab: _Tableau):
         else:
             y_new = torch.addmm(yf, ya.new_tensor([tab.M]), Kf).view(n, b)
         err = ks[-1] if plain_error else torch.mm(ya.new_tensor([tab.E]), Kf).view(n, b)
-        return y_new, err, ks
+        return y_new, err, K
 
     return step
 
@@ -202,14 +210,23 @@ def _dense_outputs(tab, rows, ks, y0, y1, t0, h, t1, t_eval, k_next, idx, out_ro
     """Write the solution at every output time in `(t0, t1]` of the accepted steps `rows`,
     `y(t0 + s h) = (1-s) y0 + s (y1 + (1-s) (D_0.k + s D_1.k))`, and advance `k_next`; exact at
     `s = 1` (a step that landed on the output time). `recorded` (differentiable runs) keeps
-    the rows with their graphs. `ks`, `y0`, `y1` are batch last, `(n, b)`."""
+    the rows with their graphs. `y0`, `y1` are batch last, `(n, b)`; `ks` the stages, `(s, n, b)`
+    (a tensor, or a list of `(n, b)`)."""
     K = t_eval.shape[0]
-    d = [sum(c * k[:, rows] for c, k in zip(coef, ks) if c).T for coef in tab.D]
+    n = y0.shape[0]
     y0, y1, t0, h = y0[:, rows].T, y1[:, rows].T, t0[rows], h[rows]  # batch first from here
+    d = None  # the interpolant's coefficients for `rows`, made when first needed
     while rows.numel():
         kk = k_next[rows]
         s = ((t_eval[kk] - t0) / h)[:, None].detach()
-        val = (1 - s) * y0 + s * (y1 + (1 - s) * (d[0] + s * d[1]))
+        if bool((s == 1).all()):  # every step landed on its output time: the step's end
+            val = y1
+        else:
+            if d is None:  # D (2, s) times the stages of these rows, one product
+                Ks = (ks if torch.is_tensor(ks) else torch.stack(ks))[:, :, rows]
+                D = torch.tensor(tab.D, dtype=Ks.dtype, device=Ks.device)
+                d = (D @ Ks.reshape(len(tab.M), -1)).reshape(2, n, -1).transpose(1, 2).unbind(0)
+            val = (1 - s) * y0 + s * (y1 + (1 - s) * (d[0] + s * d[1]))
         g = idx[rows]
         out_rows[kk, g] = val.detach()
         if recorded is not None:
@@ -218,7 +235,8 @@ def _dense_outputs(tab, rows, ks, y0, y1, t0, h, t1, t_eval, k_next, idx, out_ro
         k_next[rows] = kk + 1
         more = (kk + 1 < K) & (t_eval[(kk + 1).clamp(max=K - 1)] <= t1[rows])
         rows, y0, y1, t0, h = rows[more], y0[more], y1[more], t0[more], h[more]
-        d = [v[more] for v in d]
+        if d is not None:
+            d = [v[more] for v in d]
 
 
 def autograd_jacobian(fun):
@@ -307,8 +325,10 @@ def rodas4_solve(
     extra steps; with `dense_output=False` every step is shortened to land on them.
 
     The running trajectories are kept packed (`ya`, `ta`, `ha`): one step of all of them is one
-    pass of whole-batch tensor operations, and the set is repacked only when a trajectory reaches
-    its last output time or fails, so that the cost per step follows the number still running.
+    pass of whole-batch tensor operations. A trajectory that reaches its last output time or
+    fails is frozen in place (computed and ignored) until an eighth of the packed set is frozen,
+    and then the set is repacked, so that the cost per step follows the number still running
+    while the width, and with it the buffers the step reuses, changes only every so often.
     """
     tab = RODAS4
     s_stages = len(tab.M)
@@ -382,8 +402,10 @@ def rodas4_solve(
             q = err_vec.detach() / scale  # RMS norm; vecdot is ~15x faster than vector_norm
             err = torch.linalg.vecdot(q, q, dim=0).mul_(1.0 / n).sqrt_()
             accept = err <= 1.0  # False for NaN
-            fac = err.clamp(min=1e-10).pow_(-1.0 / tab.order).mul_(0.9)
-            fac = torch.where(accept, fac.clamp(0.2, 6.0), fac.clamp(0.1, 1.0))
+            # next step h * 0.9 err^(-1/4), growing at most 6-fold after an accepted step and
+            # shrinking at most 10-fold after a rejected one (accepted: factor >= 0.9; rejected:
+            # < 0.9, so one clamp to [0.1, 6] does both)
+            fac = err.clamp(min=1e-10).pow_(-1.0 / tab.order).mul_(0.9).clamp_(0.1, 6.0)
             ha = hh * fac.nan_to_num_(nan=0.2, posinf=0.2)  # a non-finite step: shrink by 5
             t_prev = ta
             ta = torch.where(accept, torch.where(clip, target, ta + hh), ta)  # exact landing
@@ -408,12 +430,14 @@ def rodas4_solve(
             if not dense_output:
                 target = torch.where(live, t_out, inf) if n_frozen else t_out
         finished = k_next >= K
-        finite = torch.isfinite(err)
-        fail_bad = under & ~finite & ~finished
-        fail_under = under & finite & ~finished
-        status[idx[fail_bad]] = STATUS.index("non_finite")
-        status[idx[fail_under]] = STATUS.index("step_underflow")
-        leave = (finished | under) & live
+        leave = finished & live
+        if bool(under.any()):  # failures (rare)
+            finite = torch.isfinite(err)
+            fail_bad = under & ~finite & ~finished
+            fail_under = under & finite & ~finished
+            status[idx[fail_bad]] = STATUS.index("non_finite")
+            status[idx[fail_under]] = STATUS.index("step_underflow")
+            leave |= under
         if n_iter >= max_steps:
             status[idx[live & ~leave]] = STATUS.index("max_steps")
             leave = live.clone()
