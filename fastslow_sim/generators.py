@@ -514,9 +514,13 @@ def torch_apply_transpose(gen: Generator, y, x):
     return chain_divergence(up * x[:, :-1] - down * x[:, 1:])
 
 
-def chain_divergence(flux):
-    """`dx_i/dt` from the net fluxes `flux_i` from `i` to `i+1` `(B, n-1)`: `flux_{i-1} - flux_i`."""
+def chain_divergence(flux, batch_last=False):
+    """`dx_i/dt` from the net fluxes `flux_i` from `i` to `i+1`, `(B, n-1)` or, `batch_last`,
+    `(n-1, B)`: `flux_{i-1} - flux_i`, with no flux beyond either end."""
     import torch.nn.functional as F
 
+    if batch_last:
+        padded = F.pad(flux, (0, 0, 1, 1))
+        return padded[:-1] - padded[1:]
     padded = F.pad(flux, (1, 1))
     return padded[:, :-1] - padded[:, 1:]

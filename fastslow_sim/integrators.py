@@ -318,8 +318,8 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
     import torch
     import torch.nn.functional as F
 
-    from .generators import torch_apply_transpose, torch_chain_rates, torch_rates
-    from .linalg import ArrowTridiagonal
+    from .generators import chain_divergence, torch_apply_transpose, torch_chain_rates, torch_rates
+    from .linalg import ArrowTridiagonal, keep_one
     from .systems import LinearSlowLaw, MichaelisMentenSlowLaw
 
     dtype = dtype or torch.float64
@@ -369,7 +369,6 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
         # the neighbour chains are written batch last, `z (n+1, b)`: each state is one contiguous
         # row, which is the layout the solver's elimination down the chain works in
         cT = c.T.contiguous()  # (1, n)
-        zero = torch.zeros((1, 1), dtype=dtype, device=device)
         plain_linear = (
             isinstance(law, LinearSlowLaw) and isinstance(law.a, (int, float)) and law.b == 0
         )
@@ -379,34 +378,29 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
                 return torch.addmm(y, cT, x, beta=-law.a)
             return g(x, y, True)
 
-        padded = {}  # width -> a buffer (n+1, b) whose first and last rows stay zero, and views
+        padded = {}  # a buffer (n+1, b) whose first and last rows stay zero, with its views
+
+        def zero_ended(b):
+            P = torch.zeros((n + 1, b), dtype=dtype, device=device)
+            return P[1:n], P[1:], P[:-1]
 
         def fun_batch_last(z, idx=None):
             x, y = z[:n], z[n:]
             up, down, _ = chain(y, derivative=False)
-            b = z.shape[1]
             if torch.is_grad_enabled() or torch.compiler.is_compiling():
-                back = torch.mul(down, x[1:]).addcmul_(up, x[:-1], value=-1)  # flux i+1 -> i
+                flux = torch.mul(up, x[:-1]).addcmul_(down, x[1:], value=-1)  # net i -> i+1
                 if not folded:
-                    back = back * ratio(idx).T
-                # dx_i/dt = flux_{i-1} - flux_i, with no flux beyond either end
-                dx = torch.diff(back, dim=0, prepend=zero.expand(1, b), append=zero.expand(1, b))
-                return torch.cat([dx, g_batch_last(x, y)])
+                    flux = flux * ratio(idx).T
+                return torch.cat([chain_divergence(flux, batch_last=True), g_batch_last(x, y)])
             # without autograd: the same into preallocated rows, no concatenation
-            if b not in padded:
-                P = torch.zeros((n + 1, b), dtype=dtype, device=device)
-                padded.clear()
-                padded[b] = (P[1:n], P[1:], P[:-1])
-            inner, hi, lo = padded[b]
-            back = torch.mul(down, x[1:], out=inner).addcmul_(up, x[:-1], value=-1)
+            b = z.shape[1]
+            inner, hi, lo = keep_one(padded, ("padded", b), lambda: zero_ended(b))
+            back = torch.mul(down, x[1:], out=inner).addcmul_(up, x[:-1], value=-1)  # i+1 -> i
             if not folded:
                 back.mul_(ratio(idx).T)
             out = torch.empty_like(z)
-            torch.sub(hi, lo, out=out[:n])
-            if plain_linear:
-                torch.addmm(y, cT, x, beta=-law.a, out=out[n:])
-            else:
-                out[n:] = g(x, y, True)
+            torch.sub(hi, lo, out=out[:n])  # dx_i/dt = flux_{i-1} - flux_i
+            out[n:] = g_batch_last(x, y)
             return out
 
         def fun(z, idx=None):
@@ -431,8 +425,7 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
             sub = F.pad(up, (0, 0, 1, 0))  # T[i, i-1]: rate i-1 -> i
             sup = F.pad(down, (0, 0, 0, 1))  # T[i, i+1]: rate i+1 -> i
             diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus exit rates
-            flux = F.pad(dup * x[:-1], (0, 0, 1, 1))
-            u = flux[:-1] - flux[1:]  # d(Q^T x)/dy / eps
+            u = chain_divergence(dup * x[:-1], batch_last=True)  # d(Q^T x)/dy / eps
             v, d = g_xy(x, y, True)
             return ArrowTridiagonal(sub, diag, sup, u, v, d)
 

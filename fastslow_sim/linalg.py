@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ArrowTridiagonal", "shifted_solver"]
+__all__ = ["ArrowTridiagonal", "shifted_solver", "keep_one"]
 
 
 @dataclass
@@ -93,9 +93,22 @@ class ArrowTridiagonal:
             return torch.cat([torch.addcmul(a, w, last), last[None]])
 
         def solve(r, out=None):
-            return finish(_thomas_solve(fac, r[:n]), r[n])
+            x = finish(_thomas_solve(fac, r[:n]), r[n])
+            return x if out is None else out.copy_(x)
 
         return solve if first is None else (solve, finish(a_first, first[n]))
+
+
+def keep_one(workspace: dict, key: tuple, make):
+    """`workspace[key]`, made by `make()` when absent. Entries of the same kind (`key[0]`) under
+    another key are dropped first: a solve's batch only shrinks, so older shapes are not needed
+    again."""
+    entry = workspace.get(key)
+    if entry is None:
+        for old in [other for other in workspace if other[0] == key[0]]:
+            del workspace[old]
+        entry = workspace[key] = make()
+    return entry
 
 
 def _pairs(t, m):
@@ -154,14 +167,11 @@ class _ArrowSolver:
         n, B = J.diag.shape
         m = n // 2
         k = 1 if first is None else 2
-        key = ("arrow", n, B, k, J.diag.dtype, J.diag.device)
-        ws = None if workspace is None else workspace.get(key)
-        if ws is None:
+        if workspace is None:
             ws = _Workspace(n, B, k, J.diag)
-            if workspace is not None:
-                for old in [k for k in workspace if k[0] == "arrow"]:
-                    del workspace[old]  # one shape at a time: the batch only shrinks
-                workspace[key] = ws
+        else:
+            key = ("arrow", n, B, k, J.diag.dtype, J.diag.device)
+            ws = keep_one(workspace, key, lambda: _Workspace(n, B, k, J.diag))
         self.J, self.n, self.m, self.ws = J, n, m, ws
         b = torch.sub(s, J.diag, out=ws.b)
         torch.cat([p[:m], q[m:]], out=ws.fw_num)  # forward numerators: p on top, q at the bottom

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import InputError
-from .linalg import shifted_solver
+from .linalg import keep_one, shifted_solver
 
 __all__ = ["RODAS4", "rodas4_solve", "autograd_jacobian", "STATUS"]
 
@@ -108,25 +108,25 @@ RODAS4 = _Tableau(
 
 
 def _combination(tab: _Tableau):
-    """Per stage `i`, how to form `y_i = y + sum_j A_ij k_j`: `("prev", None)` when row `i` equals
-    row `i-1` plus `k_{i-1}` (RODAS4's last two stages), else `("sum", row)`. And whether the
-    method is stiffly accurate (`M = A_{s-1} + e_{s-1}`), so that `y_new = y_s + k_s`."""
-    plan = [("sum", ())]
+    """Per stage `i`, whether `y_i = y + sum_j A_ij k_j` is `y_{i-1} + k_{i-1}` (row `i` equals row
+    `i-1` plus `e_{i-1}`: RODAS4's last two stages), one addition instead of a sum. And whether
+    the method is stiffly accurate (`M = A_{s-1} + e_{s-1}`), so that `y_new = y_s + k_s`."""
+    from_previous = [False]
     for i in range(1, len(tab.A)):
         prev = tab.A[i - 1]
         same = i > 1 and tuple(tab.A[i][: i - 1]) == tuple(prev) and tab.A[i][i - 1] == 1.0
-        plan.append(("prev", None) if same else ("sum", tab.A[i]))
+        from_previous.append(same)
     stiffly_accurate = tuple(tab.M[:-1]) == tuple(tab.A[-1]) and tab.M[-1] == 1.0
-    return plan, stiffly_accurate
+    return from_previous, stiffly_accurate
 
 
 def _rosenbrock_step(tab: _Tableau):
     """`step(fun, jac, y, h, 1/h, idx) -> (y_new, error vector, stages)` for one Rosenbrock step of
     tableau `tab` on a batch (batch last, `y (n, b)`): one factorisation of `I/(h gamma) - J`,
-    one solve per stage. Without autograd the stages `k_j` are written into one `(s, n, b)`
-    buffer, so that each stage sum `y + sum_j A_ij k_j` (and `sum_j C_ij k_j`) is a single
-    matrix product; with autograd they stay separate tensors."""
-    plan, stiffly_accurate = _combination(tab)
+    one solve per stage. Each stage sum `y + sum_j A_ij k_j` (and `sum_j C_ij k_j`) is a single
+    matrix product; without autograd the stages `k_j` are written into one reused `(s, n, b)`
+    buffer, with it they stay separate tensors that autograd records."""
+    from_previous, stiffly_accurate = _combination(tab)
     s_stages = len(tab.M)
     plain_error = tuple(tab.E) == (0.0,) * (s_stages - 1) + (1.0,)
     rows = {}  # (dtype, device) -> the rows of A and C as (1, i) tensors
@@ -144,66 +144,48 @@ def _rosenbrock_step(tab: _Tableau):
     def step(fun, jac, ya, hh, inv_h, sel, workspace=None):  # batch last: ya (n, b), hh (b,)
         s = (hh * tab.gamma).reciprocal_()
         solve, k0 = shifted_solver(jac(ya, sel), s, first=fun(ya, sel), workspace=workspace)
-        if k0.requires_grad or ya.requires_grad or torch.compiler.is_compiling():
-            return _recorded_stages(tab, plan, stiffly_accurate, plain_error, fun, solve,
-                                    k0, ya, inv_h, sel)  # fmt: skip
         A, C = coefficient_rows(ya)
         n, b = ya.shape
-        key = ("stages", n, b)
-        if workspace is None or key not in workspace:
-            K = torch.empty((s_stages, n, b), dtype=ya.dtype, device=ya.device)
-            views = (K.unbind(0), K.view(s_stages, n * b))
-            views = views + ([views[1][:i] for i in range(s_stages)], K)
-            if workspace is not None:  # valid until the next step: the caller uses ks at once
-                for old in [k for k in workspace if k[0] == "stages"]:
-                    del workspace[old]
-                workspace[key] = views
-        ks, Kf, first_rows, K = workspace[key] if workspace is not None else views
-        ks[0].copy_(k0)
+        # in place into one buffer unless autograd records or torch.compile traces the step
+        buffered = not (k0.requires_grad or ya.requires_grad or torch.compiler.is_compiling())
+        if buffered:
+
+            def stage_buffer():  # K (s, n, b), its rows k_j, and k_0..k_{i-1} flat as (i, n b)
+                K = torch.empty((s_stages, n, b), dtype=ya.dtype, device=ya.device)
+                Kf = K.view(s_stages, n * b)
+                return K, K.unbind(0), [Kf[:i] for i in range(s_stages + 1)]
+
+            # reused from step to step: the caller is done with the stages before the next step
+            K, ks, leading = (stage_buffer() if workspace is None
+                              else keep_one(workspace, ("stages", n, b), stage_buffer))  # fmt: skip
+            ks[0].copy_(k0)
+        else:
+            ks = [k0]
+
+        def first(i):  # k_0 .. k_{i-1} as (i, n b)
+            return leading[i] if buffered else torch.stack(ks[:i]).view(i, n * b)
+
         yf, yi = ya.reshape(1, n * b), ya
         for i in range(1, s_stages):
-            if plan[i][0] == "prev":
+            if from_previous[i]:
                 yi = yi + ks[i - 1]
             else:  # mm then add: faster than addmm for one row on the CPU
-                yi = torch.mm(A[i], first_rows[i]).add_(yf).view(n, b)
-            acc = torch.mm(C[i], first_rows[i]).view(n, b)
-            solve(torch.addcmul(fun(yi, sel), acc, inv_h), out=ks[i])
+                yi = torch.mm(A[i], first(i)).add_(yf).view(n, b)
+            rhs = torch.addcmul(fun(yi, sel), torch.mm(C[i], first(i)).view(n, b), inv_h)
+            if buffered:
+                solve(rhs, out=ks[i])
+            else:
+                ks.append(solve(rhs))
         if stiffly_accurate:
             y_new = yi + ks[-1]
         else:
-            y_new = torch.addmm(yf, ya.new_tensor([tab.M]), Kf).view(n, b)
-        err = ks[-1] if plain_error else torch.mm(ya.new_tensor([tab.E]), Kf).view(n, b)
-        return y_new, err, K
+            y_new = torch.addmm(yf, ya.new_tensor([tab.M]), first(s_stages)).view(n, b)
+        err = (
+            ks[-1] if plain_error else torch.mm(ya.new_tensor([tab.E]), first(s_stages)).view(n, b)
+        )
+        return y_new, err, (K if buffered else ks)
 
     return step
-
-
-def _recorded_stages(tab, plan, stiffly_accurate, plain_error, fun, solve, k0, ya, inv_h, sel):
-    """The stages of `_rosenbrock_step` as separate tensors, for autograd to record (and
-    for torch.compile to trace: it fuses them itself)."""
-    s_stages = len(tab.M)
-    ks, yi = [k0], ya
-    for i in range(1, s_stages):
-        kind, row = plan[i]
-        if kind == "prev":
-            yi = yi + ks[i - 1]
-        else:
-            yi = ya
-            for j, a in enumerate(row):
-                if a:
-                    yi = torch.add(yi, ks[j], alpha=a)
-        acc = ks[0] * tab.C[i][0]
-        for j in range(1, i):
-            acc = torch.add(acc, ks[j], alpha=tab.C[i][j])
-        ks.append(solve(torch.addcmul(fun(yi, sel), acc, inv_h)))
-    if stiffly_accurate:
-        y_new = yi + ks[-1]
-    else:
-        y_new = ya
-        for j in range(s_stages):
-            y_new = torch.add(y_new, ks[j], alpha=tab.M[j])
-    err = ks[-1] if plain_error else sum(e * k for e, k in zip(tab.E, ks) if e)
-    return y_new, err, ks
 
 
 def _dense_outputs(tab, rows, ks, y0, y1, t0, h, t1, t_eval, k_next, idx, out_rows, recorded):
