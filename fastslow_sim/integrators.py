@@ -394,7 +394,9 @@ def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True)
                 return torch.cat([chain_divergence(flux, batch_last=True), g_batch_last(x, y)])
             # without autograd: the same into preallocated rows, no concatenation
             b = z.shape[1]
-            inner, hi, lo = keep_one(padded, ("padded", b), lambda: zero_ended(b))
+            # a buffer made in inference mode cannot be written outside it: one kept per mode
+            kind = "inference" if torch.is_inference_mode_enabled() else "padded"
+            inner, hi, lo = keep_one(padded, (kind, b), lambda: zero_ended(b))
             back = torch.mul(down, x[1:], out=inner).addcmul_(up, x[:-1], value=-1)  # i+1 -> i
             if not folded:
                 back.mul_(ratio(idx).T)

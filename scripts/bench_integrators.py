@@ -9,9 +9,11 @@ g = c.x - y), eps = 1e-4, t in [0, 10], rtol = 1e-6, atol = 1e-9; x0 uniform on 
   (b) scipy's BDF on the stacked system (batch x 17 unknowns) with `jac_sparsity`
       (block diagonal), so the Jacobian is estimated by grouped finite differences;
   (c) fastslow-sim's RODAS4 in torch, all trajectories in one batch: with the Jacobian as an
-      arrow-tridiagonal matrix (the default for neighbour chains), with it dense (batched LAPACK
-      LU), and with the step compiled by `torch.compile` (its compile time is printed apart);
-      on CUDA too if present.
+      arrow-tridiagonal matrix (the default for neighbour chains) and the step's hot loops
+      (arrow solves, stage sums, error norm) as compiled CPU kernels (numba; the default), the
+      same with those loops as torch vector operations (`linalg.CPU_KERNELS = "torch"`), with
+      the Jacobian dense (batched LAPACK LU), and with the step compiled by `torch.compile`
+      (its compile time is printed apart); on CUDA too if present.
 Largest error at t = 10 against a tight reference (scipy Radau, rtol 1e-10, atol 1e-13, analytic
 Jacobian) on an evenly spaced subset of the batch (running it on all 1024 would take minutes).
 The LSODA loop runs once (about 40 s); the RODAS4 variants and scipy BDF run back to back in
@@ -32,6 +34,7 @@ from scipy.integrate import solve_ivp
 from scipy.sparse import block_diag, csr_matrix
 
 import fastslow_sim as fs
+from fastslow_sim import linalg
 from fastslow_sim.integrators import torch_functions
 from fastslow_sim.rosenbrock import rodas4_solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
@@ -73,12 +76,16 @@ def run_bdf_stacked(system, z0):
     return sol.y[:, -1].reshape(B, d), {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}
 
 
-def run_rodas4(system, z0, device, structured=True, compile=False):
+def run_rodas4(system, z0, device, structured=True, compile=False, kernel="auto"):
     fun, jac = torch_functions(system, torch.float64, device, structured=structured)
     z = torch.as_tensor(z0, dtype=torch.float64, device=device)
-    out, status, stats = rodas4_solve(
-        fun, jac, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL, compile=compile
-    )
+    linalg.CPU_KERNELS, before = kernel, linalg.CPU_KERNELS
+    try:
+        out, status, stats = rodas4_solve(
+            fun, jac, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL, compile=compile
+        )
+    finally:
+        linalg.CPU_KERNELS = before
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (
@@ -152,7 +159,10 @@ def main():
 
     run_rodas4(system, z0[:8], cpu)  # warm-up
     variants = {
-        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian)": {},
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, numba kernels)": {"kernel": "numba"},
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, torch vector operations)": {
+            "kernel": "torch"
+        },
         "rodas4 (torch, cpu, dense Jacobian, LAPACK LU)": {"structured": False},
     }
     t_compile = None

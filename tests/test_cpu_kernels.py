@@ -1,0 +1,139 @@
+"""The compiled CPU kernels (numba) of the Rosenbrock solver against their torch formulas."""
+
+import numpy as np
+import pytest
+import torch
+
+import fastslow_sim as fs
+from fastslow_sim import linalg
+from fastslow_sim.integrators import torch_functions
+from fastslow_sim.linalg import ArrowTridiagonal
+from fastslow_sim.rosenbrock import STATUS, rodas4_solve
+
+cpu_kernels = pytest.importorskip("fastslow_sim.cpu_kernels", reason="numba does not import")
+
+
+def _arrow(B, n, seed, scale=1e4):
+    g = torch.Generator().manual_seed(seed)
+    up, down = (torch.rand(n, B, generator=g, dtype=torch.float64) * scale for _ in range(2))
+    up[-1], down[-1] = 0, 0
+    sub, sup = torch.roll(up, 1, 0), down
+    diag = -(up + torch.roll(down, 1, 0))
+    u = torch.randn(n, B, generator=g, dtype=torch.float64) * scale
+    u -= u.mean(0)
+    v = torch.randn(n, 1, generator=g, dtype=torch.float64).expand(n, B)  # stride 0, as c.expand
+    return ArrowTridiagonal(sub, diag, sup, u, v, -torch.rand(B, generator=g, dtype=torch.float64))
+
+
+def test_stage_kernels_match_the_torch_formulas():
+    rng = np.random.default_rng(0)
+    N, B = 17, 37
+    K, y = rng.standard_normal((6, N, B)), rng.standard_normal((N, B))
+    for i in range(1, 6):
+        a = rng.standard_normal(i)
+        out = np.empty((N, B))
+        cpu_kernels.combine(y, K[:i], a, out)
+        np.testing.assert_allclose(out, y + np.tensordot(a, K[:i], 1), rtol=1e-13, atol=1e-14)
+    # the error norm: RMS of e / (atol + rtol max(|y0|, |y1|)) per trajectory
+    e, y0, y1 = (rng.standard_normal((N, B)) for _ in range(3))
+    out = np.empty(B)
+    cpu_kernels.error_norm(e, y0, y1, 1e-6, 1e-9, out)
+    want = np.sqrt(np.mean((e / (1e-9 + 1e-6 * np.maximum(abs(y0), abs(y1)))) ** 2, axis=0))
+    np.testing.assert_allclose(out, want, rtol=1e-13)
+    e[3, 5], y1[0, 7] = np.nan, np.nan
+    cpu_kernels.error_norm(e, y0, y1, 1e-6, 1e-9, out)
+    assert np.isnan(out[5]) and np.isnan(out[7]) and np.isfinite(np.delete(out, [5, 7])).all()
+
+
+def test_stage_solve_equals_the_solve_of_the_formed_right_hand_side(monkeypatch):
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
+    n, B = 16, 9
+    J = _arrow(B, n, seed=3)
+    s = torch.logspace(-1, 3, B, dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    f = torch.randn(n + 1, B, generator=g, dtype=torch.float64)
+    K = torch.randn(3, n + 1, B, generator=g, dtype=torch.float64)
+    c = np.array([0.3, -2.0, 5.0])
+    inv_h = torch.rand(B, generator=g, dtype=torch.float64) * 10
+    solve = J.shifted_solver(s)
+    out = torch.empty(n + 1, B, dtype=torch.float64)
+    solve.stage(f, K.numpy(), c, inv_h.numpy(), out=out)
+    rhs = f + inv_h * torch.tensordot(torch.tensor(c), K, 1)
+    torch.testing.assert_close(out, solve(rhs), rtol=1e-13, atol=0)
+    # and the kernels' solve equals the torch operations' within round-off
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "torch")
+    torch.testing.assert_close(out, J.shifted_solver(s)(rhs), rtol=1e-11, atol=0)
+
+
+def test_a_zero_pivot_gives_non_finite_values_not_an_exception(monkeypatch):
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
+    n, B = 4, 3
+    J = _arrow(B, n, seed=5)
+    s = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    J.diag[0, 1] = s[1]  # a zero pivot in trajectory 1
+    J.sub[1, 1], J.sup[0, 1] = 0.0, 0.0
+    x = J.shifted_solver(s)(torch.ones(n + 1, B, dtype=torch.float64))
+    assert not torch.isfinite(x[:, 1]).all()
+    assert torch.isfinite(x[:, [0, 2]]).all()
+
+
+def test_rodas4_with_kernels_and_with_torch_operations_agree(monkeypatch):
+    system = fs.make_system("birth-death", eps=1e-4)
+    n = system.n_fast
+    rng = np.random.default_rng(11)
+    B = 24
+    z0 = torch.tensor(
+        np.concatenate([rng.dirichlet(np.ones(n), B), rng.uniform(0, 1, (B, 1))], axis=1)
+    )
+    t = torch.tensor([0.0, 0.5, 3.0])
+    results = {}
+    for kind in ("numba", "torch"):
+        monkeypatch.setattr(linalg, "CPU_KERNELS", kind)
+        fun, jac = torch_functions(system)
+        results[kind] = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11)
+    (out_k, status_k, stats_k), (out_t, status_t, stats_t) = results["numba"], results["torch"]
+    assert (status_k == 0).all() and (status_t == 0).all()
+    # the same method with round-off in another order: equal far below the tolerance
+    torch.testing.assert_close(out_k, out_t, rtol=0, atol=1e-10)
+    steps_k, steps_t = (
+        stats_k["naccept"] + stats_k["nreject"],
+        stats_t["naccept"] + stats_t["nreject"],
+    )
+    assert (steps_k - steps_t).abs().max() <= 2
+
+
+def test_the_kernel_setting(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "fast")
+    with pytest.raises(ValueError, match="CPU_KERNELS must be 'auto', 'numba' or 'torch'"):
+        linalg.compiled_kernels(cpu)
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "auto")
+    assert linalg.compiled_kernels(cpu) is cpu_kernels
+    assert linalg.compiled_kernels(torch.device("cuda")) is None
+    # where numba does not import: "auto" falls back to the torch operations, "numba" says why
+    monkeypatch.setitem(linalg._KERNELS, "module", None)
+    assert linalg.compiled_kernels(cpu) is None
+    J = _arrow(4, 6, seed=1)
+    s = torch.full((4,), 2.0, dtype=torch.float64)
+    x = J.shifted_solver(s)(torch.ones(7, 4, dtype=torch.float64))
+    M = torch.diag_embed(s[:, None].expand(-1, 7)) - J.dense()
+    torch.testing.assert_close(M @ x.T[..., None], torch.ones(4, 7, 1, dtype=torch.float64))
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
+    with pytest.raises(ImportError, match="needs numba"):
+        linalg.compiled_kernels(cpu)
+
+
+def test_solver_outputs_are_ordinary_tensors():
+    # the march runs in inference mode; what it returns must still take in-place updates and
+    # autograd, and the system's functions must still run outside inference mode afterwards
+    system = fs.make_system("two-state", eps=1e-3)
+    fun, jac = torch_functions(system)
+    z0 = torch.tensor([[0.3, 0.7, 0.2], [0.9, 0.1, 0.8]], dtype=torch.float64)
+    out, status, stats = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]))
+    assert STATUS[int(status[0])] == "success"
+    for t in (out, status, *(v for v in stats.values() if torch.is_tensor(v))):
+        assert not t.is_inference()
+    out.add_(1.0)
+    out.requires_grad_(True)
+    with torch.no_grad():
+        torch.testing.assert_close(fun(z0), fun(z0.clone()))
