@@ -152,7 +152,7 @@ def compiled_kernels(device):
     return _KERNELS["module"]
 
 
-def _numpy(t):
+def numpy_view(t):
     """The numpy view of a CPU tensor (no copy)."""
     return (t.detach() if t.requires_grad else t).numpy()
 
@@ -172,22 +172,22 @@ class _CompiledArrowSolver:
 
         key = ("arrow", "compiled", n, B, kw["dtype"])
         _, self.factors = buffers() if workspace is None else keep_one(workspace, key, buffers)
-        kernels.arrow_factor(*(_numpy(t) for t in (J.sub, J.diag, J.sup, J.u, J.v, J.d, s)),
+        kernels.arrow_factor(*(numpy_view(t) for t in (J.sub, J.diag, J.sup, J.u, J.v, J.d, s)),
                              *self.factors)  # fmt: skip
-        self.kernels, self.v, self.first = kernels, _numpy(J.v), first
+        self.kernels, self.v, self.first = kernels, numpy_view(J.v), first
 
     def solve(self, r, out=None):
         if out is None:
             out = torch.empty_like(r)
         inv, pm, g, w, inv_sigma = self.factors
-        self.kernels.arrow_solve(inv, pm, g, w, self.v, inv_sigma, _numpy(r), out.numpy())
+        self.kernels.arrow_solve(inv, pm, g, w, self.v, inv_sigma, numpy_view(r), out.numpy())
         return out
 
     def stage(self, f, K, c, inv_h, out):
         """`out <- (s I - J)^{-1} (f + inv_h sum_j c_j K_j)`: `f`, `out` tensors `(n+1, B)`; `K`
         `(i, n+1, B)`, `c (i,)` and `inv_h (B,)` numpy arrays."""
         inv, pm, g, w, inv_sigma = self.factors
-        self.kernels.arrow_solve_stage(inv, pm, g, w, self.v, inv_sigma, _numpy(f), K, c, inv_h,
+        self.kernels.arrow_solve_stage(inv, pm, g, w, self.v, inv_sigma, numpy_view(f), K, c, inv_h,
                                        out.numpy())  # fmt: skip
         return out
 

@@ -35,6 +35,7 @@ the first call (cached on disk by torch for later processes).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -400,18 +401,19 @@ def rodas4_solve(
         repack_at = 0 if differentiable else 8
         inf = torch.tensor(float("inf"), dtype=dtype, device=device)
         kernels = compiled_kernels(device) if not grad else None  # for the error norm
+        # the step-size bookkeeping records no graph (inference mode, or no_grad when recording)
+        untracked = torch.no_grad if grad else contextlib.nullcontext
         on_cpu = device.type == "cpu"
         while n_live:
             n_iter += 1
             sel = idx if packed else None
-            with torch.no_grad():
+            with untracked():
                 room = target - ta
                 clip = ha >= room  # this step lands on the target
                 hh = torch.where(clip, room, ha)
                 inv_h = (1.0 / hh)[None, :]
-            with torch.set_grad_enabled(grad):
-                y_new, err_vec, ks = step(fun_bl, jac_bl, ya, hh, inv_h, sel, workspace)
-            with torch.no_grad():
+            y_new, err_vec, ks = step(fun_bl, jac_bl, ya, hh, inv_h, sel, workspace)
+            with untracked():
                 if kernels is not None:  # one pass
                     err = torch.empty_like(hh)
                     kernels.error_norm(err_vec.numpy(), ya.numpy(), y_new.numpy(), rtol, atol,
