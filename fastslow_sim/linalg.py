@@ -39,6 +39,7 @@ column the Schur complement is not backward stable: up to 9e-12 at rates 1e8, sh
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -144,7 +145,13 @@ def compiled_kernels(device):
     if "module" not in _KERNELS:
         try:
             from . import cpu_kernels
-        except ImportError:  # numba missing, or built for another numpy
+        except Exception as e:  # numba missing or built for another numpy; no cache folder
+            warnings.warn(
+                f"fastslow-sim: the compiled CPU kernels are unavailable ({type(e).__name__}: "
+                f"{e}); the solver runs the same arithmetic as torch operations, more slowly.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             cpu_kernels = None
         _KERNELS["module"] = cpu_kernels
     if _KERNELS["module"] is None and CPU_KERNELS == "numba":

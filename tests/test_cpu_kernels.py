@@ -1,5 +1,7 @@
 """The compiled CPU kernels (numba) of the Rosenbrock solver against their torch formulas."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -121,6 +123,14 @@ def test_the_kernel_setting(monkeypatch):
     monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
     with pytest.raises(ImportError, match="needs numba"):
         linalg.compiled_kernels(cpu)
+    # the import failing (numba absent, broken, or no folder for its cache) warns once, in words
+    monkeypatch.setattr(linalg, "CPU_KERNELS", "auto")
+    monkeypatch.delitem(linalg._KERNELS, "module")
+    monkeypatch.delattr(fs, "cpu_kernels")
+    monkeypatch.setitem(sys.modules, "fastslow_sim.cpu_kernels", None)
+    with pytest.warns(RuntimeWarning, match="compiled CPU kernels are unavailable"):
+        assert linalg.compiled_kernels(cpu) is None
+    assert linalg._KERNELS["module"] is None
 
 
 def test_solver_outputs_are_ordinary_tensors():
