@@ -209,41 +209,38 @@ def _rosenbrock_step(tab: _Tableau):
     return step
 
 
-def _dense_outputs(tab, rows, ks, y0_all, y1, t0, h, t1, t_eval, k_next, idx, out_rows, recorded):
+def _dense_outputs(tab, rows, ks, y0, y1, t0, h, t1, t_eval, k_next, idx, out_rows, recorded):
     """Write the solution at every output time in `(t0, t1]` of the accepted steps `rows`,
     `y(t0 + s h) = (1-s) y0 + s (y1 + (1-s) (D_0.k + s D_1.k))`, and advance `k_next`; exact at
-    `s = 1` (a step that landed on the output time). `recorded` (differentiable runs) keeps
-    the rows with their graphs. `y0_all`, `y1` are batch last, `(n, b)`; `ks` the stages, `(s, n, b)`
-    (a tensor, or a list of `(n, b)`)."""
-    K = t_eval.shape[0]
+    `s = 1` (a step that landed on the output time). All the (step, output time) pairs at once:
+    a step longer than the spacing of the output times covers several. `recorded`
+    (differentiable runs) keeps the values with their graphs. `y0`, `y1` are batch last,
+    `(n, b)`; `ks` the stages, `(s, n, b)` (a tensor, or a list of `(n, b)`)."""
     n = y1.shape[0]
-    t0, h = t0[rows], h[rows]
-    y1 = y1[:, rows].T  # batch first from here
-    y0 = d = None  # the step's start and the interpolant's coefficients, made when first needed
-    while True:
-        kk = k_next[rows]
-        s = ((t_eval[kk] - t0) / h)[:, None].detach()
-        if bool((s == 1).all()):  # every step landed on its output time: the step's end
-            val = y1
-        else:
-            if d is None:  # D (2, s) times the stages of these rows, one product
-                y0 = y0_all[:, rows].T
-                Ks = (ks if torch.is_tensor(ks) else torch.stack(ks))[:, :, rows]
-                D = torch.tensor(tab.D, dtype=Ks.dtype, device=Ks.device)
-                d = (D @ Ks.reshape(len(tab.M), -1)).reshape(2, n, -1).transpose(1, 2).unbind(0)
-            val = (1 - s) * y0 + s * (y1 + (1 - s) * (d[0] + s * d[1]))
-        g = idx[rows]
-        out_rows[kk, g] = val.detach()
-        if recorded is not None:
-            for b, kb, i in zip(g.tolist(), kk.tolist(), range(len(rows))):
-                recorded[b][kb] = val[i]
-        k_next[rows] = kk + 1
-        more = (kk + 1 < K) & (t_eval[(kk + 1).clamp(max=K - 1)] <= t1[rows])
-        if not bool(more.any()):  # the usual case: one output time per step
-            return
-        rows, y1, t0, h = rows[more], y1[more], t0[more], h[more]
-        if d is not None:
-            y0, d = y0[more], [v[more] for v in d]
+    kk = k_next[rows]  # the first output time in each step (due: t_eval[kk] <= t1)
+    k_end = torch.searchsorted(t_eval, t1[rows], right=True)  # past the last one
+    k_next[rows] = k_end
+    counts = k_end - kk
+    if bool((counts == 1).all()):  # the usual case: one output time per step
+        sel, k = rows, kk
+    else:  # pair each step with each of its output times
+        sel = rows.repeat_interleave(counts)
+        first = (torch.cumsum(counts, 0) - counts).repeat_interleave(counts)
+        k = kk.repeat_interleave(counts) + torch.arange(sel.numel(), device=sel.device) - first
+    s = ((t_eval[k] - t0[sel]) / h[sel])[:, None].detach()
+    y_end = y1[:, sel].T  # batch first from here
+    if bool((s == 1).all()):  # every step landed on its output time: the step's end
+        val = y_end
+    else:  # D (2, s) times the stages of these steps, one product
+        Ks = (ks if torch.is_tensor(ks) else torch.stack(ks))[:, :, sel]
+        D = torch.tensor(tab.D, dtype=Ks.dtype, device=Ks.device)
+        d0, d1 = (D @ Ks.reshape(len(tab.M), -1)).reshape(2, n, -1).transpose(1, 2).unbind(0)
+        val = (1 - s) * y0[:, sel].T + s * (y_end + (1 - s) * (d0 + s * d1))
+    g = idx[sel]
+    out_rows[k, g] = val.detach()
+    if recorded is not None:
+        for b, kb, i in zip(g.tolist(), k.tolist(), range(len(sel))):
+            recorded[b][kb] = val[i]
 
 
 def autograd_jacobian(fun):
