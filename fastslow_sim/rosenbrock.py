@@ -16,7 +16,10 @@ trajectory is one contiguous row. On a CPU a step of a small system is a few hun
 operations on short rows, each costing a few microseconds of dispatch whatever the batch size;
 so the step works in place where autograd does not need the graph (stage vectors in one
 buffer, each stage sum one matrix product, the linear solver's buffers and views kept from one
-step to the next), and the batch width changes rarely (see `rodas4_solve`).
+step to the next), and the batch width changes rarely (see `rodas4_solve`). Without a graph the
+march runs in inference mode, and on the CPU the hot loops (arrow solves, stage states and
+right-hand sides, error norm) are compiled kernels (`cpu_kernels`, chosen by
+`linalg.compiled_kernels`): one call and one pass through memory each.
 
 Each trajectory has its own time, step size, accept/reject decision and status (`success`,
 `max_steps`, `step_underflow`, `non_finite`); a failing trajectory stops alone and the others
