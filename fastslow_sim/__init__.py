@@ -18,7 +18,13 @@ from .generators import (  # noqa: E402
     random_generators,
     validate_generator,
 )
-from .integrators import METHODS, StiffnessWarning, integrate, integrate_batch  # noqa: E402
+from .integrators import (  # noqa: E402
+    METHODS,
+    StiffnessWarning,
+    integrate,
+    integrate_batch,
+    random_initial_conditions,
+)
 from .io import load_dataset, save_dataset  # noqa: E402
 from .stationary import (  # noqa: E402
     fundamental_matrix,
@@ -57,6 +63,7 @@ __all__ = [
     "StiffnessWarning",
     "integrate",
     "integrate_batch",
+    "random_initial_conditions",
     "load_dataset",
     "save_dataset",
 ]

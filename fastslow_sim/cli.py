@@ -17,7 +17,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
-from .integrators import METHODS
+from .integrators import METHODS, random_initial_conditions
 from .systems import SYSTEMS
 
 DEFAULT_RESULTS = Path("fastslow-results")
@@ -220,9 +220,7 @@ def integrate(
             raise InputError(f"--batch must be a positive integer; got {batch}.")
         if x0 is not None or y0 is not None:
             raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
-        rng = np.random.default_rng(seed)
-        x0v = rng.dirichlet(np.ones(system.n_fast), batch)
-        y0v = rng.uniform(0.0, 1.0, (batch, system.n_slow))
+        x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = _output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
 

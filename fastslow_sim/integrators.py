@@ -29,7 +29,15 @@ import xarray as xr
 from . import __version__
 from .errors import InputError
 
-__all__ = ["integrate", "METHODS", "StiffnessWarning", "stiffness_index", "estimate_explicit_nfev"]
+__all__ = [
+    "integrate",
+    "integrate_batch",
+    "random_initial_conditions",
+    "METHODS",
+    "StiffnessWarning",
+    "stiffness_index",
+    "estimate_explicit_nfev",
+]
 
 STIFF_THRESHOLD = 500.0
 # real-axis stability interval and stages of each explicit method
@@ -466,6 +474,16 @@ def _solve_rodas4(system, z0, t_eval, rtol, atol, max_steps, device="cpu", eps=N
     )  # fmt: skip
     return (z.cpu().numpy(), codes.cpu().numpy(),
             {k: (v.cpu().numpy() if hasattr(v, "cpu") else v) for k, v in stats.items()})  # fmt: skip
+
+
+def random_initial_conditions(system, batch: int, seed=None):
+    """`(x0 (batch, n), y0 (batch, m))` drawn with `numpy.random.default_rng(seed)`: `x0` uniform
+    on the probability simplex (Dirichlet(1)), `y0` uniform in [0, 1] (what
+    `fastslow-sim integrate --batch N --seed S` integrates)."""
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.ones(system.n_fast), batch), rng.uniform(
+        0.0, 1.0, (batch, system.n_slow)
+    )
 
 
 def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e-10, t_eval=None,

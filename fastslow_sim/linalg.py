@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import InputError
+
 __all__ = ["ArrowTridiagonal", "shifted_solver", "keep_one", "compiled_kernels", "CPU_KERNELS"]
 
 
@@ -139,7 +141,10 @@ def compiled_kernels(device):
     """The `cpu_kernels` module if `CPU_KERNELS` asks for it and it can run on `device`, else
     None."""
     if CPU_KERNELS not in ("auto", "numba", "torch"):
-        raise ValueError(f"CPU_KERNELS must be 'auto', 'numba' or 'torch'; got {CPU_KERNELS!r}.")
+        raise InputError(
+            f"CPU_KERNELS must be 'auto', 'numba' or 'torch' (as is the environment variable "
+            f"FASTSLOW_SIM_CPU_KERNELS); got {CPU_KERNELS!r}."
+        )
     if CPU_KERNELS == "torch" or device.type != "cpu":
         return None
     if "module" not in _KERNELS:
@@ -171,17 +176,16 @@ class _CompiledArrowSolver:
 
     def __init__(self, kernels, J, s, first, workspace=None):
         n, B = J.diag.shape
-        kw = {"dtype": J.diag.dtype, "device": J.diag.device}
+        dtype = J.diag.dtype
 
-        def buffers():  # inv, p/den, q/den, w (n, B); 1/sigma (B,): torch tensors, numpy views
-            ts = [torch.empty((n, B), **kw) for _ in range(4)] + [torch.empty((B,), **kw)]
-            return ts, [t.numpy() for t in ts]
+        def buffers():  # inv, p/den, q/den, w (n, B); 1/sigma (B,), as numpy arrays
+            return [torch.empty(shape, dtype=dtype).numpy() for shape in [(n, B)] * 4 + [(B,)]]
 
-        key = ("arrow", "compiled", n, B, kw["dtype"])
-        _, self.factors = buffers() if workspace is None else keep_one(workspace, key, buffers)
-        kernels.arrow_factor(*(numpy_view(t) for t in (J.sub, J.diag, J.sup, J.u, J.v, J.d, s)),
-                             *self.factors)  # fmt: skip
+        key = ("arrow", "compiled", n, B, dtype)
+        self.factors = buffers() if workspace is None else keep_one(workspace, key, buffers)
         self.kernels, self.v, self.first = kernels, numpy_view(J.v), first
+        kernels.arrow_factor(*(numpy_view(t) for t in (J.sub, J.diag, J.sup, J.u)), self.v,
+                             *(numpy_view(t) for t in (J.d, s)), *self.factors)  # fmt: skip
 
     def solve(self, r, out=None):
         if out is None:

@@ -164,15 +164,15 @@ def _rosenbrock_step(tab: _Tableau):
         if buffered:
 
             def stage_buffer():  # K (s, n, b), its rows k_j, and k_0..k_{i-1} flat as (i, n b);
-                # the stage states Y (s, n, b); numpy views of K and Y for the kernels
+                # for the kernels, numpy views of K and of the stage states Y (s, n, b)
                 K = torch.empty((s_stages, n, b), dtype=ya.dtype, device=ya.device)
                 Kf = K.view(s_stages, n * b)
-                Y = torch.empty_like(K)
-                numpy = (K.numpy(), Y.numpy()) if ya.device.type == "cpu" else (None, None)
-                return K, K.unbind(0), [Kf[:i] for i in range(s_stages + 1)], Y.unbind(0), numpy
+                Y = torch.empty_like(K) if kernels is not None else None
+                numpy = (K.numpy(), Y.numpy()) if kernels is not None else (None, None)
+                return K, K.unbind(0), [Kf[:i] for i in range(s_stages + 1)], Y, numpy
 
             # reused from step to step: the caller is done with the stages before the next step
-            K, ks, leading, Ys, (K_np, Y_np) = (stage_buffer() if workspace is None
+            K, ks, leading, Y, (K_np, Y_np) = (stage_buffer() if workspace is None
                               else keep_one(workspace, ("stages", n, b), stage_buffer))  # fmt: skip
             ks[0].copy_(k0)
         else:
@@ -189,7 +189,7 @@ def _rosenbrock_step(tab: _Tableau):
                 yi = yi + ks[i - 1]
             elif kernels is not None:  # y + sum_j A_ij k_j in one pass
                 kernels.combine(ya_np, K_np[:i], A_np[i], Y_np[i])
-                yi = Ys[i]
+                yi = Y[i]
             else:  # mm then add: faster than addmm for one row on the CPU
                 yi = torch.mm(A[i], first(i)).add_(yf).view(n, b)
             if stage_solve is not None:  # (s I - J)^{-1} (f + sum_j C_ij k_j / h), one pass

@@ -46,11 +46,7 @@ def problem(batch, seed=0):
     system = MasterEquationSystem(
         fs.BirthDeath(n=N_STATES), LinearSlowLaw(np.arange(N_STATES) / (N_STATES - 1)), EPS
     )
-    rng = np.random.default_rng(seed)
-    z0 = np.concatenate(
-        [rng.dirichlet(np.ones(N_STATES), batch), rng.uniform(0, 1, (batch, 1))], axis=1
-    )
-    return system, z0
+    return system, np.concatenate(fs.random_initial_conditions(system, batch, seed), axis=1)
 
 
 def run_lsoda(system, z0):

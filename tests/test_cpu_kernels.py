@@ -81,12 +81,7 @@ def test_a_zero_pivot_gives_non_finite_values_not_an_exception(monkeypatch):
 
 def test_rodas4_with_kernels_and_with_torch_operations_agree(monkeypatch):
     system = fs.make_system("birth-death", eps=1e-4)
-    n = system.n_fast
-    rng = np.random.default_rng(11)
-    B = 24
-    z0 = torch.tensor(
-        np.concatenate([rng.dirichlet(np.ones(n), B), rng.uniform(0, 1, (B, 1))], axis=1)
-    )
+    z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 24, seed=11), axis=1))
     t = torch.tensor([0.0, 0.5, 3.0])
     results = {}
     for kind in ("numba", "torch"):

@@ -84,10 +84,7 @@ def test_arrow_solve_is_differentiable():
 
 def test_structured_and_dense_rodas4_agree():
     system = fs.make_system("birth-death", eps=1e-4)
-    rng = np.random.default_rng(3)
-    z0 = torch.tensor(
-        np.concatenate([rng.dirichlet(np.ones(8), 16), rng.uniform(0, 1, (16, 1))], axis=1)
-    )
+    z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 16, seed=3), axis=1))
     from fastslow_sim.rosenbrock import rodas4_solve
 
     outs = []

@@ -108,12 +108,8 @@ def test_batch_equals_trajectories_solved_alone(dense_output):
     # iterations, are frozen in place and later repacked away, it gets the solution and the
     # statistics it gets alone
     system = fs.make_system("birth-death", eps=1e-3)
-    n = system.n_fast
-    rng = np.random.default_rng(7)
     B = 20
-    z0 = torch.tensor(
-        np.concatenate([rng.dirichlet(np.ones(n), B), rng.uniform(0, 1, (B, 1))], axis=1)
-    )
+    z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, B, seed=7), axis=1))
     t = torch.tensor([0.0, 0.01, 0.3, 1.0, 2.5])
     fun, jac = torch_functions(system)
     out_b, status_b, stats_b = rodas4_solve(fun, jac, z0, t, rtol=1e-7, atol=1e-10,
