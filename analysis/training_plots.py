@@ -10,8 +10,9 @@ import numpy as np
 
 from .plots import _save, plt
 
-ARMS = ("dense", "coupled", "frozen-gate", "frozen-slow")
-COLORS = {"dense": "C0", "coupled": "C1", "frozen-gate": "C2", "frozen-slow": "C3"}
+ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
+COLORS = {"dense": "C0", "dense-matched": "C4", "coupled": "C1", "frozen-gate": "C2",
+          "frozen-slow": "C3"}  # fmt: skip
 
 
 def _runs(ablation_dir):
@@ -80,7 +81,7 @@ def plot_wall_clock(ablation_dirs: dict, path) -> Path:
     fig, axes = plt.subplots(1, len(corpora), figsize=(5.5 * len(corpora), 3.8), squeeze=False)
     for ax, corpus in zip(axes[0], corpora):
         ds = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
-        arms = list(ds["variant"].values)
+        arms = list(ds["arm"].values)
         wall = ds["wall_time_s"].values
         ax.bar(
             range(len(arms)), wall.mean(1), color=[COLORS.get(a, "gray") for a in arms], alpha=0.7

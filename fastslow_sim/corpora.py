@@ -2,16 +2,10 @@
 
 - `text:PATH`: any file as byte-level tokens (`V = 256`), memory-mapped, contiguous split
   (first 90% train, last 10% validation). Bytes that are not UTF-8 are fine: every byte is a token.
-- `me`: the master-equation corpus of DESIGN 3.5. Tokens are the states of a fast chain; within
-  block `k` (`P` tokens) each token follows the previous one with the exact per-token propagator
-  `K_k = expm(H Q(y_k))` (the multirate map of DESIGN 3.3 with `eps = 1/P`: a token spans slow
-  time `H/P`, the fast chain moves by `H/(P eps) = H`), and after the block
-  `y_{k+1} = y_k + H (c . hist_k - y_k) + sigma sqrt(H) xi_k + H A sin(2 pi k / period)`,
-  `hist_k` the block's token histogram (causal block-mean pooling), `xi_k` standard normal.
-  Saved with every block's `y_k` and `p_st(y_k)`. Two reference losses: the oracle with `y`
-  known (`-log K_k[tok_{t-1}, tok_t]`, a floor no model can beat; with `sigma > 0`, `y` is not
-  a function of past tokens, so it is a strict floor), and the best predictor that ignores `y`
-  (one fixed transition matrix, fitted on the training split, scored on validation).
+- `me`: the master-equation corpus of DESIGN 3.5 (`fastslow_sim.me_corpus`): tokens are the
+  states of a fast chain whose generator depends on a slow variable driven by the past tokens'
+  block histograms; its oracle, Bayes-floor and ignore-y losses are computed exactly. Its
+  windows start at block boundaries (`Corpus.block_len`), in training and in evaluation.
 - `random`: uniform tokens (`V = 256`): the leak detector, whose floor is `ln V`.
 """
 
@@ -20,14 +14,14 @@ from __future__ import annotations
 import codecs
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import InputError
 
-__all__ = ["Corpus", "MECorpusConfig", "load_corpus", "me_corpus", "text_corpus", "random_corpus"]
+__all__ = ["Corpus", "load_corpus", "text_corpus", "random_corpus"]
 
 VAL_FRACTION = 0.1
 
@@ -41,7 +35,8 @@ class Corpus:
     train: np.ndarray  # 1-D integer array (may be a memmap)
     val: np.ndarray
     stats: dict = field(default_factory=dict)
-    blocks: dict | None = None  # me corpus: per-block y_k and p_st(y_k)
+    blocks: dict | None = None  # me corpus: per-block y_k, p_st(y_k), per-token oracle log-prob
+    block_len: int | None = None  # me corpus: windows start at multiples of this (its P)
 
     @property
     def tokens(self) -> int:
@@ -56,6 +51,14 @@ class Corpus:
                     f"the {split} split of corpus {self.name!r} has {len(data)} tokens, fewer than "
                     f"one sequence of {need}; expected a longer corpus or a shorter context."
                 )
+
+    def window_starts(self, split: str, T: int) -> np.ndarray:
+        """Starts of the non-overlapping evaluation windows of `T + 1` tokens in `split`, at
+        multiples of `block_len` (consecutive windows share one token: each target once)."""
+        data = self.val if split == "val" else self.train
+        align = self.block_len or 1
+        stride = -(-T // align) * align
+        return np.arange(0, len(data) - T, stride, dtype=np.int64)
 
     def summary(self) -> dict:
         return {"corpus": self.name, "vocab_size": self.vocab_size, "tokens": self.tokens,
@@ -108,93 +111,29 @@ def random_corpus(tokens: int = 1_000_000, vocab_size: int = 256, seed: int = 0)
     )
 
 
-@dataclass
-class MECorpusConfig:
-    """Defaults make `y` wander over a range where `p_st(y)` changes a lot (oracle and
-    ignore-y losses differ by about 0.09 nats per token)."""
-
-    tokens: int = 600_000
-    P: int = 8
-    n_states: int = 8
-    beta: float = 4.0  # birth-death up rate exp(beta (y - 1/2)), down rate 1
-    H: float = 0.5  # slow time per block
-    sigma: float = 0.5  # exogenous noise on y
-    forcing: float = 0.0  # amplitude A of a periodic forcing
-    period: float = 200.0  # in blocks
-    y0: float = 0.5
-    seed: int = 0
-
-
-def me_corpus(config: MECorpusConfig | None = None) -> Corpus:
-    """The master-equation corpus (module docstring); tokens are states `0..n-1`."""
-    from scipy.linalg import expm
-
-    from .generators import BirthDeath
-    from .stationary import stationary_distribution
-
-    cfg = config or MECorpusConfig()
-    if cfg.tokens < 2 * cfg.P:
-        raise InputError(f"the me corpus needs at least {2 * cfg.P} tokens; got {cfg.tokens}.")
-    gen = BirthDeath(n=cfg.n_states, beta=cfg.beta)
-    n, P = gen.n_states, cfg.P
-    c = np.arange(n) / (n - 1)
-    nblocks = cfg.tokens // P
-    rng = np.random.default_rng(cfg.seed)
-    u = rng.uniform(size=nblocks * P)
-    xi = rng.normal(size=nblocks)
-    toks = np.empty(nblocks * P, dtype=np.int64)
-    ys = np.empty(nblocks)
-    logp = np.empty(nblocks * P)
-    y, tok = cfg.y0, 0
-    for k in range(nblocks):
-        ys[k] = y
-        K = expm(cfg.H * gen.rates(y))  # exact per-token propagator, y frozen over the block
-        cdf = np.cumsum(K, axis=1)
-        for j in range(P):
-            t = k * P + j
-            nxt = min(int(np.searchsorted(cdf[tok], u[t] * cdf[tok, -1])), n - 1)
-            logp[t] = math.log(K[tok, nxt])
-            tok = toks[t] = nxt
-        hist = np.bincount(toks[k * P : (k + 1) * P], minlength=n) / P
-        y = (y + cfg.H * (c @ hist - y) + cfg.sigma * math.sqrt(cfg.H) * xi[k]
-             + cfg.H * cfg.forcing * math.sin(2 * math.pi * k / cfg.period))  # fmt: skip
-    p_st = stationary_distribution(gen.rates(ys))
-    train, val = _split(toks)
-    n_train = len(train)
-    # ignore-y: one fixed transition matrix, maximum likelihood on train (add-one), scored on val
-    counts = np.ones((n, n))
-    np.add.at(counts, (train[:-1], train[1:]), 1.0)
-    fixed = counts / counts.sum(1, keepdims=True)
-    ignore_y = float(-np.mean(np.log(fixed[val[:-1], val[1:]])))
-    oracle = float(-np.mean(logp[n_train + 1 :]))  # the same validation transitions
-    stats = {
-        "P": P,
-        "oracle_loss": oracle,
-        "ignore_y_loss": ignore_y,
-        "loss_gap": ignore_y - oracle,
-        "uniform_loss": math.log(n),
-        "y_mean": float(ys.mean()),
-        "y_p05": float(np.percentile(ys, 5)),
-        "y_p95": float(np.percentile(ys, 95)),
-        "config": asdict(cfg),
-    }
-    blocks = {"y": ys, "p_st": p_st}
-    return Corpus("me", n, train, val, stats, blocks)
-
-
 @functools.lru_cache(maxsize=4)
-def _cached_me_corpus(P: int, seed: int) -> Corpus:
-    """The default me corpus is deterministic: build it once per process (about 10 s)."""
-    return me_corpus(MECorpusConfig(P=P, seed=seed))
+def _cached_me_corpus(config) -> Corpus:
+    """An me corpus is deterministic in its config: build it once per process."""
+    from .me_corpus import me_corpus
+
+    return me_corpus(config)
 
 
-def load_corpus(spec: str, P: int = 8, seed: int = 0) -> Corpus:
-    """`"me"`, `"random"` or `"text:PATH"`. The corpus seed is separate from a training seed:
-    every training run on `"me"` with the same `P` sees the same corpus."""
-    if spec == "me":
-        return _cached_me_corpus(P, seed)
+def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256) -> Corpus:
+    """`"me"` (or `"me:tokens=3M,beta=6,..."`), `"random"` or `"text:PATH"`. The corpus seed is
+    separate from a training seed: every run on `"me"` with the same `P` sees the same corpus;
+    `context` is the window length of the me corpus's reference losses."""
+    from dataclasses import replace
+
+    from .me_corpus import parse_me_spec
+
+    me = parse_me_spec(spec)
+    if me is not None:
+        return _cached_me_corpus(replace(me, P=P, seed=seed, context=context))
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):
         return text_corpus(spec[5:])
-    raise InputError(f"unknown corpus {spec!r}; expected 'me', 'random' or 'text:PATH'.")
+    raise InputError(
+        f"unknown corpus {spec!r}; expected 'me', 'me:NAME=VALUE,...', 'random' or 'text:PATH'."
+    )

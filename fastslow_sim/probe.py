@@ -1,15 +1,21 @@
-"""phi_theta against p_st: what the trained slow path knows about the master-equation corpus.
+"""phi_theta against p_st: how close the trained network's picture of the slow manifold is to
+the master-equation corpus's `p_st(y_b)`.
 
-For every validation block `j` of the `me` corpus, the last layer's slow state `z_j` is what the
-tokens of block `j+1` read (the completed-blocks rule). We turn it into a distribution over the
-`V` states two ways and compare with `p_st(y_{j+1})`, the stationary distribution of the
-generator that governs block `j+1`:
-- through the model's own head: `softmax(lm_head(ln_f(z_j)))`;
-- through a linear probe: softmax regression from `z_j` to block `j+1`'s token histogram,
-  fitted on training blocks.
-Baselines: uniform; the corpus's overall token frequencies; the predicted block's own empirical
-histogram (a sample of `P` tokens: its distance is the sampling-noise level, not a predictor).
-The distance is the total variation `1/2 sum_i |a_i - b_i|`, averaged over blocks.
+For every block `b >= 1` of every aligned validation window, the target is `p_st(y_b)`, the
+stationary distribution of the generator that governs block `b` (from the corpus's exact
+`y_b`). Readouts:
+- `model head`: the network's own next-token distribution averaged over the block's second
+  half (positions `P/2 .. P-1`), where the corpus's fast chain has mixed: this is the network's
+  `phi_theta(y)`, and it exists for every arm, dense ones included;
+- `slow-state probe`: softmax regression, fitted on training windows with `p_st` targets, from
+  the last layer's gated slow state `tanh(alpha) z_{b-1}` (what block `b`'s tokens read);
+  slow-path arms only.
+Baselines, on the same blocks: uniform; the training split's token frequencies; the previous
+block's histogram; the exact Bayes filter's posterior mean of `p_st(y_b)` from the tokens before
+block `b`; the Bayes filter's own next-token distribution read out like the head (the best any
+model's head can do here: the chain has not mixed completely); and `y` known (TV 0).
+Distance: total variation `1/2 sum_i |a_i - b_i|`, mean over blocks with the standard error
+across windows (blocks of one window are correlated).
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from .bridge import BridgeConfig, FastSlowLM
 from .corpora import load_corpus
 from .errors import InputError
 
-__all__ = ["load_run", "phi_vs_pst"]
+__all__ = ["load_run", "phi_vs_pst", "READOUTS"]
+
+READOUTS = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
+            "previous block's histogram", "corpus frequencies", "uniform", "y known")  # fmt: skip
 
 
 def load_run(run_dir):
@@ -47,38 +56,24 @@ def load_run(run_dir):
     return model.eval(), ckpt["train_config"]
 
 
-def _windows(tokens, first_block, end_block, P, T, max_windows):
-    """Non-overlapping windows of `T` tokens of the global stream, starting at block boundaries
-    from block `first_block` and ending before block `end_block`: `(tokens, first block)`."""
-    blocks_per = T // P
-    out = []
-    for b in range(first_block, end_block - blocks_per + 1, blocks_per):
-        out.append((np.asarray(tokens[b * P : b * P + T], dtype=np.int64), b))
-        if len(out) >= max_windows:
-            break
-    return out
-
-
 @torch.no_grad()
-def _slow_readout(model, windows, P):
-    """Last-layer slow states and head distributions for block j (read by block j+1)."""
-    feats, head, gidx = [], [], []
-    for toks, first in windows:
-        idx = torch.from_numpy(toks)[None]
-        model(idx)
-        z = model.slow_states()[-1][0]  # (nb, C)
-        nb = z.shape[0] - 1  # the last block has no successor inside the window
-        z = z[:nb]
-        feats.append(z.numpy())
-        head.append(torch.softmax(model.lm_head(model.transformer.ln_f(z)), -1).numpy())
-        gidx.append(first + np.arange(nb))
-    return np.concatenate(feats), np.concatenate(head), np.concatenate(gidx)
+def _readouts(model, windows, P):
+    """Head distributions `(W, T, V)` and last-layer gated slow states `(W, nb, C)` or None."""
+    heads, slows = [], []
+    for i in range(0, len(windows), 32):
+        idx = torch.from_numpy(windows[i : i + 32, :-1])
+        logits, _ = model(idx)
+        heads.append(torch.softmax(logits.double(), -1).numpy())
+        if model.slow is not None:
+            z = model.slow_states()[-1]  # (B, nb, C)
+            slows.append((model.slow[-1].gate() * z).double().numpy())
+    return np.concatenate(heads), (np.concatenate(slows) if slows else None)
 
 
-def _fit_probe(X, Y, steps=300, l2=1e-4):
+def _fit_probe(X, Y, steps=200, l2=1e-4):
     """Softmax regression `X -> Y` (soft targets), by L-BFGS; returns a predict function."""
     Xt = torch.tensor(X, dtype=torch.float64)
-    mu, sd = Xt.mean(0), Xt.std(0) + 1e-8
+    mu, sd = Xt.mean(0), Xt.std(0) + 1e-8  # scale-free: a tiny gate still carries its signal
     Xs = (Xt - mu) / sd
     Yt = torch.tensor(Y, dtype=torch.float64)
     W = torch.zeros(X.shape[1], Y.shape[1], dtype=torch.float64, requires_grad=True)
@@ -104,53 +99,97 @@ def _tv(a, b):
     return 0.5 * np.abs(a - b).sum(-1)
 
 
-def phi_vs_pst(run_dir, max_windows: int = 400) -> dict:
-    """Mean total-variation distance from `p_st(y)` of the head and probe readouts and baselines."""
+def _windows(corpus, split, T, limit):
+    data = np.asarray(corpus.val if split == "val" else corpus.train, dtype=np.int64)
+    starts = corpus.window_starts(split, T)[:limit]
+    offset = len(corpus.train) if split == "val" else 0
+    return data[starts[:, None] + np.arange(T + 1)], (offset + starts) // corpus.block_len
+
+
+def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12) -> dict:
+    """Mean TV distance to `p_st(y_b)` of every readout and baseline (module docstring), with
+    standard errors, and the readouts binned by `y` for the figure; written to
+    `run_dir/phi_vs_pst.json`."""
+    from .me_corpus import MECorpusConfig, _start_prior, bayes_filter
+
     model, tcfg = load_run(run_dir)
-    if tcfg.get("corpus") != "me":
+    corpus_spec = str(tcfg.get("corpus"))
+    if not (corpus_spec == "me" or corpus_spec.startswith("me:")):
         raise InputError(
-            f"run {str(run_dir)!r} was trained on {tcfg.get('corpus')!r}; phi-vs-pst needs the 'me' corpus."
+            f"run {str(run_dir)!r} was trained on {corpus_spec!r}; phi-vs-pst needs an 'me' corpus."
         )
-    if model.slow is None:
-        raise InputError(f"run {str(run_dir)!r} is a dense model: it has no slow path to read.")
-    P, T = model.config.P, model.config.block_size
-    corpus = load_corpus("me", P=tcfg["P"])
-    if corpus.stats["P"] != P:
-        raise InputError(f"the model's P={P} differs from the corpus's P={corpus.stats['P']}.")
-    ys, pst = corpus.blocks["y"], corpus.blocks["p_st"]
-    tokens = np.concatenate([np.asarray(corpus.train), np.asarray(corpus.val)])
-    V = corpus.vocab_size
+    P, T = model.config.P, tcfg["block_size"]
+    corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
+    mcfg = MECorpusConfig(**corpus.stats["config"])
+    if mcfg.P != P:
+        raise InputError(f"the model's P={P} differs from the corpus's P={mcfg.P}.")
+    V, nb = corpus.vocab_size, T // P
+    if nb < 2:
+        raise InputError(f"the context {T} holds fewer than two blocks of P={P}.")
+    ys, pst_all = corpus.blocks["y"], corpus.blocks["p_st"]
 
-    def hist(block):
-        return np.bincount(tokens[block * P : (block + 1) * P], minlength=V) / P
+    win, first_block = _windows(corpus, "val", T, max_windows)  # (W, T+1), (W,)
+    W = len(win)
+    blocks = first_block[:, None] + np.arange(1, nb)  # (W, nb-1): blocks b = 1..nb-1
+    target = pst_all[blocks]  # (W, nb-1, V)
+    late = np.arange(P // 2, P)  # positions of a block where the chain has mixed
 
-    n_blocks = len(tokens) // P
-    first_val = -(-len(corpus.train) // P)  # first block that lies wholly in the validation split
-    # training windows end one block early: the probe's target is the following block
-    train_w = _windows(tokens, 0, len(corpus.train) // P - 1, P, T, max_windows)
-    val_w = _windows(tokens, first_val, n_blocks - 1, P, T, max_windows)
-    Xtr, _, gtr = _slow_readout(model, train_w, P)
-    Xva, head, gva = _slow_readout(model, val_w, P)
-    probe = _fit_probe(Xtr, np.stack([hist(g + 1) for g in gtr]))(Xva)
-    target = pst[gva + 1]  # p_st of the generator that governs the predicted block
-    freqs = np.bincount(np.asarray(corpus.train), minlength=V) / len(corpus.train)
-    own = np.stack([hist(g + 1) for g in gva])
-    rows = {
-        "model head": _tv(head, target),
-        "linear probe": _tv(probe, target),
-        "uniform": _tv(np.full(V, 1.0 / V), target),
-        "corpus frequencies": _tv(freqs, target),
-        "block's own histogram": _tv(own, target),
+    def head_readout(next_dist):  # (W, T, V), row t-1 predicts token t -> (W, nb-1, V)
+        pos = np.arange(1, nb)[:, None] * P + late[None, :]  # predicted tokens
+        return next_dist[:, pos - 1].mean(axis=2)
+
+    heads, slow = _readouts(model, win, P)
+    filt = bayes_filter(win, mcfg, _start_prior(corpus, mcfg), predictive=True)
+    hist = (win[:, :-1].reshape(W, -1, P)[:, : nb - 1, :, None] == np.arange(V)).mean(axis=2)
+    train = np.asarray(corpus.train, dtype=np.int64)
+    freqs = np.bincount(train, minlength=V) / len(train)
+    readouts = {
+        "model head": head_readout(heads),
+        "Bayes filter, head readout": head_readout(filt["next"]),
+        "Bayes filter p_st": filt["pst"][:, 1:nb],
+        "previous block's histogram": hist,
+        "corpus frequencies": np.broadcast_to(freqs, target.shape),
+        "uniform": np.full(target.shape, 1.0 / V),
+        "y known": target,
     }
+    if slow is not None:
+        twin, tfirst = _windows(corpus, "train", T, probe_windows)
+        _, tslow = _readouts(model, twin, P)
+        tblocks = tfirst[:, None] + np.arange(1, nb)
+        predict = _fit_probe(tslow[:, : nb - 1].reshape(-1, tslow.shape[-1]),
+                             pst_all[tblocks].reshape(-1, V))  # fmt: skip
+        readouts["slow-state probe"] = predict(
+            slow[:, : nb - 1].reshape(-1, slow.shape[-1])
+        ).reshape(target.shape)
+    tv = {}
+    for name in READOUTS:
+        if name in readouts:
+            per_window = _tv(readouts[name], target).mean(axis=1)  # (W,)
+            tv[name] = {"mean": float(per_window.mean()),
+                        "se": float(per_window.std(ddof=1) / np.sqrt(W)) if W > 1 else float("nan")}  # fmt: skip
+    y_blocks = ys[blocks].reshape(-1)
+    edges = np.quantile(y_blocks, np.linspace(0, 1, bins + 1))
+    which = np.clip(np.searchsorted(edges, y_blocks, side="right") - 1, 0, bins - 1)
+    binned = {"y": [float(y_blocks[which == k].mean()) for k in range(bins)]}
+    for name in ("y known", "model head", "slow-state probe", "Bayes filter, head readout"):
+        if name in readouts:
+            flat = readouts[name].reshape(-1, V)
+            binned[name] = [flat[which == k].mean(axis=0).tolist() for k in range(bins)]
+    summary_path = Path(run_dir) / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     result = {
         "run": str(run_dir),
+        "arm": tcfg.get("arm") or tcfg["variant"],
         "variant": tcfg["variant"],
-        "blocks": int(len(gva)),
-        "mean_tv": {k: float(v.mean()) for k, v in rows.items()},
-        "y": ys[gva + 1].tolist(),
-        "p_st_mean_state": (target @ np.arange(V) / (V - 1)).tolist(),
-        "head_mean_state": (head @ np.arange(V) / (V - 1)).tolist(),
-        "probe_mean_state": (probe @ np.arange(V) / (V - 1)).tolist(),
+        "corpus": corpus_spec,
+        "tokens": int(summary.get("tokens", tcfg["tokens"])),
+        "P": P,
+        "seed": tcfg["seed"],
+        "windows": int(W),
+        "blocks": int(W * (nb - 1)),
+        "readout_positions": late.tolist(),
+        "tv": tv,
+        "binned": binned,
     }
     out = Path(run_dir) / "phi_vs_pst.json"
     tmp = out.with_name(".phi_vs_pst.json.part")

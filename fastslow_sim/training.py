@@ -59,6 +59,7 @@ def parse_tokens(text) -> int:
 @dataclass
 class TrainConfig:
     variant: str = "coupled"
+    arm: str = ""  # the ablation arm's name, a label only (e.g. "dense-matched")
     corpus: str = "me"
     tokens: int = 500_000
     P: int = 8
@@ -114,8 +115,10 @@ def _lr(cfg: TrainConfig, step: int, steps: int) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * frac))
 
 
-def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device) -> tuple:
-    ix = torch.randint(0, len(data) - T - 1, (B,), generator=gen)
+def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device, align: int = 1) -> tuple:
+    """`B` windows of `T + 1` tokens at random starts that are multiples of `align` (the me
+    corpus's block length, so the network's pooling grid is the corpus's block grid)."""
+    ix = torch.randint(0, (len(data) - T - 1) // align + 1, (B,), generator=gen) * align
     rows = np.stack([np.asarray(data[i : i + T + 1], dtype=np.int64) for i in ix.tolist()])
     t = torch.from_numpy(rows).to(device)
     return t[:, :-1], t[:, 1:]
@@ -125,6 +128,40 @@ def _save_atomic(obj, path: Path):
     tmp = path.with_name(f".{path.name}.part")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def _gather(obj, world: int) -> list:
+    """`[obj of rank 0, obj of rank 1, ...]` on every rank (a one-element list without DDP)."""
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def _sha256(*tensors) -> str:
+    """Digest of the tensors' bytes: equal digests mean bit-identical values."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _references(corpus: Corpus, T: int) -> dict | None:
+    """The me corpus's oracle, Bayes floor and ignore-y losses on the validation windows of
+    length `T` (None for other corpora)."""
+    keys = ("oracle_loss", "bayes_floor_loss", "ignore_y_loss")
+    if corpus.stats.get("reference_context") == T:
+        return {k: corpus.stats[k] for k in keys}
+    if corpus.blocks is None:
+        return None
+    from .me_corpus import MECorpusConfig, me_reference_losses
+
+    cfg = MECorpusConfig(**corpus.stats["config"])
+    ref = me_reference_losses(corpus, cfg, T)
+    return {k: ref[k] for k in keys}
 
 
 def _dist():
@@ -151,6 +188,27 @@ def _validate(cfg: TrainConfig):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise InputError(f"{name} must be a positive number; got {v!r}.")
+
+
+@torch.no_grad()
+def evaluate_windows(model, corpus: Corpus, T: int, device="cpu", batch_size: int = 32,
+                     autocast_on: bool = False) -> float:  # fmt: skip
+    """Mean loss (nats/token) over every aligned, non-overlapping window of the validation split
+    (`corpus.window_starts`): the targets of the me corpus's reference losses."""
+    starts = corpus.window_starts("val", T)
+    data = np.asarray(corpus.val, dtype=np.int64)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, len(starts), batch_size):
+        rows = torch.from_numpy(data[starts[i : i + batch_size, None] + np.arange(T + 1)]).to(
+            device
+        )
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast_on):
+            _, loss = model(rows[:, :-1], rows[:, 1:])
+        total += float(loss) * rows.shape[0]
+    model.train(was_training)
+    return total / len(starts)
 
 
 @torch.no_grad()
@@ -204,8 +262,18 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration "
                 f"({k} = {a!r} there, {b!r} here)."
             )
+    if checkpoint is not None and not isinstance(checkpoint.get("data_rng"), list):
+        raise InputError(
+            f"--resume: the checkpoint in {str(out)!r} was written by an older fastslow-sim that "
+            f"saved one rank's random state only; expected a checkpoint of this version."
+        )
+    if checkpoint is not None and checkpoint.get("world_size", 1) != world:
+        raise InputError(
+            f"--resume: the checkpoint in {str(out)!r} was written by {checkpoint.get('world_size', 1)} "
+            f"processes, this run has {world}; expected the same number."
+        )
     # the corpus is checked before anything is written, so bad input leaves no folder behind
-    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P)
+    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P, context=cfg.block_size)
     corpus.check_fits(cfg.block_size, cfg.batch_size)
     if rank == 0:
         try:
@@ -234,8 +302,9 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     if checkpoint is not None:
         raw_model.load_state_dict(checkpoint["model"])
         opt.load_state_dict(checkpoint["optimizer"])
-        data_gen.set_state(checkpoint["data_rng"])
-        torch.set_rng_state(checkpoint["torch_rng"])
+        # every rank restores its own generators (rank r draws from seed (seed, r))
+        data_gen.set_state(checkpoint["data_rng"][rank])
+        torch.set_rng_state(checkpoint["torch_rng"][rank])
         logs = checkpoint["logs"]
         start_step = checkpoint["step"]
         wall_before = checkpoint["wall_time_s"]
@@ -248,19 +317,22 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     step_model = torch.compile(model) if cfg.compile else model
     autocast_on = device.type == "cuda"
     val_gen = torch.Generator().manual_seed(12345)
-    val_batches = [_batch(corpus.val, cfg.block_size, cfg.batch_size, val_gen, device)
+    align = corpus.block_len or 1
+    val_batches = [_batch(corpus.val, cfg.block_size, cfg.batch_size, val_gen, device, align)
                    for _ in range(cfg.eval_batches)]  # fmt: skip
 
     def save_checkpoint(step, wall):
-        if rank != 0:
-            return
-        _save_atomic({
-            "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
-            "data_rng": data_gen.get_state(), "torch_rng": torch.get_rng_state(),
-            "logs": logs, "step": step, "wall_time_s": wall,
-            "train_config": asdict(cfg), "model_config": mcfg.to_dict(),
-            "fastslow_sim_version": __version__,
-        }, ckpt_path)  # fmt: skip
+        states = _gather((data_gen.get_state(), torch.get_rng_state()), world)
+        if rank == 0:
+            _save_atomic({
+                "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
+                "data_rng": [d for d, _ in states], "torch_rng": [t for _, t in states],
+                "logs": logs, "step": step, "wall_time_s": wall, "world_size": world,
+                "train_config": asdict(cfg), "model_config": mcfg.to_dict(),
+                "fastslow_sim_version": __version__,
+            }, ckpt_path)  # fmt: skip
+        if world > 1:  # no rank runs ahead of a checkpoint that is not yet on disk
+            torch.distributed.barrier()
 
     end = steps if cfg.stop_after_steps is None else min(steps, cfg.stop_after_steps)
     bar = tqdm(range(start_step, end), desc=f"{cfg.variant} on {cfg.corpus}", unit="step",
@@ -272,13 +344,20 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         lr = _lr(cfg, step, steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        xb, yb = _batch(corpus.train, cfg.block_size, cfg.batch_size, data_gen, device)
+        xb, yb = _batch(corpus.train, cfg.block_size, cfg.batch_size, data_gen, device, align)
+        if step == start_step:
+            first_batch = _sha256(xb)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_on):
             _, loss = step_model(xb, yb)
-        if not torch.isfinite(loss):
+        finite = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
+        if world > 1:  # one rank's non-finite loss stops every rank, none waits in backward
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+        if float(finite) == 0.0:
+            where = "here" if not torch.isfinite(loss.detach()) else "on another rank"
             raise TrainingDivergedError(
-                f"the loss became non-finite ({float(loss.detach())}) at step {step}; the last good "
-                f"checkpoint is kept at {str(ckpt_path)!r}"
+                f"the loss became non-finite {where} at step {step}"
+                + (f" (rank {rank} of {world} stops)" if world > 1 else "")
+                + f"; the last good checkpoint is kept at {str(ckpt_path)!r}"
                 + ("" if ckpt_path.exists() else " (none yet)")
                 + "."
             )
@@ -301,16 +380,25 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start)
     wall = wall_before + time.perf_counter() - t_start
     done = len(logs["loss"])
+    rank_params = _gather(_sha256(*raw_model.state_dict().values()), world)
+    rank_batches = _gather(first_batch if end > start_step else None, world)
+    finished = done == steps
+    val_full = evaluate_windows(raw_model, corpus, cfg.block_size, device, autocast_on=autocast_on) \
+        if finished and rank == 0 else None  # fmt: skip
     summary = {
         "variant": cfg.variant,
+        "arm": cfg.arm or cfg.variant,
         "corpus": cfg.corpus,
         "vocab_size": corpus.vocab_size,
         "tokens": done * cfg.batch_size * cfg.block_size * world,
         "steps": done,
         "steps_planned": steps,
-        "finished": done == steps,
+        "finished": finished,
+        "params": sum(p.numel() for p in raw_model.parameters()),
+        "trainable_params": sum(p.numel() for p in raw_model.parameters() if p.requires_grad),
         "train_loss": float(np.mean(logs["loss"][-10:])) if logs["loss"] else None,
-        "val_loss": logs["val_loss"][-1] if logs["val_loss"] else None,
+        "val_loss": val_full,  # every aligned validation window (the reference losses' targets)
+        "val_loss_sampled": logs["val_loss"][-1] if logs["val_loss"] else None,
         "gates": raw_model.gates(),
         "tokens_per_s": done * cfg.batch_size * cfg.block_size * world / wall if wall > 0 else None,
         "wall_time_s": wall,
@@ -319,6 +407,10 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         "device": str(device),
         "world_size": world,
         "flops_per_token_train": flops_per_token(mcfg, cfg.block_size)["train"],
+        "n_layer": cfg.n_layer,
+        "rank_param_sha256": rank_params,
+        "rank_first_batch_sha256": rank_batches,
+        "reference_losses": _references(corpus, cfg.block_size),
         "out": str(out),
     }
     if device.type == "cuda":
@@ -377,88 +469,156 @@ def _logs_dataset(logs, cfg, mcfg, corpus, summary):
     )
 
 
-def reproduce(corpus_spec: str, tokens: int, seeds: int, variants, out: str, base: dict | None = None,
-              log=print) -> dict:  # fmt: skip
-    """Train every variant for every seed (identical data order per seed); returns the table."""
+# the arms of the ablation: a name -> the TrainConfig fields that make it. "dense-matched" is a
+# dense model deepened to the coupled model's parameter count (see `matched_depth`).
+ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
+
+
+def matched_depth(base: dict, vocab_size: int) -> int:
+    """Layers of a dense model whose parameter count is the coupled model's within 1%.
+
+    Each slow path (pooled attention `4 C^2` + `phi_theta` `2 m C^2` + LayerNorms) costs about
+    one dense layer (`12 C^2`) at `phi_mult = 4`, so this is about twice the depth. Deeper, not
+    wider: width changes the embeddings and the head, depth changes nothing else.
+    """
+    base = {**TrainConfig().__dict__, **base}
+    cfg = TrainConfig(**{k: base[k] for k in TrainConfig().__dict__})
+
+    def count(variant, n_layer):
+        c = TrainConfig(**{**cfg.__dict__, "variant": variant, "n_layer": n_layer})
+        return sum(p.numel() for p in FastSlowLM(c.model_config(vocab_size)).parameters())
+
+    target = count("coupled", cfg.n_layer)
+    best = min(
+        range(cfg.n_layer, 4 * cfg.n_layer + 1), key=lambda L: abs(count("dense", L) - target)
+    )
+    if abs(count("dense", best) - target) > 0.01 * target:
+        raise InputError(
+            f"no dense depth matches the coupled model's {target:,} parameters within 1% "
+            f"(closest: {best} layers, {count('dense', best):,}); expected phi_mult near 4."
+        )
+    return best
+
+
+def arm_config(arm: str, base: dict, vocab_size: int) -> dict:
+    """TrainConfig fields of one arm on top of `base`."""
+    if arm not in ARMS:
+        raise InputError(f"unknown arm {arm!r}; expected some of {list(ARMS)}.")
+    if arm == "dense-matched":
+        return {**base, "variant": "dense", "arm": arm, "n_layer": matched_depth(base, vocab_size)}
+    return {**base, "variant": arm, "arm": arm}
+
+
+def paired_comparison(a, b, margin: float = 0.01, level: float = 0.95) -> dict:
+    """Paired per-seed differences `a - b` with a t interval (df = seeds - 1) and a verdict:
+    "equivalent" when the interval lies inside `+-margin`, "differs" when it excludes 0 (and
+    does not lie inside the margin), else "inconclusive"."""
+    from scipy import stats
+
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    n = len(d)
+    mean = float(d.mean())
+    if n < 2:
+        return {"mean_diff": mean, "ci95": [float("nan"), float("nan")], "df": 0,
+                "verdict": "inconclusive", "excludes_zero": False}  # fmt: skip
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+    lo, hi = mean - half, mean + half
+    excludes_zero = lo > 0 or hi < 0
+    if -margin <= lo and hi <= margin:
+        verdict = "equivalent"
+    elif excludes_zero:
+        verdict = "differs"
+    else:
+        verdict = "inconclusive"
+    return {"mean_diff": mean, "ci95": [lo, hi], "df": n - 1, "verdict": verdict,
+            "excludes_zero": excludes_zero}  # fmt: skip
+
+
+def _comparison_pairs(arms) -> list:
+    pairs = [(a, "dense") for a in arms if a != "dense" and "dense" in arms]
+    for a, b in (("coupled", "dense-matched"), ("coupled", "frozen-slow")):
+        if a in arms and b in arms:
+            pairs.append((a, b))
+    return pairs
+
+
+def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: dict | None = None,
+              margin: float = 0.01, log=print) -> dict:  # fmt: skip
+    """Train every arm for every seed (arms of one seed share the data order, and the arms that
+    share the dense architecture share its initialisation); returns the ablation table."""
     import xarray as xr
 
     from .io import save_dataset
 
     if seeds < 1:
         raise InputError(f"--seeds must be a positive integer; got {seeds}.")
+    if not (math.isfinite(margin) and margin > 0):
+        raise InputError(f"--margin must be a positive number of nats; got {margin}.")
     base = dict(base or {})
-    corpus = load_corpus(corpus_spec, P=base.get("P", 8))
-    runs = []
+    corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
+    configs = {arm: arm_config(arm, base, corpus.vocab_size) for arm in arms}
+    runs = {arm: [] for arm in arms}
     for seed in range(seeds):
-        for variant in variants:  # interleaved, so slow drifts of the machine hit every arm
-            cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=tokens, seed=seed,
-                              out=str(Path(out) / f"{variant}-seed{seed}"), **base)  # fmt: skip
+        for arm in arms:  # interleaved, so slow drifts of the machine hit every arm
+            cfg = TrainConfig(corpus=corpus_spec, tokens=tokens, seed=seed,
+                              out=str(Path(out) / f"{arm}-seed{seed}"), **configs[arm])  # fmt: skip
             s = train(cfg, corpus)
-            log(f"  {variant:<12} seed {seed}: val {s['val_loss']:.4f}, gates "
+            log(f"  {arm:<13} seed {seed}: val {s['val_loss']:.4f}, gates "
                 f"{[round(abs(g), 4) if isinstance(g, float) else 'ch' for g in s['gates']]}, "
                 f"{s['wall_time_s']:.1f} s, {s['tokens_per_s']:,.0f} tok/s")  # fmt: skip
-            runs.append(s)
-    table = _ablation_table(runs, variants)
+            runs[arm].append(s)
+    table = ablation_table(runs, margin)
+    table["references"] = _references(corpus, base.get("block_size", 256))
+    L = max(len(r[0]["gates"]) for r in runs.values())
+    gate = np.full((len(arms), seeds, L), np.nan)
+    for i, arm in enumerate(arms):
+        for j, r in enumerate(runs[arm]):
+            gate[i, j, : len(r["gates"])] = [abs(float(np.mean(g))) for g in r["gates"]]
     ds = xr.Dataset(
         {
-            "val_loss": (("variant", "seed"), np.array([[r["val_loss"] for r in runs if r["variant"] == v] for v in variants])),
-            "wall_time_s": (("variant", "seed"), np.array([[r["wall_time_s"] for r in runs if r["variant"] == v] for v in variants])),
-            "tokens_per_s": (("variant", "seed"), np.array([[r["tokens_per_s"] for r in runs if r["variant"] == v] for v in variants])),
-            "gate_abs": (("variant", "seed", "layer"), np.array([[[abs(float(np.mean(g))) for g in r["gates"]] for r in runs if r["variant"] == v] for v in variants])),
+            "val_loss": (("arm", "seed"), np.array([[r["val_loss"] for r in runs[a]] for a in arms]),
+                         {"long_name": "validation loss, every aligned window", "units": "nats/token"}),
+            "wall_time_s": (("arm", "seed"), np.array([[r["wall_time_s"] for r in runs[a]] for a in arms]),
+                            {"long_name": "wall-clock of the run", "units": "s"}),
+            "tokens_per_s": (("arm", "seed"), np.array([[r["tokens_per_s"] for r in runs[a]] for a in arms]),
+                             {"long_name": "training throughput", "units": "tokens/s"}),
+            "gate_abs": (("arm", "seed", "layer"), gate,
+                         {"long_name": "final |tanh(alpha)| per layer (NaN: no such layer)"}),
+            "params": ("arm", np.array([table["arms"][a]["params"] for a in arms]),
+                       {"long_name": "parameters"}),
+            "flops_per_token": ("arm", np.array([table["arms"][a]["flops_per_token"] for a in arms]),
+                                {"long_name": "training FLOPs per token (forward + backward)"}),
         },
-        coords={"variant": list(variants), "seed": np.arange(seeds), "layer": np.arange(base.get("n_layer", 4))},
-        attrs={"corpus": corpus_spec, "tokens": tokens, "corpus_summary": json.dumps(corpus.summary(), default=float),
-               "table": json.dumps(table, default=float), "fastslow_sim_version": __version__},
+        coords={"arm": list(arms), "seed": np.arange(seeds), "layer": np.arange(L)},
+        attrs={"title": f"ablation on {corpus_spec}", "corpus": corpus_spec, "tokens": tokens,
+               "margin": margin, "corpus_summary": json.dumps(corpus.summary(), default=float),
+               "table": json.dumps(table, default=float), "base_config": json.dumps(base),
+               "fastslow_sim_version": __version__},
     )  # fmt: skip
     save_dataset(ds, Path(out) / "ablation.nc")
     return table
 
 
-def _ablation_table(runs, variants) -> dict:
-    rows = {}
-    dense_wall = (
-        np.mean([r["wall_time_s"] for r in runs if r["variant"] == "dense"])
-        if "dense" in variants
-        else None
-    )
-    for v in variants:
-        rs = [r for r in runs if r["variant"] == v]
-        vl = np.array([r["val_loss"] for r in rs])
-        wall = np.mean([r["wall_time_s"] for r in rs])
-        gates = np.mean([[abs(float(np.mean(g))) for g in r["gates"]] for r in rs], axis=0)
-        rows[v] = {
-            "val_loss_mean": float(vl.mean()),
-            "val_loss_std": float(vl.std(ddof=1)) if len(vl) > 1 else 0.0,
-            "gate_abs_per_layer": gates.tolist(),
-            "wall_time_s": float(wall),
-            "wall_ratio_to_dense": float(wall / dense_wall) if dense_wall else None,
+def ablation_table(runs: dict, margin: float = 0.01) -> dict:
+    """`{"arms": {name: {...}}, "comparisons": [...]}` from `{arm: [summary per seed]}`."""
+    arms = {}
+    dense_wall = np.mean([r["wall_time_s"] for r in runs["dense"]]) if "dense" in runs else None
+    for arm, rs in runs.items():
+        wall = float(np.mean([r["wall_time_s"] for r in rs]))
+        arms[arm] = {
+            "params": int(rs[0]["params"]),
+            "flops_per_token": float(rs[0]["flops_per_token_train"]),
+            "n_layer": int(rs[0]["n_layer"]),
+            "val_loss": [float(r["val_loss"]) for r in rs],
             "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
-            "seeds": len(rs),
+            "wall_time_s": wall,
+            "wall_ratio_to_dense": float(wall / dense_wall) if dense_wall else None,
+            "gate_abs_per_layer": np.mean(
+                [[abs(float(np.mean(g))) for g in r["gates"]] for r in rs], axis=0
+            ).tolist(),
         }
-    # verdict: a difference exceeds run-to-run noise when it is larger than twice the standard
-    # error of the difference of the two means (about a 95% two-sided test for normal noise)
-    verdict = []
-    ref = "dense" if "dense" in rows else variants[0]
-    for v in variants:
-        if v == ref:
-            continue
-        a, b = rows[v], rows[ref]
-        n = a["seeds"]
-        se = (
-            math.sqrt((a["val_loss_std"] ** 2 + b["val_loss_std"] ** 2) / n)
-            if n > 1
-            else float("nan")
-        )
-        d = a["val_loss_mean"] - b["val_loss_mean"]
-        if not math.isfinite(se) or se == 0:
-            verdict.append(f"{v} - {ref} = {d:+.4f} nats (one seed: noise not measured)")
-        elif abs(d) > 2 * se:
-            better = "lower" if d < 0 else "higher"
-            verdict.append(
-                f"{v} is {better} than {ref} by {abs(d):.4f} nats, beyond run-to-run noise (2 s.e. = {2 * se:.4f})"
-            )
-        else:
-            verdict.append(
-                f"{v} - {ref} = {d:+.4f} nats, within run-to-run noise (2 s.e. = {2 * se:.4f})"
-            )
-    return {"rows": rows, "verdict": verdict, "reference": ref}
+    comparisons = []
+    for a, b in _comparison_pairs(list(runs)):
+        c = paired_comparison(arms[a]["val_loss"], arms[b]["val_loss"], margin)
+        comparisons.append({"a": a, "b": b, **c})
+    return {"arms": arms, "comparisons": comparisons, "margin": margin}

@@ -1,0 +1,149 @@
+"""The ablation: arms, the parameter-matched dense control, paired statistics, aligned blocks."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from scipy import stats
+
+import fastslow_sim as fs
+from fastslow_sim.bridge import FastSlowLM
+from fastslow_sim.cli import main
+from fastslow_sim.training import (
+    TrainConfig,
+    _batch,
+    arm_config,
+    matched_depth,
+    paired_comparison,
+    reproduce,
+)
+
+TINY = dict(block_size=32, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
+            eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False)  # fmt: skip
+SMALL_ME = "me:tokens=60000"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_paired_interval_is_scipys(seed):
+    rng = np.random.default_rng(seed)
+    n = 5 + seed
+    b = rng.normal(1.5, 0.02, n)
+    a = b + rng.normal(0.004 * (seed - 1), 0.005, n)
+    got = paired_comparison(a, b, margin=0.01)
+    ref = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert got["df"] == n - 1
+    np.testing.assert_allclose(got["ci95"], [ref.low, ref.high], rtol=1e-12)
+    assert got["mean_diff"] == pytest.approx(np.mean(a - b), rel=1e-12)
+
+
+@pytest.mark.parametrize("diffs, verdict", [
+    ([0.001, -0.002, 0.0015, 0.0005, -0.001], "equivalent"),   # interval inside +-0.01
+    ([0.05, 0.052, 0.049, 0.051, 0.048], "differs"),           # excludes 0, outside margin
+    ([0.02, -0.03, 0.04, -0.01, 0.015], "inconclusive"),       # neither
+    ([0.0, 0.0, 0.0, 0.0, 0.0], "equivalent"),                 # bit-identical arms
+])  # fmt: skip
+def test_verdicts(diffs, verdict):
+    b = np.full(5, 1.4)
+    assert paired_comparison(b + np.array(diffs), b, margin=0.01)["verdict"] == verdict
+
+
+def test_one_seed_is_inconclusive():
+    c = paired_comparison([1.0], [1.1])
+    assert c["verdict"] == "inconclusive" and c["df"] == 0
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_layer": 2, "n_embd": 64, "n_head": 4}, {"P": 16}])
+def test_matched_dense_has_the_coupled_parameter_count(kw):
+    base = {**TINY, **kw}
+    for V in (8, 256):
+        cfg = TrainConfig(**{**base, **arm_config("dense-matched", base, V)})
+        coupled = TrainConfig(**{**base, "variant": "coupled"})
+        n_dense = sum(p.numel() for p in FastSlowLM(cfg.model_config(V)).parameters())
+        n_coupled = sum(p.numel() for p in FastSlowLM(coupled.model_config(V)).parameters())
+        assert cfg.variant == "dense" and cfg.n_layer == 2 * base["n_layer"]
+        assert abs(n_dense / n_coupled - 1) <= 0.01
+
+
+def test_matched_depth_refuses_what_cannot_match(monkeypatch):
+    """With a narrow phi_theta (phi_mult 1) a slow path is half a dense layer: no depth fits."""
+    from dataclasses import replace
+
+    original = TrainConfig.model_config
+    monkeypatch.setattr(
+        TrainConfig, "model_config", lambda self, V: replace(original(self, V), phi_mult=1)
+    )
+    with pytest.raises(fs.InputError, match="within 1%"):
+        matched_depth({**TINY, "n_layer": 1}, 8)
+
+
+def test_batches_start_on_block_boundaries():
+    data = np.arange(10_003)  # a token's value is its position
+    g = torch.Generator().manual_seed(0)
+    starts = []
+    for _ in range(20):
+        x, y = _batch(data, 32, 8, g, "cpu", align=8)
+        assert torch.equal(x - x[:, :1], torch.arange(32).expand(8, 32))  # contiguous windows
+        assert torch.equal(y[:, :-1], x[:, 1:])
+        starts += x[:, 0].tolist()
+    assert all(s % 8 == 0 for s in starts) and max(starts) + 33 <= len(data)
+    assert len(set(starts)) > 100  # and they are spread over the split
+    x1, _ = _batch(data, 32, 64, torch.Generator().manual_seed(0), "cpu")
+    assert any(s % 8 for s in x1[:, 0].tolist())  # align=1 (text) is not aligned
+
+
+def test_me_training_and_evaluation_windows_are_aligned():
+    corpus = fs.corpora.load_corpus(SMALL_ME, P=4, context=32)
+    assert corpus.block_len == 4 and len(corpus.train) % 4 == 0
+    starts = corpus.window_starts("val", 32)
+    assert np.all(starts % 4 == 0) and np.all(np.diff(starts) == 32)
+    text = fs.corpora.random_corpus(5000)
+    assert np.array_equal(text.window_starts("val", 32), np.arange(0, 500 - 32, 32))
+
+
+def test_reproduce_pairs_arms_and_reports_json(tmp_path):
+    out = tmp_path / "abl"
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", SMALL_ME, "--tokens", "1200", "--seeds", "2",
+                                    "--P", "4", "--context", "32", "--batch-size", "4",
+                                    "--arms", "dense,dense-matched,coupled,frozen-gate",
+                                    "--out", str(out), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    arms = data["arms"]
+    assert set(arms) == {"dense", "dense-matched", "coupled", "frozen-gate"}
+    for a in arms.values():
+        assert {"params", "flops_per_token", "val_loss", "tokens_per_s"} <= set(a)
+        assert len(a["val_loss"]) == 2 and all(np.isfinite(a["val_loss"]))
+    assert abs(arms["dense-matched"]["params"] / arms["coupled"]["params"] - 1) <= 0.01
+    assert (
+        arms["dense-matched"]["flops_per_token"]
+        > arms["coupled"]["flops_per_token"]
+        > arms["dense"]["flops_per_token"]
+    )
+    # frozen-gate is the dense model bit for bit (same seed, same data order, zero gate)
+    assert arms["frozen-gate"]["val_loss"] == arms["dense"]["val_loss"]
+    comps = {(c["a"], c["b"]): c for c in data["comparisons"]}
+    assert set(comps) == {("dense-matched", "dense"), ("coupled", "dense"), ("frozen-gate", "dense"),
+                          ("coupled", "dense-matched")}  # fmt: skip
+    fg = comps[("frozen-gate", "dense")]
+    assert fg["mean_diff"] == 0 and fg["ci95"] == [0, 0] and fg["verdict"] == "equivalent"
+    for c in comps.values():
+        ref = paired_comparison(arms[c["a"]]["val_loss"], arms[c["b"]]["val_loss"], 0.01)
+        assert c["verdict"] == ref["verdict"] and c["df"] == 1
+    # the floor of the same windows is reported, and no arm beats the oracle
+    ref = data["references"]
+    assert ref["oracle_loss"] <= ref["bayes_floor_loss"] <= ref["ignore_y_loss"]
+    ds = fs.load_dataset(out / "ablation.nc")
+    assert ds["val_loss"].dims == ("arm", "seed") and ds["val_loss"].shape == (4, 2)
+    assert ds["val_loss"].attrs["units"] == "nats/token"
+
+
+def test_reproduce_text_table(tmp_path, text_file):
+    table = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "t"), TINY,
+                      log=lambda *a: None)  # fmt: skip
+    assert table["references"] is None
+    assert [(c["a"], c["b"]) for c in table["comparisons"]] == [("coupled", "dense")]
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", f"text:{text_file}", "--margin", "-1",
+                                    "--out", str(tmp_path / "m")])  # fmt: skip
+    assert res.exit_code == 2 and "--margin must be a positive number" in res.output

@@ -1,0 +1,146 @@
+"""The master-equation corpus: y is a function of the past tokens, and its Bayes floor is
+computed exactly (attained on a long sample, beaten by no predictor from past tokens)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.linalg import expm
+
+import fastslow_sim as fs
+from fastslow_sim.corpora import load_corpus
+from fastslow_sim.me_corpus import (
+    _GRID,
+    MECorpusConfig,
+    _interp_entry,
+    _propagator_table,
+    _propagators,
+    bayes_filter,
+    me_corpus,
+    me_reference_losses,
+    parse_me_spec,
+)
+
+CFG = MECorpusConfig()
+
+
+@pytest.fixture(scope="module")
+def default():
+    return load_corpus("me")
+
+
+def _val_windows(corpus, T=256):
+    starts = corpus.window_starts("val", T)
+    return np.asarray(corpus.val, dtype=np.int64)[starts[:, None] + np.arange(T + 1)]
+
+
+def test_defaults_leave_a_learnable_gap_inside_the_context(default):
+    s = default.stats
+    assert default.vocab_size == 8 and s["P"] == 8 and default.block_len == 8
+    assert s["oracle_loss"] < s["bayes_floor_loss"] < s["ignore_y_loss"] < s["uniform_loss"]
+    assert s["ignore_y_loss"] - s["bayes_floor_loss"] >= 0.1  # issue 12's target
+    # the window start costs little: y forgets within a third of the 32 blocks of the context
+    assert s["y_memory_blocks"] * s["P"] <= s["reference_context"] / 3
+    assert s["bayes_floor_loss"] - s["oracle_loss"] < 0.01
+    # splits end and start on block boundaries
+    assert len(default.train) % 8 == 0 and len(default.val) % 8 == 0
+
+
+def test_y_is_the_slow_law_applied_to_the_past_histograms(default):
+    toks = np.concatenate([default.train, default.val]).reshape(-1, 8)
+    ys = default.blocks["y"]
+    m = (toks[:-1, :, None] == np.arange(8)).mean(axis=1) @ CFG.readout()
+    np.testing.assert_allclose(ys[1:], CFG.slow_update(ys[:-1], m), rtol=0, atol=1e-14)
+    # forgetting: from the wrong start the replayed y is within 1e-3 after memory_blocks blocks
+    k = CFG.memory_blocks()
+    for wrong in (0.0, 1.0):
+        y = wrong
+        for b in range(k):
+            y = CFG.slow_update(y, m[b])
+        assert abs(y - ys[k]) <= 1e-3 * abs(wrong - ys[0]) + 1e-15
+    # p_st per block is the birth-death closed form at that block's y
+    np.testing.assert_allclose(default.blocks["p_st"][:200], CFG.generator().closed_form(ys[:200]),
+                               rtol=1e-10, atol=1e-15)  # fmt: skip
+
+
+def test_propagators_are_the_matrix_exponential():
+    ys = np.linspace(0, 1, 57)
+    exact = expm(CFG.H * CFG.generator().rates(ys))
+    np.testing.assert_allclose(_propagators(CFG, ys), exact, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(_propagators(CFG, ys).sum(-1), 1.0, rtol=0, atol=1e-12)
+    # the tabulated, interpolated entries the corpus is sampled and scored with
+    rng = np.random.default_rng(0)
+    y = rng.uniform(0, 1, (40, 3))
+    prev, cur = rng.integers(0, 8, 40), rng.integers(0, 8, 40)
+    got = _interp_entry(_propagator_table(CFG), y, prev, cur)
+    want = expm(CFG.H * CFG.generator().rates(y))[
+        np.arange(40)[:, None], np.arange(3), prev[:, None], cur[:, None]
+    ]
+    assert np.max(np.abs(got - want)) < 1e-7 and _GRID > 1000
+
+
+def test_oracle_scores_the_generating_probabilities(default):
+    """The stored log-probabilities are those of the interpolated K at each block's y."""
+    toks = np.concatenate([default.train, default.val])
+    t = np.arange(1, 4001)
+    y = default.blocks["y"][t // 8]
+    lik = _interp_entry(_propagator_table(CFG), y[:, None], toks[t - 1], toks[t])[:, 0]
+    np.testing.assert_allclose(default.blocks["log_oracle"][t], np.log(lik), rtol=0, atol=1e-12)
+
+
+def test_floor_is_attained_on_a_long_independent_sample(default):
+    """The filter's loss on another seed's 1.08M training tokens agrees with the reported floor:
+    the floor is the predictor's expected loss, not a number fitted to one split."""
+    cfg = MECorpusConfig(seed=1)
+    other = me_corpus(cfg)
+    long = me_reference_losses(other, cfg, 256, split="train")
+    assert long["reference_windows"] > 4000
+    assert long["bayes_floor_loss"] == pytest.approx(default.stats["bayes_floor_loss"], abs=0.005)
+    assert long["oracle_loss"] <= long["bayes_floor_loss"] <= long["ignore_y_loss"]
+
+
+def test_no_predictor_from_past_tokens_beats_the_floor(default):
+    ref = me_reference_losses(default, CFG, 256, per_window=True)
+    floor = ref["bayes_floor_loss"]
+    win = _val_windows(default)
+    # the filter without the first token's information about y
+    flat = bayes_filter(win, CFG, np.full((128, 8), 1 / 1024))["loss"].mean()
+    # plug-in: one slow state replayed from the prior mean with the observed histograms
+    table, c = _propagator_table(CFG), CFG.readout()
+    y, plug = np.full((len(win), 1), 0.5), []
+    for j in range(1, 257):
+        if j % 8 == 0:
+            hist = (win[:, j - 8 : j, None] == np.arange(8)).mean(axis=1)
+            y = CFG.slow_update(y, (hist @ c)[:, None])
+        plug.append(-np.log(_interp_entry(table, y, win[:, j - 1], win[:, j])[:, 0]))
+    # second-order Markov counts fitted on training, ignoring y
+    tr = np.asarray(default.train, dtype=np.int64)
+    counts = np.ones((8, 8, 8))
+    np.add.at(counts, (tr[:-2], tr[1:-1], tr[2:]), 1.0)
+    p2 = counts / counts.sum(-1, keepdims=True)
+    second = -np.log(p2[win[:, :-2], win[:, 1:-1], win[:, 2:]]).mean()
+    for name, loss in {"flat prior": flat, "plug-in": np.mean(plug), "2nd-order": second,
+                       "ignore-y": ref["ignore_y_loss"]}.items():  # fmt: skip
+        assert loss > floor, name
+    # and y known does beat it: the oracle is not a predictor from past tokens
+    assert ref["oracle_loss"] < floor
+
+
+def test_spec_options_and_bad_values():
+    cfg = parse_me_spec("me:tokens=50k,beta=6,H=0.25")
+    assert (cfg.tokens, cfg.beta, cfg.H) == (50_000, 6.0, 0.25)
+    assert parse_me_spec("text:x") is None
+    for spec, fragment in [("me:beta", "NAME=VALUE"), ("me:gamma=1", "NAME=VALUE"),
+                           ("me:H=2", "0 < H <= 1"), ("me:H=fast", "not a number"),
+                           ("me:feedback=-3", "feedback"), ("me:tokens=100", "tokens >=")]:  # fmt: skip
+        with pytest.raises(fs.InputError, match=fragment):
+            parse_me_spec(spec)
+
+
+def test_small_corpus_is_seeded_and_ordered():
+    a = me_corpus(MECorpusConfig(tokens=60_000, seed=3, context=64))
+    b = me_corpus(MECorpusConfig(tokens=60_000, seed=3, context=64))
+    assert np.array_equal(a.train, b.train) and a.stats == b.stats
+    s = a.stats
+    assert s["oracle_loss"] <= s["bayes_floor_loss"] <= s["ignore_y_loss"]
+    assert s["reference_context"] == 64 and math.isfinite(s["loss_gap"])
