@@ -120,16 +120,20 @@ def _cached_me_corpus(config) -> Corpus:
 
 
 def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256) -> Corpus:
-    """`"me"` (or `"me:tokens=3M,beta=6,..."`), `"random"` or `"text:PATH"`. The corpus seed is
-    separate from a training seed: every run on `"me"` with the same `P` sees the same corpus;
-    `context` is the window length of the me corpus's reference losses."""
+    """`"me"` (or `"me:tokens=3M,beta=6,seed=1,..."`), `"random"` or `"text:PATH"`. The corpus
+    seed (`seed=` in the spec, else `seed`) is separate from a training seed: every run on `"me"`
+    with the same `P` sees the same corpus; `P` is the model's, and `context` is the window
+    length of the me corpus's reference losses."""
     from dataclasses import replace
 
     from .me_corpus import parse_me_spec
 
     me = parse_me_spec(spec)
     if me is not None:
-        return _cached_me_corpus(replace(me, P=P, seed=seed, context=context))
+        own_seed = any(item.strip().startswith("seed=") for item in spec[3:].split(","))
+        return _cached_me_corpus(
+            replace(me, P=P, seed=me.seed if own_seed else seed, context=context)
+        )
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):

@@ -121,6 +121,9 @@ def parse_me_spec(spec: str) -> MECorpusConfig | None:
             raise InputError(
                 f"corpus option {item!r} is not NAME=VALUE with NAME one of {sorted(types)}."
             )
+        if key in ("P", "context"):  # one source of truth: the model's own P and context
+            flag = "--P" if key == "P" else "--context"
+            raise InputError(f"corpus option {key} is set with {flag}, not in the corpus spec.")
         try:
             if types[key] in ("int", int):
                 from .training import parse_tokens

@@ -9,9 +9,13 @@ stationary distribution of the generator that governs block `b` (from the corpus
   `phi_theta(y)`, and it exists for every arm, dense ones included;
 - `slow-state probe`: softmax regression, fitted on training windows with `p_st` targets, from
   the last layer's gated slow state `tanh(alpha) z_{b-1}` (what block `b`'s tokens read);
-  slow-path arms only.
+  slow-path arms only. The features are standardised, so the probe reads what `z_{b-1}`
+  encodes whatever the gate's size (except an exactly zero gate), not how much the network
+  uses it.
 Baselines, on the same blocks: uniform; the training split's token frequencies; the previous
-block's histogram; the exact Bayes filter's posterior mean of `p_st(y_b)` from the tokens before
+block's histogram (anti-correlated with `p_st(y_b)` under the default negative feedback); the
+slow law replayed from `y = 1/2` over the previous 3 blocks' histograms (a short look-back
+that a fast path could learn); the exact Bayes filter's posterior mean of `p_st(y_b)` from the tokens before
 block `b`; the Bayes filter's own next-token distribution read out like the head (the best any
 model's head can do here: the chain has not mixed completely); and `y` known (TV 0).
 Distance: total variation `1/2 sum_i |a_i - b_i|`, mean over blocks with the standard error
@@ -33,7 +37,8 @@ from .errors import InputError
 __all__ = ["load_run", "phi_vs_pst", "READOUTS"]
 
 READOUTS = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
-            "previous block's histogram", "corpus frequencies", "uniform", "y known")  # fmt: skip
+            "slow law over the last 3 blocks", "previous block's histogram", "corpus frequencies",
+            "uniform", "y known")  # fmt: skip
 
 
 def load_run(run_dir):
@@ -111,6 +116,7 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     standard errors, and the readouts binned by `y` for the figure; written to
     `run_dir/phi_vs_pst.json`."""
     from .me_corpus import MECorpusConfig, _start_prior, bayes_filter
+    from .stationary import stationary_distribution
 
     model, tcfg = load_run(run_dir)
     corpus_spec = str(tcfg.get("corpus"))
@@ -124,6 +130,8 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     if mcfg.P != P:
         raise InputError(f"the model's P={P} differs from the corpus's P={mcfg.P}.")
     V, nb = corpus.vocab_size, T // P
+    if T % P:
+        raise InputError(f"the context {T} is not a multiple of P={P}.")
     if nb < 2:
         raise InputError(f"the context {T} holds fewer than two blocks of P={P}.")
     ys, pst_all = corpus.blocks["y"], corpus.blocks["p_st"]
@@ -143,7 +151,19 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     hist = (win[:, :-1].reshape(W, -1, P)[:, : nb - 1, :, None] == np.arange(V)).mean(axis=2)
     train = np.asarray(corpus.train, dtype=np.int64)
     freqs = np.bincount(train, minlength=V) / len(train)
+    # the cheap causal baseline: the slow law replayed from y = 1/2 over the last 3 blocks
+    means = hist @ mcfg.readout()  # (W, nb-1): mean state of blocks 0..nb-2
+    replay = np.empty((W, nb - 1))
+    for b in range(1, nb):
+        y = np.full(W, 0.5)
+        for k in range(max(0, b - 3), b):
+            y = mcfg.slow_update(y, means[:, k])
+        replay[:, b - 1] = y
+    replayed = stationary_distribution(mcfg.generator().rates(replay.reshape(-1))).reshape(
+        target.shape
+    )
     readouts = {
+        "slow law over the last 3 blocks": replayed,
         "model head": head_readout(heads),
         "Bayes filter, head readout": head_readout(filt["next"]),
         "Bayes filter p_st": filt["pst"][:, 1:nb],

@@ -131,9 +131,10 @@ def test_reproduce_pairs_arms_and_reports_json(tmp_path):
     for c in comps.values():
         ref = paired_comparison(arms[c["a"]]["val_loss"], arms[c["b"]]["val_loss"], 0.01)
         assert c["verdict"] == ref["verdict"] and c["df"] == 1
-    # the floor of the same windows is reported, and no arm beats the oracle
+    # the floor of the same windows is reported, and no arm beats it
     ref = data["references"]
     assert ref["oracle_loss"] <= ref["bayes_floor_loss"] <= ref["ignore_y_loss"]
+    assert all(v >= ref["bayes_floor_loss"] for a in arms.values() for v in a["val_loss"])
     ds = fs.load_dataset(out / "ablation.nc")
     assert ds["val_loss"].dims == ("arm", "seed") and ds["val_loss"].shape == (4, 2)
     assert ds["val_loss"].attrs["units"] == "nats/token"
@@ -147,3 +148,50 @@ def test_reproduce_text_table(tmp_path, text_file):
     res = CliRunner().invoke(main, ["reproduce", "--corpus", f"text:{text_file}", "--margin", "-1",
                                     "--out", str(tmp_path / "m")])  # fmt: skip
     assert res.exit_code == 2 and "--margin must be a positive number" in res.output
+
+
+class _FilterModel(torch.nn.Module):
+    """A stand-in network whose next-token distribution is the Bayes filter's."""
+
+    def __init__(self, corpus, cfg):
+        super().__init__()
+        from fastslow_sim.me_corpus import _start_prior
+
+        self.cfg, self.prior = cfg, _start_prior(corpus, cfg)
+
+    def forward(self, idx, targets):
+        from fastslow_sim.me_corpus import bayes_filter
+
+        win = torch.cat([idx, targets[:, -1:]], dim=1).numpy()
+        nxt = torch.from_numpy(bayes_filter(win, self.cfg, self.prior, predictive=True)["next"])
+        logits = torch.log(nxt)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+        )
+        return logits, loss
+
+
+def test_model_loss_and_floor_are_scored_on_the_same_targets():
+    """evaluate_windows with the filter as the model returns the reported floor exactly."""
+    from fastslow_sim.me_corpus import MECorpusConfig
+    from fastslow_sim.training import evaluate_windows
+
+    corpus = fs.corpora.load_corpus(SMALL_ME, P=4, context=32)
+    cfg = MECorpusConfig(**corpus.stats["config"])
+    got = evaluate_windows(_FilterModel(corpus, cfg), corpus, 32, batch_size=7)
+    assert got == pytest.approx(corpus.stats["bayes_floor_loss"], rel=0, abs=1e-9)
+
+
+def test_spec_owns_its_seed_but_not_P_or_context():
+    a = fs.corpora.load_corpus("me:tokens=60000,seed=3", P=4, context=32, seed=0)
+    assert a.stats["config"]["seed"] == 3 and a.stats["config"]["P"] == 4
+    for spec in ("me:tokens=60000,P=16", "me:context=64"):
+        with pytest.raises(fs.InputError, match="not in the corpus spec"):
+            fs.corpora.load_corpus(spec, P=4)
+    with pytest.raises(fs.InputError, match="not a multiple of the"):
+        train_cfg = TrainConfig(
+            corpus=SMALL_ME, out="unused", tokens=500, **{**TINY, "block_size": 30}
+        )
+        from fastslow_sim.training import train
+
+        train(train_cfg)

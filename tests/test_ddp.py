@@ -33,8 +33,9 @@ def corpus_args(text_file):
     return ["--corpus", f"text:{text_file}"]
 
 
-def test_ranks_agree_and_draw_different_batches(tmp_path, corpus_args):
-    res = _run(_torchrun(*TRAIN, *corpus_args, "--out", str(tmp_path / "a")))
+def test_ranks_agree_and_draw_different_batches(tmp_path):
+    # the me corpus: block-aligned batches on every rank
+    res = _run(_torchrun(*TRAIN, "--corpus", "me:tokens=60000", "--out", str(tmp_path / "a")))
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["world_size"] == 2 and s["finished"]
