@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError
 from .integrators import METHODS, random_initial_conditions
 from .systems import SYSTEMS
