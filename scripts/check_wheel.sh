@@ -15,10 +15,11 @@ ROOT=$PWD
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastslow-wheel.XXXXXX")
 if [[ "${KEEP:-0}" == 1 ]]; then echo "check_wheel: work folder $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 start=$SECONDS
-# The me corpus makes 75,000 expm calls on 8 x 8 matrices; with OpenBLAS's threads on a busy
-# machine that takes 15x longer than on one thread (48 s against 3 s for 10,000 blocks, measured
-# on 2 shared cores). This is a smoke check of the wheel, not a benchmark: one thread.
-export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+# One thread for OpenBLAS and for torch (OpenMP). On a busy machine their thread pools make tiny
+# problems crawl: the me corpus's 75,000 expm calls on 8 x 8 matrices took 48 s against 3 s for
+# 10,000 blocks, and phi-vs-pst's batch-of-one forward passes 207 s against 31 s (2 shared cores,
+# load 5). This is a smoke check of the wheel, not a benchmark.
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 say() { echo "check_wheel: $*"; }
 
 # 1. The wheel, built from a copy of the files git tracks or would track (a build/ folder left in
