@@ -5,10 +5,9 @@ The ODE core: `generators` (master-equation generators `Q(y)`), `stationary` (`p
 (`integrate(system, t_span, ...)`), `io` (NetCDF). Plotting lives in `fastslow_sim.analysis`.
 """
 
-__version__ = "0.1.0"
-
-from .errors import InputError, ReducibleGeneratorError  # noqa: E402
-from .generators import (  # noqa: E402
+from ._version import __version__
+from .errors import InputError, ReducibleGeneratorError
+from .generators import (
     GENERATORS,
     BirthDeath,
     Cycle,
@@ -18,20 +17,20 @@ from .generators import (  # noqa: E402
     random_generators,
     validate_generator,
 )
-from .integrators import (  # noqa: E402
+from .integrators import (
     METHODS,
     StiffnessWarning,
     integrate,
     integrate_batch,
     random_initial_conditions,
 )
-from .io import load_dataset, save_dataset  # noqa: E402
-from .stationary import (  # noqa: E402
+from .io import load_dataset, save_dataset
+from .stationary import (
     fundamental_matrix,
     stationary_derivative,
     stationary_distribution,
 )
-from .systems import (  # noqa: E402
+from .systems import (
     SYSTEMS,
     FastSlowSystem,
     MasterEquationSystem,

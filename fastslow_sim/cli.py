@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError
 from .integrators import METHODS, random_initial_conditions
 from .systems import SYSTEMS
@@ -90,6 +90,14 @@ def _output_options(default_name: str):
         return f
 
     return decorate
+
+
+def _use_agg():
+    """Select matplotlib's non-interactive Agg backend: the CLI only writes figures to files
+    (the analysis layer itself picks no backend, so that it also draws in notebooks)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
 
 
 def _output_paths(stem: str, out, plot_path, no_plot: bool):
@@ -235,9 +243,10 @@ def integrate(
 
     save_dataset(ds, out)
     if not no_plot:
-        from .analysis import plot_trajectory
+        _use_agg()
+        from .analysis import plot_trajectory, save_figure
 
-        plot_trajectory(ds.isel(batch=0) if "batch" in ds.dims else ds, plot_path)
+        save_figure(plot_trajectory(ds.isel(batch=0) if "batch" in ds.dims else ds), plot_path)
 
     a = ds.attrs
     batched = "batch" in ds.dims
@@ -338,9 +347,10 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     ds = run_convergence(system, values, t_end=t_end, progress=not as_json)
     save_dataset(ds, out)
     if plot_path is not None:
-        from .analysis import plot_convergence
+        _use_agg()
+        from .analysis import plot_convergence, save_figure
 
-        plot_convergence(ds, plot_path)
+        save_figure(plot_convergence(ds), plot_path)
     slopes = json.loads(ds.attrs["slopes"])
     if as_json:
         click.echo(json.dumps({
@@ -429,9 +439,10 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     ds.attrs["identity_max_abs_diff"] = check["max_abs_diff"]
     save_dataset(ds, out)
     if plot_path is not None:
-        from .analysis import plot_branches
+        _use_agg()
+        from .analysis import plot_branches, save_figure
 
-        plot_branches(ds, plot_path)
+        save_figure(plot_branches(ds), plot_path)
     branches = json.loads(ds.attrs["branches"])
     folds = json.loads(ds.attrs["folds"])
     osc = None
@@ -491,11 +502,13 @@ def figures(out_dir, results_dir):
     Writes integrate-birth-death.png, equilibrium-manifold.png, convergence.png and
     nonlinear-branches.png; figures/README.md indexes them.
     """
+    _use_agg()
     from .analysis import (
         plot_branches,
         plot_convergence,
         plot_equilibrium_manifold,
         plot_trajectory,
+        save_figure,
     )
     from .integrators import integrate as run_integrate
     from .io import load_dataset, save_dataset
@@ -513,7 +526,7 @@ def figures(out_dir, results_dir):
     def step(name, make, plot):
         path = results_dir / f"{name}.nc"
         save_dataset(make(), path)
-        plot(load_dataset(path), out_dir / f"{name}.png")
+        save_figure(plot(load_dataset(path)), out_dir / f"{name}.png")
         click.echo(f"wrote {out_dir / (name + '.png')} (data {path})")
 
     step(
@@ -530,8 +543,9 @@ def figures(out_dir, results_dir):
     save_dataset(
         manifold_curve(make_system("birth-death", eps=0.1), np.linspace(0.7, 1.0, 121)), curve_path
     )
-    plot_equilibrium_manifold(
-        runs, load_dataset(curve_path), out_dir / "equilibrium-manifold.png", states=[5, 6, 7]
+    save_figure(
+        plot_equilibrium_manifold(runs, load_dataset(curve_path), states=[5, 6, 7]),
+        out_dir / "equilibrium-manifold.png",
     )
     click.echo(f"wrote {out_dir / 'equilibrium-manifold.png'}")
     step(
@@ -887,9 +901,18 @@ def training_figures(runs_dir, out_dir):
     Make the runs first:
       fastslow-sim reproduce --corpus text:PATH --out runs/reproduce-text
       fastslow-sim reproduce --corpus me --out runs/reproduce-me
-      fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0
+      fastslow-sim phi-vs-pst runs/reproduce-me/*-seed0
+      python scripts/phi_vs_pst_sweep.py   # runs/phi-sweep: TV against tokens and P
     """
-    from .analysis import plot_gates, plot_phi_vs_pst, plot_val_loss, plot_wall_clock
+    _use_agg()
+    from .analysis import (
+        plot_gates,
+        plot_phi_vs_pst,
+        plot_tv_sweep,
+        plot_val_loss,
+        plot_wall_clock,
+        save_figure,
+    )
     from .io import load_dataset
 
     runs_dir, out_dir = Path(runs_dir), Path(out_dir)
@@ -905,16 +928,21 @@ def training_figures(runs_dir, out_dir):
         summary = json.loads(load_dataset(dirs["me"] / "ablation.nc").attrs["corpus_summary"])
         refs["me"] = {"oracle": summary["oracle_loss"], "Bayes floor": summary["bayes_floor_loss"],
                       "ignore-y": summary["ignore_y_loss"]}  # fmt: skip
-    for name, fn in (("training-gates.png", lambda p: plot_gates(dirs, p)),
-                     ("training-val-loss.png", lambda p: plot_val_loss(dirs, p, refs)),
-                     ("training-wall-clock.png", lambda p: plot_wall_clock(dirs, p))):  # fmt: skip
-        fn(out_dir / name)
+    for name, draw in (("training-gates.png", lambda: plot_gates(dirs)),
+                       ("training-val-loss.png", lambda: plot_val_loss(dirs, refs)),
+                       ("training-wall-clock.png", lambda: plot_wall_clock(dirs))):  # fmt: skip
+        save_figure(draw(), out_dir / name)
         click.echo(f"wrote {out_dir / name}")
     if "me" in dirs:
-        files = {p.parent.name: p for p in sorted(dirs["me"].glob("*-seed0/phi_vs_pst.json"))}
-        if files:
-            plot_phi_vs_pst(files, out_dir / "phi-vs-pst.png")
+        results = {p.parent.name.rsplit("-seed", 1)[0]: json.loads(p.read_text())
+                   for p in sorted(dirs["me"].glob("*-seed0/phi_vs_pst.json"))}  # fmt: skip
+        if results:
+            save_figure(plot_phi_vs_pst(results), out_dir / "phi-vs-pst.png")
             click.echo(f"wrote {out_dir / 'phi-vs-pst.png'}")
+    sweep = runs_dir / "phi-sweep" / "phi_vs_pst_sweep.json"
+    if sweep.is_file():
+        save_figure(plot_tv_sweep(json.loads(sweep.read_text())), out_dir / "phi-vs-pst-sweep.png")
+        click.echo(f"wrote {out_dir / 'phi-vs-pst-sweep.png'}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError
 
 __all__ = [
@@ -277,6 +277,8 @@ def integrate(
     elif chosen.backend == "scipy":
         z, status, message, stats = _solve_scipy(system, z0, (t0, t1), t_eval, chosen, rtol, atol)
     elif chosen.backend == "torch":
+        from .rosenbrock import STATUS as _STATUS  # torch: imported only where it is used
+
         zb, codes, st = _solve_rodas4(system, z0[None], t_eval, rtol, atol, max_steps)
         z, status = zb[:, 0], _STATUS[int(codes[0])]
         message = "integration finished" if status == "success" else f"rodas4 stopped: {status}"
@@ -307,9 +309,6 @@ def integrate(
             "wall_time_s": wall,
         },
     )  # fmt: skip
-
-
-from .rosenbrock import STATUS as _STATUS  # noqa: E402
 
 
 def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True):
@@ -521,6 +520,8 @@ def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e
     z0 = np.concatenate([x0, y0], axis=1)
     start = time.perf_counter()
     if chosen.backend == "torch":
+        from .rosenbrock import STATUS as _STATUS  # torch: imported only where it is used
+
         z, codes, stats = _solve_rodas4(system, z0, t_eval, rtol, atol, max_steps, device, eps)
         status = [_STATUS[int(c)] for c in codes]
         stats.pop("iterations", None)

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from ._version import __version__
 from .errors import InputError
 from .stationary import stationary_derivative, stationary_distribution
 

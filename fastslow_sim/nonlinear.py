@@ -369,7 +369,7 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
 
     import xarray as xr
 
-    from . import __version__
+    from ._version import __version__
 
     start = time.perf_counter()
     curve = critical_branches(family, y_range)

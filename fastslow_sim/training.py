@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .bridge import BridgeConfig, FastSlowLM
 from .bridge.cost import flops_per_token, peak_flops
 from .corpora import Corpus, load_corpus

@@ -4,19 +4,39 @@
   pooling and upsampling functions that decide causality, generation with a key-value cache;
 - `mapping`: the table of ODE objects, their network counterparts and the gap between them;
 - `cost`: FLOPs per token per module and variant, checked against torch's flop counter; MFU.
+
+`model` and `cost` need torch; they are imported on first use of one of their names, so that
+`fastslow_sim.bridge.mapping` (the `mapping` command) starts without torch.
 """
 
-from .cost import flops_per_token, measured_flops_per_token, mfu, peak_flops
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .mapping import MAPPING, render_mapping
-from .model import (
-    GATES,
-    VARIANTS,
-    BridgeConfig,
-    FastSlowLM,
-    block_mean_pool,
-    completed_block_index,
-    upsample_completed,
-)
+
+if TYPE_CHECKING:
+    from .cost import flops_per_token, measured_flops_per_token, mfu, peak_flops
+    from .model import (
+        GATES,
+        VARIANTS,
+        BridgeConfig,
+        FastSlowLM,
+        block_mean_pool,
+        completed_block_index,
+        upsample_completed,
+    )
+
+# name -> the submodule that defines it (imported lazily by __getattr__)
+_LAZY = {
+    **dict.fromkeys(["flops_per_token", "measured_flops_per_token", "mfu", "peak_flops"], "cost"),
+    **dict.fromkeys(
+        ["GATES", "VARIANTS", "BridgeConfig", "FastSlowLM", "block_mean_pool",
+         "completed_block_index", "upsample_completed"],
+        "model",
+    ),
+}  # fmt: skip
 
 __all__ = [
     "BridgeConfig",
@@ -33,3 +53,15 @@ __all__ = [
     "mfu",
     "peak_flops",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

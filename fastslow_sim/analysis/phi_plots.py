@@ -1,7 +1,7 @@
 """phi_theta against p_st, from the results `fastslow-sim phi-vs-pst` saves (phi_vs_pst.json)
 and `scripts/phi_vs_pst_sweep.py` collects; nothing here trains or evaluates a model.
 
-Both functions draw into axes they are given (or make a Figure) and return the Figure; saving
+Both functions draw into the two Axes they are given (`ax=`, or make a Figure) and return the Figure; saving
 is the caller's choice, and no backend is set here, so they work in a notebook.
 """
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .plots import figure_axes
+
 ARM_STYLE = {"coupled": ("C1", "--"), "dense-matched": ("C4", "-."), "dense": ("C0", ":"),
              "frozen-slow": ("C3", (0, (3, 1, 1, 1))), "frozen-gate": ("C2", (0, (1, 1)))}  # fmt: skip
 
 
-def plot_phi_vs_pst(results: dict, axes=None):
+def plot_phi_vs_pst(results: dict, ax=None):
     """`phi_theta(y)` against `p_st(y)` as curves per state, binned by `y` (quantile bins).
 
     `results`: `{label: phi_vs_pst result}`. Left: the model's head readout of each run (and the
@@ -22,9 +24,7 @@ def plot_phi_vs_pst(results: dict, axes=None):
     """
     import matplotlib.pyplot as plt
 
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
-    fig = axes[0].figure
+    fig, axes = figure_axes(ax, 2, ncols=2, figsize=(12, 4.6), sharey=True)
     first = next(iter(results.values()))
     y = np.array(first["binned"]["y"])
     truth = np.array(first["binned"]["y known"])  # (bins, n)
@@ -65,14 +65,10 @@ def plot_phi_vs_pst(results: dict, axes=None):
     return fig
 
 
-def plot_tv_sweep(rows: list, axes=None):
+def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the attainable floors of each readout (the Bayes filter read out the same way)."""
-    import matplotlib.pyplot as plt
-
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    fig = axes[0].figure
+    fig, axes = figure_axes(ax, 2, ncols=2, figsize=(11, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
         sel = [r for r in rows if r["sweep"] == sweep]

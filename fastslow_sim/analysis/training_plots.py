@@ -1,14 +1,14 @@
 """Figures of the training experiments, read from saved run folders (train.nc, ablation.nc,
-phi_vs_pst.json); nothing here trains a model."""
+phi_vs_pst.json); nothing here trains a model. As in `plots`, each function takes optional
+Axes (`ax=`) and returns the Figure; `save_figure` writes it to a file."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from .plots import _save, plt
+from .plots import axis_label, figure_axes
 
 ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
 COLORS = {"dense": "C0", "dense-matched": "C4", "coupled": "C1", "frozen-gate": "C2",
@@ -26,15 +26,19 @@ def _runs(ablation_dir):
     return out
 
 
-def plot_gates(ablation_dirs: dict, path) -> Path:
-    """|tanh(alpha)| per layer during training, one panel per (corpus, arm), seeds overlaid."""
+def plot_gates(ablation_dirs: dict, *, ax=None):
+    """|tanh(alpha)| per layer during training, one panel per (corpus, arm), seeds overlaid.
+
+    `ax`: `len(ablation_dirs) x 4` Axes (rows: corpora, columns: arms), or None for a new
+    figure. Returns the Figure.
+    """
     corpora = list(ablation_dirs)
-    fig, axes = plt.subplots(len(corpora), len(ARMS), figsize=(3.6 * len(ARMS), 3.0 * len(corpora)),
-                             squeeze=False, sharex="row")  # fmt: skip
+    fig, axes = figure_axes(ax, len(corpora) * len(ARMS), nrows=len(corpora), ncols=len(ARMS),
+                            figsize=(3.6 * len(ARMS), 3.0 * len(corpora)), sharex="row")  # fmt: skip
     for r, corpus in enumerate(corpora):
         runs = _runs(ablation_dirs[corpus])
         for c, arm in enumerate(ARMS):
-            ax = axes[r][c]
+            ax = axes[r * len(ARMS) + c]
             for seed, ds in enumerate(runs.get(arm, [])):
                 for layer in ds["layer"].values:
                     ax.plot(ds["step"].values, ds["gate"].values[:, layer], color=f"C{layer}",
@@ -43,18 +47,23 @@ def plot_gates(ablation_dirs: dict, path) -> Path:
             ax.set_title(f"{corpus}: {arm}", fontsize=9)
             ax.set_xlabel("step")
             if c == 0:
-                ax.set_ylabel(r"$|\tanh\alpha|$")
+                ax.set_ylabel(r"$|\tanh\alpha|$")  # the long_name is too long for a panel
             if r == 0 and c == 1:
                 ax.legend(fontsize=7)
     fig.suptitle("gates per layer during training (line style: seed)", fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
-def plot_val_loss(ablation_dirs: dict, path, references: dict | None = None) -> Path:
-    """Validation loss per arm against training step: mean over seeds, band from min to max."""
+def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=None):
+    """Validation loss per arm against training step: mean over seeds, band from min to max.
+
+    `references`: `{corpus: {name: loss}}` drawn as dotted lines. `ax`: one Axes per corpus, or
+    None for a new figure. Returns the Figure.
+    """
     corpora = list(ablation_dirs)
-    fig, axes = plt.subplots(1, len(corpora), figsize=(6 * len(corpora), 4.2), squeeze=False)
-    for ax, corpus in zip(axes[0], corpora):
+    fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
+                            figsize=(6 * len(corpora), 4.2))  # fmt: skip
+    for ax, corpus in zip(axes, corpora):
         runs = _runs(ablation_dirs[corpus])
         for arm in ARMS:
             if arm not in runs:
@@ -67,19 +76,25 @@ def plot_val_loss(ablation_dirs: dict, path, references: dict | None = None) -> 
             ax.axhline(value, color="k", lw=0.8, ls=":")
             ax.text(steps[0], value, f" {name} {value:.3f}", fontsize=7, va="bottom")
         ax.set_xlabel("step")
-        ax.set_ylabel("validation loss (nats/token)")
+        first = next(iter(runs.values()), [None])[0]
+        default = "validation loss (nats/token)"
+        ax.set_ylabel(default if first is None else axis_label(first["val_loss"], default))
         ax.set_title(corpus)
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
-def plot_wall_clock(ablation_dirs: dict, path) -> Path:
-    """Wall-clock per run for every arm (bars: mean over seeds, dots: seeds)."""
+def plot_wall_clock(ablation_dirs: dict, *, ax=None):
+    """Wall-clock per run for every arm (bars: mean over seeds, dots: seeds).
+
+    `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
+    """
     from fastslow_sim.io import load_dataset
 
     corpora = list(ablation_dirs)
-    fig, axes = plt.subplots(1, len(corpora), figsize=(5.5 * len(corpora), 3.8), squeeze=False)
-    for ax, corpus in zip(axes[0], corpora):
+    fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
+                            figsize=(5.5 * len(corpora), 3.8))  # fmt: skip
+    for ax, corpus in zip(axes, corpora):
         ds = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
         arms = list(ds["arm"].values)
         wall = ds["wall_time_s"].values
@@ -89,30 +104,6 @@ def plot_wall_clock(ablation_dirs: dict, path) -> Path:
         for i in range(len(arms)):
             ax.plot(np.full(wall.shape[1], i), wall[i], "k.", ms=5)
         ax.set_xticks(range(len(arms)), arms, rotation=15)
-        ax.set_ylabel("wall-clock per run (s)")
+        ax.set_ylabel(axis_label(ds["wall_time_s"], "wall-clock per run (s)"))
         ax.set_title(f"{corpus}: {int(ds.attrs['tokens']):,} tokens per run")
-    return _save(fig, path)
-
-
-def plot_phi_vs_pst(result_files: dict, path) -> Path:
-    """The slow path's readouts against p_st(y): mean state c.x of each distribution versus y."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    first = True
-    for label, f in result_files.items():
-        r = json.loads(Path(f).read_text())
-        y = np.array(r["y"])
-        order = np.argsort(y)
-        if first:
-            ax.plot(
-                y[order], np.array(r["p_st_mean_state"])[order], "k-", lw=2, label=r"$p_{st}(y)$"
-            )
-            first = False
-        ax.plot(y, r["probe_mean_state"], ".", ms=2, alpha=0.4,
-                label=f"{label}: linear probe (TV {r['mean_tv']['linear probe']:.3f})")  # fmt: skip
-        ax.plot(y, r["head_mean_state"], ".", ms=2, alpha=0.4,
-                label=f"{label}: model head (TV {r['mean_tv']['model head']:.3f})")  # fmt: skip
-    ax.set_xlabel("slow variable y of the predicted block")
-    ax.set_ylabel(r"mean state $c \cdot p$")
-    ax.set_title(r"$\phi_\theta$ read out against $p_{st}(y)$ (me corpus, validation blocks)")
-    ax.legend(fontsize=7, markerscale=4)
-    return _save(fig, path)
+    return fig

@@ -1,0 +1,191 @@
+"""Figures made from saved datasets, for notebooks and for the CLI alike.
+
+Every plot function draws into the Axes it is given (`ax=`; a sequence of Axes for the figures
+of several panels) or, without one, into a new figure, and returns the Figure. Nothing here
+picks a matplotlib backend or writes a file: `save_figure(fig, path)` does that for a caller
+that wants a file (the CLI, which selects the Agg backend first). Axis labels come from the
+data's `long_name` and `units` attributes where it has them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
+    """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
+    either complete on disk or absent. Closes the figure unless `close=False`."""
+    from fastslow_sim.io import atomic_path
+
+    path = Path(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+    finally:
+        if close:
+            plt.close(fig)
+    return path
+
+
+def axis_label(da, default: str) -> str:
+    """`long_name [units]` from a DataArray's attributes; `default` stands in for a missing
+    long_name, and dimensionless units (`"1"`, `""`) are left out."""
+    return da.attrs.get("long_name", default) + _units(da)
+
+
+def _units(da) -> str:
+    """`" [units]"` of a DataArray, or `""` when it has none or is dimensionless."""
+    units = str(da.attrs.get("units", "")).strip()
+    return "" if units in ("", "1") else f" [{units}]"
+
+
+def figure_axes(ax, n: int, **subplots_kw):
+    """`(figure, [n Axes])`: those given in `ax` (one Axes, or a sequence or array of them), or
+    the panels of a new figure made by `plt.subplots(**subplots_kw)`."""
+    if ax is None:
+        fig, axes = plt.subplots(squeeze=False, **subplots_kw)
+        axes = list(axes.flat)
+    else:
+        axes = list(np.ravel(np.asarray(ax, dtype=object)))
+        fig = axes[0].get_figure()
+    if len(axes) != n:
+        raise ValueError(f"this figure has {n} panel(s); got {len(axes)} Axes.")
+    return fig, axes
+
+
+def plot_trajectory(ds, *, ax=None):
+    """Two panels: `x_i(t)` (solid) with `p_st,i(y(t))` overlaid (dashed), and `y(t)`.
+
+    `ax`: two Axes `(for x, for y)`, or None for a new figure. Returns the Figure.
+    """
+    t = ds["time"].values
+    fig, (ax_x, ax_y) = figure_axes(ax, 2, nrows=2, ncols=1, figsize=(7.5, 6.0), sharex=True,
+                                    gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
+    n = ds.sizes["state"]
+    colors = plt.cm.viridis(np.linspace(0.0, 0.95, n))
+    for i in range(n):
+        ax_x.plot(t, ds["x"].values[:, i], color=colors[i], lw=1.4, label=f"$x_{{{i}}}$")
+        if "p_st" in ds:
+            ax_x.plot(t, ds["p_st"].values[:, i], color=colors[i], lw=1.0, ls="--")
+    if "p_st" in ds:
+        ax_x.plot([], [], color="k", ls="--", lw=1.0, label=r"$p_{st}(y(t))$")
+    ax_x.set_ylabel(axis_label(ds["x"], "probability"))
+    eps = ds.attrs.get("eps")
+    ax_x.set_title(
+        f"{ds.attrs.get('system', '')}: eps = {eps:g}, method {ds.attrs.get('method', '')}, "
+        f"status {ds.attrs.get('status', '')}"
+    )
+    ax_x.legend(ncol=min(n + 1, 5), fontsize=8, loc="upper right")
+    for k in range(ds.sizes["slow"]):
+        ax_y.plot(t, ds["y"].values[:, k], lw=1.5, label=f"$y_{{{k}}}$")
+    ax_y.set_xlabel(axis_label(ds["time"], "slow time t"))
+    ax_y.set_ylabel(axis_label(ds["y"], "slow variable y"))
+    ax_y.legend(fontsize=8)
+    return fig
+
+
+def plot_convergence(ds, *, ax=None):
+    """Log-log errors after the initial layer against `eps`, with fitted slopes (expected 1, 2, 1).
+
+    `ax`: an Axes, or None for a new figure. Returns the Figure.
+    """
+    eps = ds["eps"].values
+    slopes = json.loads(ds.attrs["slopes"])
+    labels = {
+        "err_h0": r"$\max|x - h_0(y)|$",
+        "err_h1": r"$\max|x - h_0(y) - \varepsilon h_1(y)|$",
+        "err_y": r"$\max|y - y_{\rm reduced}|$",
+    }
+    fig, (ax,) = figure_axes(ax, 1, figsize=(6.5, 4.8))
+    for key, marker in zip(labels, "osd"):
+        err = ds[key].values
+        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {slopes[key]:.2f}")
+        fit = np.polyfit(np.log(eps), np.log(err), 1)
+        ax.loglog(eps, np.exp(np.polyval(fit, np.log(eps))), color="gray", lw=0.7, ls=":")
+    ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
+    ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
+    ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
+    """Trajectories for several `eps` in the `(y, x_i)` plane with `h0(y)` and `h0 + eps h1`.
+
+    `runs`: datasets from `integrate` (one per `eps`); `curve`: dataset with `y_grid`,
+    `h0(y_grid, state)` and `h1(y_grid, state)`; one panel per state in `states` (default all).
+    `ax`: one Axes per state, or None for a new figure. Returns the Figure.
+    """
+    n = curve.sizes["state"]
+    states = list(range(n)) if states is None else list(states)
+    fig, axes = figure_axes(ax, len(states), nrows=1, ncols=len(states),
+                            figsize=(4.2 * len(states), 4.2))  # fmt: skip
+    y_grid = curve["y_grid"].values
+    colors = plt.cm.plasma(np.linspace(0.0, 0.8, len(runs)))
+    for ax, i in zip(axes, states):
+        ax.plot(y_grid, curve["h0"].values[:, i], color="k", lw=2.0, label=r"$h_0(y) = p_{st}(y)$")
+        for ds, col in zip(runs, colors):
+            eps = ds.attrs["eps"]
+            ax.plot(ds["y"].values[:, 0], ds["x"].values[:, i], color=col, lw=1.1,
+                    label=rf"$\varepsilon$ = {eps:g}")  # fmt: skip
+            ax.plot(y_grid, curve["h0"].values[:, i] + eps * curve["h1"].values[:, i],
+                    color=col, lw=0.9, ls="--")  # fmt: skip
+        ax.set_xlabel(axis_label(runs[0]["y"], "slow variable y") if runs else "slow variable y")
+        ax.set_ylabel(f"$x_{{{i}}}$" + _units(curve["h0"]))
+        ax.set_title(f"state {i}")
+    axes[0].plot([], [], color="gray", ls="--", label=r"$h_0 + \varepsilon h_1$")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(
+        "trajectories leave x0 through the initial layer, then follow the critical manifold",
+        fontsize=10,
+    )
+    return fig
+
+
+def plot_branches(ds, *, ax=None):
+    """Critical manifold of a non-linear generator in the `(y, c.x)` plane: stable branches
+    solid, repelling dashed, folds marked, the linear identity in gray, and the relaxation
+    oscillation of the full system (if present) in a second panel.
+
+    `ax`: one Axes per panel (two when the dataset holds the oscillation), or None for a new
+    figure. Returns the Figure.
+    """
+    has_osc = "osc_y" in ds
+    fig, axes = figure_axes(ax, 2 if has_osc else 1, nrows=1, ncols=2 if has_osc else 1,
+                            figsize=(11 if has_osc else 6.5, 4.6))  # fmt: skip
+    ax = axes[0]
+    y, mean, stab, bid = (
+        ds[k].values for k in ("curve_y", "curve_mean", "curve_stability", "branch_id")
+    )
+    for b in np.unique(bid):
+        sel = bid == b
+        stable = bool(np.all(stab[sel] < 0))
+        ax.plot(y[sel], mean[sel], color="C0" if stable else "C3", ls="-" if stable else "--", lw=2,
+                label=("stable branch" if stable else "repelling branch"))  # fmt: skip
+    ax.plot(ds["curve_y"].values, ds["linear_mean"].values, color="gray", lw=1, ls=":",
+            label=r"linear identity $p_{st}(Q(x_{ref}, y))$")  # fmt: skip
+    for f in json.loads(ds.attrs["folds"]):
+        ax.plot(f["y"], f["mean"], "ko", ms=6)
+    if has_osc:
+        ax.plot(ds["osc_y"].values, ds["osc_mean"].values, color="C2", lw=0.8, alpha=0.8,
+                label=f"full system, eps = {ds.attrs['osc_eps']:g}")  # fmt: skip
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+    ax.set_xlabel(axis_label(ds["curve_y"], "slow variable y"))
+    ax.set_ylabel(axis_label(ds["curve_mean"], r"mean state $c \cdot x$"))
+    ax.set_title(f"kappa = {ds.attrs['kappa']:g}: gap to the linear identity {ds.attrs['gap']:.3f}")
+    if has_osc:
+        ax2 = axes[1]
+        ax2.plot(ds["osc_time"].values, ds["osc_y"].values, color="C2")
+        for f in json.loads(ds.attrs["folds"]):
+            ax2.axhline(f["y"], color="k", lw=0.7, ls=":")
+        ax2.set_xlabel(axis_label(ds["osc_time"], "slow time t"))
+        ax2.set_ylabel(axis_label(ds["osc_y"], "y"))
+        ax2.set_title("relaxation oscillation, g = 1/2 - c.x (dotted: folds)")
+    return fig

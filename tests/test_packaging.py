@@ -1,0 +1,143 @@
+"""The package installs whole and starts fast (issue 14, item 3).
+
+- every package under fastslow_sim/ is found by the build (no hand-kept list to forget one in);
+- the version is the installed metadata's, written once in pyproject.toml;
+- `import fastslow_sim` and the commands that need no network (`--help`, `integrate` with a
+  scipy method, `convergence`, `manifold`, `mapping`) never import torch. Each runs in a fresh
+  interpreter that records the import chain of the first `import torch`, so a failure names it.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+import fastslow_sim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs `code` in a fresh interpreter that notes where torch is first imported from, then prints
+# {"torch": bool, "stack": [...]} as its last line.
+_PROBE = """
+import json, sys, traceback
+
+class _Watch:
+    stack = None
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and _Watch.stack is None:
+            _Watch.stack = [f"{f.filename}:{f.lineno} {f.line}" for f in traceback.extract_stack()
+                            if "importlib" not in f.filename][:-1]
+        return None
+
+sys.meta_path.insert(0, _Watch())
+try:
+    exec(compile(sys.argv[1], "<probe>", "exec"))
+finally:
+    print(json.dumps({"torch": "torch" in sys.modules, "stack": _Watch.stack}))
+"""
+
+
+def _torch_imported(code: str, cwd: Path) -> dict:
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE, code], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _cli(args: list[str]) -> str:
+    """Probe code that runs `fastslow-sim ARGS` in-process and fails unless it exits with 0."""
+    return (
+        "from fastslow_sim.cli import main\n"
+        "try:\n"
+        f"    main({args!r}, prog_name='fastslow-sim')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), f'exit status {e.code}'\n"
+    )
+
+
+def _chain(result: dict) -> str:
+    return "torch imported via:\n  " + "\n  ".join(result["stack"] or ["(no stack recorded)"])
+
+
+def test_import_does_not_import_torch(tmp_path):
+    result = _torch_imported("import fastslow_sim, fastslow_sim.analysis", tmp_path)
+    assert not result["torch"], _chain(result)
+
+
+def test_torch_backed_names_still_import():
+    # the lazy re-exports resolve to the real objects (and do import torch, in this process)
+    from fastslow_sim.bridge import VARIANTS, FastSlowLM, flops_per_token
+    from fastslow_sim.bridge.cost import flops_per_token as direct
+    from fastslow_sim.bridge.model import VARIANTS as MODEL_VARIANTS
+
+    assert flops_per_token is direct and VARIANTS is MODEL_VARIANTS
+    assert FastSlowLM.__module__ == "fastslow_sim.bridge.model"
+    import fastslow_sim.bridge as bridge
+
+    assert set(bridge.__all__) <= set(dir(bridge))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        bridge.nope  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["integrate", "--help"],
+        ["mapping"],
+        ["integrate", "--eps", "0.125", "--t-end", "1", "--n-eval", "11"],
+        ["integrate", "--system", "two-state", "--P", "16", "--method", "bdf", "--t-end", "1"],
+        ["convergence", "--system", "two-state", "--eps", "0.02,0.01", "--t-end", "1"],
+        ["manifold", "--kappa", "0", "--no-plot"],
+    ],
+    ids=" ".join,
+)
+def test_commands_without_network_do_not_import_torch(args, tmp_path):
+    result = _torch_imported(_cli(args), tmp_path)
+    assert not result["torch"], f"fastslow-sim {' '.join(args)}: " + _chain(result)
+
+
+def test_version_is_the_installed_metadata_written_once_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert fastslow_sim.__version__ == version("fastslow-sim") == project["version"]
+    written = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "fastslow_sim").rglob("*.py"))
+        if any(line.startswith("__version__ =") for line in p.read_text().splitlines())
+    ]
+    assert written == [], f"__version__ assigned by hand in {written}; it comes from metadata"
+
+
+def test_wheel_holds_every_package(tmp_path):
+    """A wheel built from a copy of the tree holds every package folder of fastslow_sim/."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "fastslow_sim", src / "fastslow_sim",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    (wheel,) = (tmp_path / "dist").glob("fastslow_sim-*.whl")
+    in_wheel = {
+        n.rsplit("/", 1)[0].replace("/", ".")
+        for n in zipfile.ZipFile(wheel).namelist()
+        if n.endswith("/__init__.py")
+    }
+    in_tree = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "fastslow_sim").rglob("__init__.py")
+    }
+    assert in_wheel == in_tree
+    assert {"fastslow_sim.bridge", "fastslow_sim.analysis"} <= in_wheel

@@ -1,0 +1,208 @@
+"""Plots that work in a notebook (issue 14, item 6): each plot function draws into the Axes it
+is given and returns their Figure, labels axes from `long_name` and `units`, and importing the
+analysis layer picks no matplotlib backend. Checked on the drawn lines' data and the labels."""
+
+import json
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # this test process only; the package itself must not do this
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from fastslow_sim.analysis import (  # noqa: E402
+    axis_label,
+    plot_branches,
+    plot_convergence,
+    plot_equilibrium_manifold,
+    plot_trajectory,
+    save_figure,
+)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _trajectory(rng, n=3, T=7):
+    t = np.linspace(0.0, 2.0, T)
+    x = rng.dirichlet(np.ones(n), size=T)
+    p = rng.dirichlet(np.ones(n), size=T)
+    return xr.Dataset(
+        {
+            "x": (("time", "state"), x, {"long_name": "fast variable", "units": "1"}),
+            "y": (("time", "slow"), rng.random((T, 1)), {"long_name": "slow variable"}),
+            "p_st": (("time", "state"), p),
+        },
+        coords={"time": ("time", t, {"long_name": "slow time t", "units": "s"})},
+        attrs={"system": "test", "eps": 0.125, "method": "radau", "status": "success"},
+    )
+
+
+@pytest.mark.parametrize(
+    "choose, expect",
+    [
+        # nothing chosen: the import leaves the choice unresolved (matplotlib's own default)
+        ("", "repr(dict.__getitem__(matplotlib.rcParams, 'backend')) == before"),
+        # a backend chosen before the import stays chosen
+        ("matplotlib.use('svg')", "matplotlib.get_backend() == 'svg'"),
+    ],
+    ids=["unchosen", "chosen"],
+)
+def test_importing_analysis_keeps_the_backend(choose, expect):
+    code = (
+        f"import matplotlib\n{choose}\n"
+        "before = repr(dict.__getitem__(matplotlib.rcParams, 'backend'))\n"
+        "import fastslow_sim.analysis, fastslow_sim.analysis.training_plots\n"
+        f"assert {expect}, dict.__getitem__(matplotlib.rcParams, 'backend')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_trajectory_draws_into_given_axes(rng):
+    ds = _trajectory(rng)
+    fig, (ax_x, ax_y) = plt.subplots(2, 1)
+    before = plt.get_fignums()
+    assert plot_trajectory(ds, ax=(ax_x, ax_y)) is fig
+    assert plt.get_fignums() == before  # no figure of its own
+    t = ds["time"].values
+    solid = [ln for ln in ax_x.lines if ln.get_linestyle() == "-" and len(ln.get_xdata())]
+    dashed = [ln for ln in ax_x.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    for i in range(ds.sizes["state"]):
+        np.testing.assert_array_equal(solid[i].get_xdata(), t)
+        np.testing.assert_array_equal(solid[i].get_ydata(), ds["x"].values[:, i])
+        np.testing.assert_array_equal(dashed[i].get_ydata(), ds["p_st"].values[:, i])
+    np.testing.assert_array_equal(ax_y.lines[0].get_ydata(), ds["y"].values[:, 0])
+    # long_name [units]; dimensionless units ("1") left out
+    assert ax_y.get_xlabel() == "slow time t [s]"
+    assert ax_x.get_ylabel() == "fast variable"
+    assert ax_y.get_ylabel() == "slow variable"
+
+
+def test_trajectory_without_axes_makes_a_figure(rng):
+    before = set(plt.get_fignums())
+    fig = plot_trajectory(_trajectory(rng))
+    assert set(plt.get_fignums()) - before == {fig.number}
+    assert len(fig.axes) == 2
+
+
+def test_wrong_number_of_axes_is_one_clear_error(rng):
+    _, ax = plt.subplots()
+    with pytest.raises(ValueError, match="2 panel"):
+        plot_trajectory(_trajectory(rng), ax=ax)
+
+
+def test_convergence_lines_and_labels(rng):
+    eps = np.array([0.02, 0.01, 0.005])
+    errs = {
+        k: c * eps**p for k, c, p in (("err_h0", 0.3, 1), ("err_h1", 2.0, 2), ("err_y", 1.0, 1))
+    }
+    ds = xr.Dataset(
+        {k: ("eps", v, {"units": "m"}) for k, v in errs.items()},
+        coords={"eps": eps},
+        attrs={"slopes": json.dumps({"err_h0": 1.0, "err_h1": 2.0, "err_y": 1.0})},
+    )
+    fig, ax = plt.subplots()
+    assert plot_convergence(ds, ax=ax) is fig
+    # one data line and one fitted line per error, in order
+    assert len(ax.lines) == 6
+    for j, key in enumerate(errs):
+        np.testing.assert_array_equal(ax.lines[2 * j].get_xdata(), eps)
+        np.testing.assert_array_equal(ax.lines[2 * j].get_ydata(), errs[key])
+        np.testing.assert_allclose(ax.lines[2 * j + 1].get_ydata(), errs[key], rtol=1e-10)
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert ax.get_xlabel() == r"$\varepsilon = 1/P$"  # eps has no long_name: the default
+    assert ax.get_ylabel() == "error after the initial layer [m]"
+
+
+def test_equilibrium_manifold_one_panel_per_state(rng):
+    runs = [_trajectory(rng).assign_attrs(eps=e) for e in (0.1, 0.01)]
+    y_grid = np.linspace(0.0, 1.0, 5)
+    curve = xr.Dataset(
+        {
+            "h0": (("y_grid", "state"), rng.random((5, 3))),
+            "h1": (("y_grid", "state"), rng.random((5, 3))),
+        },
+        coords={"y_grid": y_grid},
+    )
+    fig, axes = plt.subplots(1, 2)
+    assert plot_equilibrium_manifold(runs, curve, states=[2, 0], ax=axes) is fig
+    for ax, i in zip(axes, [2, 0]):
+        h0 = ax.lines[0]
+        np.testing.assert_array_equal(h0.get_xdata(), y_grid)
+        np.testing.assert_array_equal(h0.get_ydata(), curve["h0"].values[:, i])
+        # each run's trajectory in the (y, x_i) plane, then h0 + eps h1 dashed
+        np.testing.assert_array_equal(ax.lines[1].get_xdata(), runs[0]["y"].values[:, 0])
+        np.testing.assert_array_equal(ax.lines[1].get_ydata(), runs[0]["x"].values[:, i])
+        np.testing.assert_allclose(
+            ax.lines[2].get_ydata(), curve["h0"].values[:, i] + 0.1 * curve["h1"].values[:, i]
+        )
+        assert ax.get_xlabel() == "slow variable" and ax.get_ylabel() == f"$x_{{{i}}}$"
+
+
+def _branches(with_oscillation):
+    y = np.linspace(-1.0, 1.0, 6)
+    data = {
+        "curve_y": ("point", y, {"long_name": "slow variable y"}),
+        "curve_mean": ("point", y**2, {"long_name": "mean state c.x", "units": "state"}),
+        "curve_stability": ("point", np.where(y < 0, -1.0, 1.0)),
+        "branch_id": ("point", (y >= 0).astype(int)),
+        "linear_mean": ("point", 0.5 * y),
+    }
+    attrs = {"kappa": 3.0, "gap": 0.25, "folds": json.dumps([{"y": 0.0, "mean": 0.0}])}
+    if with_oscillation:
+        ts = np.linspace(0.0, 1.0, 4)
+        data["osc_y"] = ("osc_time", np.sin(ts), {"long_name": "y(t) of the full system"})
+        data["osc_mean"] = ("osc_time", np.cos(ts))
+        attrs["osc_eps"] = 0.01
+    return xr.Dataset(data, attrs=attrs)
+
+
+def test_branches_split_by_stability_and_labelled():
+    ds = _branches(with_oscillation=False)
+    fig, ax = plt.subplots()
+    assert plot_branches(ds, ax=ax) is fig
+    stable, repelling = ax.lines[0], ax.lines[1]
+    sel = ds["branch_id"].values == 0
+    np.testing.assert_array_equal(stable.get_xdata(), ds["curve_y"].values[sel])
+    assert stable.get_linestyle() == "-" and repelling.get_linestyle() == "--"
+    np.testing.assert_array_equal(repelling.get_ydata(), ds["curve_mean"].values[~sel])
+    assert ax.get_xlabel() == "slow variable y"
+    assert ax.get_ylabel() == "mean state c.x [state]"
+
+
+def test_branches_with_oscillation_need_two_axes():
+    ds = _branches(with_oscillation=True)
+    fig, axes = plt.subplots(1, 2)
+    assert plot_branches(ds, ax=axes) is fig
+    np.testing.assert_array_equal(axes[1].lines[0].get_ydata(), ds["osc_y"].values)
+    assert axes[1].get_xlabel() == "slow time t"  # osc_time has no attributes
+    assert axes[1].get_ylabel() == "y(t) of the full system"
+    with pytest.raises(ValueError, match="2 panel"):
+        plot_branches(ds, ax=axes[0])
+
+
+def test_axis_label():
+    da = xr.DataArray([1.0], dims="t")
+    assert axis_label(da, "fallback") == "fallback"
+    assert axis_label(da.assign_attrs(units="s"), "fallback") == "fallback [s]"
+    assert axis_label(da.assign_attrs(long_name="time", units="1"), "f") == "time"
+    assert axis_label(da.assign_attrs(long_name="time", units="ms"), "f") == "time [ms]"
+
+
+def test_save_figure_writes_and_closes(tmp_path, rng):
+    fig = plot_trajectory(_trajectory(rng))
+    path = save_figure(fig, tmp_path / "t.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fig.number not in plt.get_fignums()
+    kept = plot_trajectory(_trajectory(rng))
+    save_figure(kept, tmp_path / "t.svg", close=False)
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
+    assert kept.number in plt.get_fignums()
