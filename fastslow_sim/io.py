@@ -55,11 +55,23 @@ def check_writable(path, what="output") -> Path:
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."
         )
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK) or not _can_create(parent):
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} is not writable."
         )
     return p
+
+
+def _can_create(folder: Path) -> bool:
+    """Whether a file can really be created in `folder` (root passes `os.access` everywhere,
+    also on a read-only mount such as /sys)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fastslow-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 @contextlib.contextmanager
