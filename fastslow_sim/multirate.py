@@ -22,6 +22,8 @@ sum_{j<=m} E^j)`, and only the block ends are kept.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.linalg import expm
 
@@ -37,6 +39,22 @@ def _stochastic(E):
     """`E` with negative round-off clipped and every column summing to one."""
     E = np.maximum(E, 0.0)
     return E / E.sum(axis=0, keepdims=True)
+
+
+def _propagator(Q, tau):
+    """`expm(tau Q^T)` as a stochastic matrix, for any `tau >= 0`. Where `tau |Q|` is large
+    (`tau = H / (P eps)` reaches 1e300 at `eps = 1e-300`, `P = 1`, and `expm`'s scaling and
+    squaring overflows), `expm((tau / 2^k) Q^T)` is squared `k` times, each square renormalised:
+    the scaling by `2^k` is exact, and the powers converge to `p_st 1^T`."""
+    norm = float(np.max(np.abs(np.diagonal(Q)))) * tau
+    k = max(0, math.ceil(math.log2(norm / 1e3))) if norm > 1e3 else 0
+    E = _stochastic(expm(math.ldexp(tau, -k) * Q.T))
+    for _ in range(k):
+        F = _stochastic(E @ E)
+        if np.array_equal(F, E):  # converged: E is p_st 1^T to round-off
+            break
+        E = F
+    return E
 
 
 def _normalised(x):
@@ -88,7 +106,10 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
                 f"the multirate map takes P = 1/eps tokens per block, but 1/eps = "
                 f"{1 / system.eps:.6g} is not an integer; pass P explicitly."
             )
-    if isinstance(P, bool) or not np.isfinite(P) or int(P) != P or P < 1:
+    whole = isinstance(P, (int, np.integer)) or (
+        isinstance(P, (float, np.floating)) and math.isfinite(P) and float(P).is_integer()
+    )
+    if isinstance(P, bool) or not whole or P < 1:
         raise InputError(f"P (tokens per block) must be a positive integer; got {P}.")
     P = int(P)
     n_tok = n_blocks * P
@@ -117,7 +138,7 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
                 f"the generator's rates at y = {y.tolist()} (block {k}) are not finite; "
                 f"expected a slow variable inside the range where they are defined."
             )
-        E = _stochastic(expm(tau * Q.T))  # exact one-token propagator, y frozen
+        E = _propagator(Q, tau)  # exact one-token propagator, y frozen
         if walk:
             block = np.empty((P, n))
             for j in range(P):
@@ -125,7 +146,7 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
                 block[j] = x
             if keep:
                 x_tokens[k * P + 1 : (k + 1) * P + 1] = block
-            means[k] = block.mean(axis=0)
+            means[k] = _normalised(block.mean(axis=0))
         else:
             x, means[k] = _block_by_doubling(E, P, x)
         x_blocks[k + 1] = x
