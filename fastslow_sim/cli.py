@@ -21,6 +21,10 @@ from .integrators import METHODS, random_initial_conditions
 from .systems import SYSTEMS
 
 DEFAULT_RESULTS = Path("fastslow-results")
+MAX_N_EVAL = 1_000_000  # saved time points
+MAX_BATCH = 1_000_000  # trajectories of --batch
+RTOL_MIN = 100 * 2.0**-52
+KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of the branches
 
 
 class _Group(click.Group):
@@ -120,7 +124,52 @@ def _parse_eps_list(text: str) -> list[float]:
         raise InputError(f"--eps values must be positive finite numbers; got {text!r}.")
     if values.size < 2:
         raise InputError(f"--eps needs at least two values to fit a slope; got {text!r}.")
+    repeated = sorted({float(v) for v in values if np.count_nonzero(values == v) > 1})
+    if repeated:
+        raise InputError(
+            f"--eps values must be distinct to fit a slope; {_fmt_vec(repeated)} repeated in "
+            f"{text!r}."
+        )
     return values.tolist()
+
+
+def _check_range(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
+    """`InputError` (one sentence) unless `value` is finite and within `[lo, hi]`."""
+    kind = "an integer" if integer else "a finite number"
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        bounds.append(f"<= {hi:g}")
+    ok = (
+        math.isfinite(value)
+        and (lo is None or (value > lo if lo_open else value >= lo))
+        and (hi is None or value <= hi)
+    )
+    if not ok:
+        raise InputError(f"{name} must be {kind} {' and '.join(bounds)}; got {value}.")
+    return value
+
+
+def _ode_command(f):
+    """A solver or analysis failure (overflow, a stalled continuation, a singular matrix) ends in
+    one sentence and exit status 1, never a traceback; bad input stays exit status 2."""
+    import functools
+
+    from .integrators import SOLVER_ERRORS
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except InputError:
+            raise
+        except SOLVER_ERRORS as err:
+            text = " ".join(str(err).split()) or type(err).__name__
+            click.echo(f"Error: the computation failed ({type(err).__name__}): {text}", err=True)
+            sys.exit(1)
+
+    return wrapper
 
 
 def _fmt_vec(v, digits=4):
@@ -180,7 +229,17 @@ def main():
     "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
+@click.option(
+    "--H",
+    "H",
+    default=None,
+    type=float,
+    metavar="H",
+    help="Slow time per block of the multirate map (--method multirate only) [default: 0.01]; "
+    "--t-end must be a whole number of blocks.",
+)
 @_output_options("integrate-SYSTEM-epsE.nc")
+@_ode_command
 def integrate(
     system_name,
     eps,
@@ -194,6 +253,7 @@ def integrate(
     n_eval,
     batch,
     seed,
+    H,
     out,
     plot_path,
     no_plot,
@@ -210,24 +270,45 @@ def integrate(
       fastslow-sim integrate --eps 0.125
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
     """
-    from .integrators import StiffnessWarning
+    from .integrators import StiffnessWarning, check_eps_range
     from .integrators import integrate as run_integrate
     from .io import save_dataset
     from .systems import make_system
 
     e, _ = _parse_eps_P(eps, P)
+    check_eps_range(e, method)
     if not math.isfinite(t_end) or t_end <= 0:
         raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
-    if n_eval < 2:
-        raise InputError(f"--n-eval must be at least 2; got {n_eval}.")
+    if n_eval < 2 or n_eval > MAX_N_EVAL:
+        raise InputError(f"--n-eval must be an integer from 2 to {MAX_N_EVAL:,}; got {n_eval}.")
+    if not (math.isfinite(rtol) and 0 < rtol < 1):
+        raise InputError(f"--rtol must be a positive number below 1 (e.g. 1e-8); got {rtol}.")
+    if rtol < RTOL_MIN:
+        raise InputError(
+            f"--rtol must be at least {RTOL_MIN:g} (100 ulps: below, no float64 solver can "
+            f"meet it); got {rtol}."
+        )
+    if not (math.isfinite(atol) and 0 < atol <= 1):
+        raise InputError(f"--atol must be a positive number at most 1 (e.g. 1e-10); got {atol}.")
+    if seed < 0:
+        raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    kwargs = {}
+    if H is not None:
+        if method != "multirate":
+            raise InputError(
+                f"--H is the block length of --method multirate; got --method {method}."
+            )
+        kwargs["H"] = _check_range("--H", H, 0.0, None, lo_open=True)
     system = make_system(system_name, eps=e)
     x0v = _parse_vector(x0, "--x0") if x0 is not None else None
     y0v = _parse_vector(y0, "--y0") if y0 is not None else None
     if batch is not None:
-        if batch < 1:
-            raise InputError(f"--batch must be a positive integer; got {batch}.")
+        if batch < 1 or batch > MAX_BATCH:
+            raise InputError(f"--batch must be an integer from 1 to {MAX_BATCH:,}; got {batch}.")
         if x0 is not None or y0 is not None:
             raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
+        if method == "multirate":
+            raise InputError("--batch integrates with the ODE solvers; drop --method multirate.")
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = _output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
@@ -235,8 +316,9 @@ def integrate(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
         ds = run_integrate(
-            system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval
-        )
+            system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
+            **kwargs,
+        )  # fmt: skip
     for w in caught:
         if issubclass(w.category, StiffnessWarning):
             click.echo(f"Warning: {w.message}", err=True)
@@ -323,6 +405,7 @@ def integrate(
 )
 @click.option("--t-end", default=3.0, show_default=True, type=float, help="End of slow time.")
 @_output_options("convergence-SYSTEM.nc")
+@_ode_command
 def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     """Convergence in eps of the full system to its slow-manifold approximations.
 
@@ -407,6 +490,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     help="eps of the relaxation-oscillation run (only when the manifold folds).",
 )
 @_output_options("manifold-SYSTEM-kappaK.nc")
+@_ode_command
 def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_json):
     """Critical manifold Q(x, y)^T x = 0: branches, folds, stability, and the gap to the
     paper's linear identity phi(y) = p_st(Q(x_ref, y)) (x_ref uniform).
@@ -420,6 +504,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
       fastslow-sim manifold --kappa 0
       fastslow-sim manifold --kappa 3 --y-range -1 1.5 --json
     """
+    from .integrators import EPS_MIN
     from .io import save_dataset
     from .manifold import identity_check
     from .nonlinear import check_y_range, family_for, manifold_dataset
@@ -427,8 +512,10 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
 
     if not math.isfinite(kappa):
         raise InputError(f"--kappa must be a finite number; got {kappa}.")
+    _check_range("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
     if not math.isfinite(osc_eps) or osc_eps <= 0:
         raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
+    _check_range("--osc-eps", osc_eps, EPS_MIN, 1.0)
     family = family_for(system_name, kappa)
     a, b = check_y_range(family, y_range)
     out, plot_path = _output_paths(
@@ -496,6 +583,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     type=click.Path(file_okay=False),
     help="Folder for the datasets behind them.",
 )
+@_ode_command
 def figures(out_dir, results_dir):
     """Regenerate every figure of the ODE analysis (computing the datasets first).
 

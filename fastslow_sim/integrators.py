@@ -6,12 +6,25 @@ Back-ends
 - torchdiffeq (`dopri5`, `dopri8`, `bosh3`, `adaptive_heun`: explicit, differentiable).
 
 `method="auto"` measures stiffness at the start, `S = max_i |Re lambda_i(J(z0))| * (t1 - t0)`
-with `J` the full Jacobian (whose fast eigenvalues scale as `1/eps`). An explicit method needs
-at least about `S / 3.3` steps for stability alone (the real stability interval of dopri5), so
-`S > 500` (more than ~150 steps, ~900 function evaluations just to stay stable) counts as stiff
-and `auto` takes `radau`; otherwise `auto` takes `dop853`. Asking for an explicit method on a
-stiff problem issues a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about
-290,000 evaluations at `eps = 1e-3` on a 16-state birth-death system).
+with `J` the full Jacobian (whose fast eigenvalues scale as `1/eps`), and chooses by the cost
+measured in `scripts/bench_auto.py` (birth-death, rtol 1e-8, atol 1e-10, 401 output times):
+
+- `S <= 1e9` (eps down to about 1e-8 on unit rates): LSODA, run at tolerances ten times
+  tighter than asked. LSODA switches between Adams (non-stiff) and BDF (stiff) by itself and
+  was the cheapest from eps 0.5 to 1e-6 (400-1,100 evaluations); at the tighter tolerances its
+  error on the output grid stayed within the requested one (0.13-0.42 of it), where DOP853 at
+  the requested tolerance missed it 7-730-fold and Radau's cost grows without bound below 1e-7.
+- `S > 1e9`: RODAS4 (the torch solver, master-equation systems with one slow variable) at
+  tolerances a hundred times tighter (thirty left its error at 1.33 times the tolerance from
+  eps 1e-8 to 1e-10): its cost hardly depends on eps (7,600-11,400 evaluations from 1e-8 to
+  1e-12) where LSODA's explodes (116,000 evaluations and 600 times the tolerance at 1e-12).
+  Other systems keep LSODA.
+
+The dataset records the tolerances asked for (`rtol`, `atol`) and those the solver ran with
+(`solver_rtol`, `solver_atol`). An explicit method needs at least about `S / 3.3` steps for
+stability alone (the real stability interval of dopri5), so asking for one when `S > 500` issues
+a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about 290,000 evaluations
+at `eps = 1e-3` on a 16-state birth-death system).
 
 A failed solve does not raise: the dataset's `status` and `message` attributes say why, and the
 states after the failure are NaN.
@@ -19,6 +32,7 @@ states after the failure are NaN.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -61,7 +75,13 @@ class Method:
 
 
 METHODS = {
-    "auto": Method("auto", "auto", True, None, "radau if stiff, else dop853 (see module doc)"),
+    "auto": Method(
+        "auto",
+        "auto",
+        True,
+        None,
+        "lsoda at 10x tighter tolerances; rodas4 at 100x tighter when very stiff (S > 1e9)",
+    ),  # fmt: skip
     "radau": Method("radau", "scipy", True, "Radau", "implicit Runge-Kutta, order 5, stiff"),
     "bdf": Method("bdf", "scipy", True, "BDF", "backward differentiation, orders 1-5, stiff"),
     "lsoda": Method("lsoda", "scipy", True, "LSODA", "Adams/BDF with automatic switching"),
@@ -209,12 +229,13 @@ def integrate(
     n_eval: int = 401,
     max_steps: int = 1_000_000,
     H: float = 0.01,
-    tokens_per_block: int = 8,
+    tokens_per_block: int | None = None,
 ) -> xr.Dataset:
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `method="multirate"` runs the multirate map with blocks of slow time `H` and
-    `tokens_per_block` tokens, saving the state at block ends (`t_eval` is ignored).
+    `tokens_per_block` tokens (default: the system's `P = 1/eps`), saving the state at block ends
+    (`t_eval` is ignored); the span must be a whole number of blocks.
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -247,10 +268,15 @@ def integrate(
     if t_eval[0] < t0 or t_eval[-1] > t1:
         raise InputError(f"t_eval must lie inside t_span ({t0}, {t1}).")
 
+    check_eps_range(system.eps, method)
+    _check_rates_finite(system, y0)
     stiffness = stiffness_index(system, z0, (t0, t1))
     chosen = METHODS[method]
+    solver_rtol, solver_atol = rtol, atol
     if method == "auto":
-        chosen = METHODS["radau" if stiffness > STIFF_THRESHOLD else "dop853"]
+        name, tighten = _auto_choice(system, stiffness, atol)
+        chosen = METHODS[name]
+        solver_rtol, solver_atol = max(rtol / tighten, AUTO_RTOL_MIN), atol / tighten
     elif not chosen.stiff and stiffness > STIFF_THRESHOLD:
         cost = estimate_explicit_nfev(chosen.name, stiffness)
         warnings.warn(
@@ -261,38 +287,48 @@ def integrate(
             stacklevel=2,
         )
 
-    start = time.perf_counter()
     if chosen.backend == "multirate":
-        from .multirate import multirate_map
+        n_blocks = _whole_blocks(t0, t1, H)
+        t_eval = t0 + H * np.arange(n_blocks + 1)
+    start = time.perf_counter()
+    try:
+        if chosen.backend == "multirate":
+            from .multirate import multirate_map
 
-        n_blocks = max(int(round((t1 - t0) / H)), 1)
-        run = multirate_map(system, H, n_blocks, tokens_per_block, x0, y0)
-        t_eval = t0 + run["t_blocks"]
-        z = np.concatenate([run["x_tokens"][::tokens_per_block], run["y_blocks"]], axis=1)
-        status, message = (
-            "success",
-            f"{n_blocks} blocks of slow time H={H:g}, {tokens_per_block} tokens each",
-        )
-        stats = {"nfev": n_blocks, "njev": 0, "nlu": 0}
-    elif chosen.backend == "scipy":
-        z, status, message, stats = _solve_scipy(system, z0, (t0, t1), t_eval, chosen, rtol, atol)
-    elif chosen.backend == "torch":
-        from .rosenbrock import STATUS as _STATUS  # torch: imported only where it is used
+            run = multirate_map(system, H, n_blocks, tokens_per_block, x0, y0, tokens=False)
+            z = np.concatenate([run["x_blocks"], run["y_blocks"]], axis=1)
+            status, message = (
+                "success",
+                f"{n_blocks} blocks of slow time H={H:g}, {run['P']} tokens each",
+            )
+            stats = {"nfev": n_blocks, "njev": 0, "nlu": 0, "H": H, "tokens_per_block": run["P"]}
+        elif chosen.backend == "scipy":
+            z, status, message, stats = _solve_scipy(system, z0, (t0, t1), t_eval, chosen,
+                                                     solver_rtol, solver_atol)  # fmt: skip
+        elif chosen.backend == "torch":
+            from .rosenbrock import STATUS as _STATUS  # torch: imported only where it is used
 
-        zb, codes, st = _solve_rodas4(system, z0[None], t_eval, rtol, atol, max_steps)
-        z, status = zb[:, 0], _STATUS[int(codes[0])]
-        message = "integration finished" if status == "success" else f"rodas4 stopped: {status}"
-        stats = {k: int(v[0]) for k, v in st.items() if k != "iterations"}
-    else:
-        z, status, message, stats = _solve_torchdiffeq(
-            system, z0, (t0, t1), t_eval, chosen, rtol, atol, max_steps
-        )
+            zb, codes, st = _solve_rodas4(system, z0[None], t_eval, solver_rtol, solver_atol,
+                                          max_steps)  # fmt: skip
+            z, status = zb[:, 0], _STATUS[int(codes[0])]
+            message = "integration finished" if status == "success" else f"rodas4 stopped: {status}"
+            stats = {k: int(v[0]) for k, v in st.items() if k != "iterations"}
+        else:
+            z, status, message, stats = _solve_torchdiffeq(
+                system, z0, (t0, t1), t_eval, chosen, rtol, atol, max_steps
+            )
+    except InputError:
+        raise
+    except SOLVER_ERRORS as err:  # a status, not an exception in the middle of a run
+        z = np.full((len(t_eval), len(z0)), np.nan)
+        status, message = "error", f"{chosen.name} raised {type(err).__name__}: {err}"
+        stats = {"nfev": 0, "njev": 0, "nlu": 0}
     wall = time.perf_counter() - start
     if status == "success" and not np.all(np.isfinite(z)):
         status, message = "non_finite", "the solution became non-finite"
 
     x, y = system.split(z)
-    return _to_dataset(
+    return _finite_or_failed(_to_dataset(
         system, t_eval, x, y,
         attrs={
             "method": chosen.name,
@@ -300,6 +336,8 @@ def integrate(
             "backend": chosen.backend,
             "rtol": rtol,
             "atol": atol if np.ndim(atol) == 0 else atol.tolist(),
+            "solver_rtol": solver_rtol,
+            "solver_atol": solver_atol if np.ndim(solver_atol) == 0 else solver_atol.tolist(),
             "t_start": t0,
             "t_end": t1,
             "stiffness_index": stiffness,
@@ -308,7 +346,94 @@ def integrate(
             "message": message,
             "wall_time_s": wall,
         },
-    )  # fmt: skip
+    ))  # fmt: skip
+
+
+VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
+AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
+
+
+def _auto_choice(system, stiffness, atol) -> tuple[str, float]:
+    """`(method, tolerance factor)` of `method="auto"` (rule and measurements: module doc)."""
+    if stiffness > VERY_STIFF and np.ndim(atol) == 0 and _has_torch_form(system):
+        return "rodas4", 100.0
+    return "lsoda", 10.0
+
+
+def _has_torch_form(system) -> bool:
+    """Whether `torch_functions` (hence rodas4) supports `system`."""
+    from .systems import LinearSlowLaw, MichaelisMentenSlowLaw
+
+    law = getattr(system, "slow_law", None)
+    return (hasattr(system, "generator") and system.n_slow == 1
+            and isinstance(law, (LinearSlowLaw, MichaelisMentenSlowLaw)))  # fmt: skip
+
+
+# what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver)
+SOLVER_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError)
+
+EPS_MIN = 1e-12
+
+
+def check_eps_range(eps, method) -> None:
+    """`InputError` unless the ODE solvers resolve `eps` (one value or an array) in float64."""
+    e = np.min(np.asarray(eps, dtype=np.float64))
+    if method != "multirate" and e < EPS_MIN:
+        raise InputError(
+            f"eps = {e:g} is below {EPS_MIN:g}, the smallest time-scale ratio the ODE solvers "
+            f"resolve in float64 (the fast rates are the generator's times 1/eps); expected "
+            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes any eps."
+        )
+
+
+def _check_rates_finite(system, y0) -> None:
+    """`InputError` unless a master-equation system's rates (over `eps`) are finite at `y0`."""
+    gen = getattr(system, "generator", None)
+    if gen is None:
+        return
+    with np.errstate(all="ignore"):
+        q = gen.rates(np.asarray(y0).reshape(-1, system.n_slow)) / system.eps
+    if not np.all(np.isfinite(q)):
+        raise InputError(
+            f"the rates of the {system.name} generator over eps = {system.eps:g} are not finite "
+            f"at y0 = {np.asarray(y0).ravel().tolist()}; expected y0 where they are."
+        )
+
+
+def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:
+    """Never a success with non-finite values: name the variable and mark the failure."""
+    bad = [k for k in ds.data_vars if ds[k].dtype.kind == "f" and not np.isfinite(ds[k]).all()]
+    if not bad:
+        return ds
+    if "batch" in ds.dims and "status" in ds:
+        status = ds["status"].values.copy()
+        for b in range(ds.sizes["batch"]):
+            if status[b] == "success" and any(
+                not np.isfinite(ds[k].isel(batch=b)).all() for k in bad
+            ):
+                status[b] = "non_finite"
+        ds["status"] = ("batch", status, ds["status"].attrs)
+        n_bad = int(np.sum(status != "success"))
+        if n_bad:
+            ds.attrs["status"] = f"{n_bad} of {status.size} trajectories failed"
+    elif ds.attrs.get("status") == "success":
+        counts = ", ".join(f"{k} ({int((~np.isfinite(ds[k])).sum())})" for k in bad)
+        ds.attrs["status"] = "non_finite"
+        ds.attrs["message"] = f"non-finite values in the dataset: {counts}"
+    return ds
+
+
+def _whole_blocks(t0, t1, H) -> int:
+    """The number of blocks of slow time `H` in `[t0, t1]`, or `InputError` unless it is whole."""
+    H = _check_positive("H", H)
+    blocks = (t1 - t0) / H
+    n = int(round(blocks))
+    if n < 1 or abs(blocks - n) > 1e-9 * max(blocks, 1.0):
+        raise InputError(
+            f"the span {t1 - t0:g} is not a whole number of blocks of H = {H:g} ({blocks:.6g} "
+            f"blocks); expected a span that is a multiple of H, such as {max(n, 1) * H:g}."
+        )
+    return n
 
 
 def torch_functions(system, dtype=None, device="cpu", eps=None, structured=True):
@@ -513,6 +638,9 @@ def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e
         eps = np.asarray(eps, dtype=np.float64).reshape(-1)
         if eps.shape != (B,) or not np.all(np.isfinite(eps)) or np.any(eps <= 0):
             raise InputError(f"eps must hold {B} positive finite values, one per trajectory.")
+    check_eps_range(system.eps if eps is None else eps, method)
+    for b in range(B):
+        _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
     t_eval = (
         np.linspace(t0, t1, int(n_eval)) if t_eval is None else np.asarray(t_eval, dtype=np.float64)
     )
@@ -553,7 +681,7 @@ def integrate_batch(system, t_span, x0, y0, *, method="auto", rtol=1e-8, atol=1e
         ds[f"stat_{k}"] = ("batch", np.asarray(v), {"long_name": f"{k} per trajectory"})
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory"})
-    return ds
+    return _finite_or_failed(ds)
 
 
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
@@ -569,7 +697,12 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
         ok = np.all(np.isfinite(y), axis=-1)
         p = np.full_like(x, np.nan)
         if np.any(ok):
-            p[ok] = system.critical_manifold(y[ok])
+            try:
+                p[ok] = system.critical_manifold(y[ok])
+            except InputError:  # rates beyond the float range at some y: left NaN, flagged
+                for i in zip(*np.nonzero(ok)):
+                    with contextlib.suppress(InputError):
+                        p[i] = system.critical_manifold(y[i])
         data["p_st"] = (
             (*lead, "state"), p,
             {"long_name": "stationary distribution p_st(Q(y(t))), the critical manifold h0(y)"},

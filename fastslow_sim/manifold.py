@@ -169,6 +169,9 @@ def identity_check(system, y_values) -> dict:
     }
 
 
+CONVERGENCE_EPS_MIN = 1e-5
+
+
 def convergence(
     system,
     eps_values,
@@ -195,6 +198,14 @@ def convergence(
         raise InputError(f"convergence needs at least two eps values; got {eps_values.tolist()}.")
     if not np.all(np.isfinite(eps_values)) or np.any(eps_values <= 0):
         raise InputError(f"eps values must be positive and finite; got {eps_values.tolist()}.")
+    if np.unique(eps_values).size != eps_values.size:
+        raise InputError(f"eps values must be distinct to fit a slope; got {eps_values.tolist()}.")
+    if eps_values.min() < CONVERGENCE_EPS_MIN or eps_values.max() > 0.5:
+        raise InputError(
+            f"eps values must lie in [{CONVERGENCE_EPS_MIN:g}, 0.5] (below, the eps^2 error "
+            f"of h0 + eps h1 sinks under the solver tolerance rtol = {rtol:g}); got "
+            f"{eps_values.tolist()}."
+        )
     if not np.isfinite(t_end) or t_end <= 0:
         raise InputError(f"t_end must be a positive finite time; got {t_end}.")
     eps_values = np.sort(eps_values)[::-1]

@@ -10,54 +10,156 @@ The fast propagation is exact with `y` frozen over the block, so the map's error
 does not grow as `eps -> 0`, and its cost per unit slow time (`P/H` tokens, one matrix
 exponential per block) does not depend on `eps`. As `H -> 0` it converges to the ODE at first
 order in `H` (the slow update is an Euler step with a block-averaged fast state).
+
+`P` defaults to the system's own `P = 1/eps` (then `tau = H`: the fast chain moves by `H` per
+token). Probability is conserved to round-off at every `eps`: the one-token propagator is a
+stochastic matrix (its columns are renormalised to sum to one, negative round-off clipped) and
+every token state is renormalised, so `|1^T x - 1|` stays at a few ulps however many tokens run.
+Long blocks (`P` up to 1e12 at `eps = 1e-12`) are not walked token by token: the block's end
+state `E^P x` and its mean `(1/P) sum_{j=1..P} E^j x` come from `log2 P` doublings of `(E^m,
+sum_{j<=m} E^j)`, and only the block ends are kept.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from scipy.linalg import expm
 
 from .errors import InputError
 
-__all__ = ["multirate_map"]
+__all__ = ["multirate_map", "MAX_TOKENS"]
+
+MAX_TOKENS = 1_000_000  # per-token states are kept up to this many tokens
+_WALK = 64  # blocks of at most this many tokens are walked token by token
 
 
-def multirate_map(system, H: float, n_blocks: int, P: int = 8, x0=None, y0=None) -> dict:
-    """Run the map for `n_blocks` blocks; returns per-token fast states and per-block slow states.
+def _stochastic(E):
+    """`E` with negative round-off clipped and every column summing to one."""
+    E = np.maximum(E, 0.0)
+    return E / E.sum(axis=0, keepdims=True)
 
-    Returns `{"x_tokens": (n_blocks*P + 1, n), "y_blocks": (n_blocks + 1, m),
-    "t_blocks": (n_blocks + 1,), "t_tokens": (n_blocks*P + 1,), "block_mean": (n_blocks, n)}`.
+
+def _propagator(Q, tau):
+    """`expm(tau Q^T)` as a stochastic matrix, for any `tau >= 0`. Where `tau |Q|` is large
+    (`tau = H / (P eps)` reaches 1e300 at `eps = 1e-300`, `P = 1`, and `expm`'s scaling and
+    squaring overflows), `expm((tau / 2^k) Q^T)` is squared `k` times, each square renormalised:
+    the scaling by `2^k` is exact, and the powers converge to `p_st 1^T`."""
+    norm = float(np.max(np.abs(np.diagonal(Q)))) * tau
+    k = max(0, math.ceil(math.log2(norm / 1e3))) if norm > 1e3 else 0
+    E = _stochastic(expm(math.ldexp(tau, -k) * Q.T))
+    for _ in range(k):
+        F = _stochastic(E @ E)
+        if np.array_equal(F, E):  # converged: E is p_st 1^T to round-off
+            break
+        E = F
+    return E
+
+
+def _normalised(x):
+    return x / x.sum()
+
+
+def _block_by_doubling(E, P, x):
+    """`(E^P x, (1/P) sum_{j=1..P} E^j x)` with `O(log P)` matrix products."""
+    n = E.shape[0]
+    # binary powering over P: (F, S) = (E^m, sum_{j=1..m} E^j) for the bits read so far
+    F, S = np.eye(n), np.zeros((n, n))
+    Ep, Sp = E, E.copy()  # (E^(2^i), sum_{j=1..2^i} E^j)
+    m = P
+    while m:
+        if m & 1:  # 2^i more tokens after the m so far: S += E^m Sp, F = E^(m + 2^i)
+            S = S + F @ Sp
+            F = _stochastic(F @ Ep)
+        m >>= 1
+        if m:
+            Sp = Sp + Ep @ Sp
+            Ep = _stochastic(Ep @ Ep)
+    # S / P is an average of stochastic matrices: stochastic too
+    return _normalised(F @ x), _normalised(_stochastic(S / P) @ x)
+
+
+def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None, y0=None,
+                  *, tokens: bool | None = None) -> dict:  # fmt: skip
+    """Run the map for `n_blocks` blocks of `P` tokens (default: the system's `P = 1/eps`).
+
+    Returns `{"x_blocks": (n_blocks + 1, n)` (the fast state at each block end),
+    `"y_blocks": (n_blocks + 1, m)`, `"t_blocks": (n_blocks + 1,)`, `"block_mean": (n_blocks, n)`,
+    `"P": P}` and, when per-token states are kept, `"x_tokens": (n_blocks*P + 1, n)` and
+    `"t_tokens": (n_blocks*P + 1,)`. `tokens=None` keeps them up to `MAX_TOKENS` tokens,
+    `True` requires them (an `InputError` beyond), `False` never keeps them.
     """
     if not hasattr(system, "generator"):
         raise InputError(f"the multirate map needs a master-equation system; got {system.name!r}.")
+    if isinstance(H, bool) or not isinstance(H, (int, float, np.integer, np.floating)):
+        raise InputError(f"H (slow time per block) must be a positive finite number; got {H!r}.")
     if not (np.isfinite(H) and H > 0):
         raise InputError(f"H (slow time per block) must be a positive finite number; got {H}.")
-    if int(n_blocks) != n_blocks or n_blocks < 1:
+    if isinstance(n_blocks, bool) or int(n_blocks) != n_blocks or n_blocks < 1:
         raise InputError(f"n_blocks must be a positive integer; got {n_blocks}.")
-    if int(P) != P or P < 1:
+    n_blocks = int(n_blocks)
+    if P is None:
+        P = system.P
+        if P is None:
+            raise InputError(
+                f"the multirate map takes P = 1/eps tokens per block, but 1/eps = "
+                f"{1 / system.eps:.6g} is not an integer; pass P explicitly."
+            )
+    whole = isinstance(P, (int, np.integer)) or (
+        isinstance(P, (float, np.floating)) and math.isfinite(P) and float(P).is_integer()
+    )
+    if isinstance(P, bool) or not whole or P < 1:
         raise InputError(f"P (tokens per block) must be a positive integer; got {P}.")
+    P = int(P)
+    n_tok = n_blocks * P
+    if tokens and n_tok > MAX_TOKENS:
+        raise InputError(
+            f"{n_blocks} blocks of P = {P} tokens are {n_tok:.3g} tokens, more than the "
+            f"{MAX_TOKENS:,} whose states can be kept; expected fewer (or tokens=False)."
+        )
+    keep = n_tok <= MAX_TOKENS if tokens is None else bool(tokens)
+    walk = keep or P <= _WALK
     n, m = system.n_fast, system.n_slow
     x = np.asarray(system.x0 if x0 is None else x0, dtype=np.float64).reshape(n)
     y = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64).reshape(m)
     tau = H / (P * system.eps)
-    x_tokens = np.empty((n_blocks * P + 1, n))
+    x_blocks = np.empty((n_blocks + 1, n))
     y_blocks = np.empty((n_blocks + 1, m))
     means = np.empty((n_blocks, n))
-    x_tokens[0], y_blocks[0] = x, y
+    x_tokens = np.empty((n_tok + 1, n)) if keep else None
+    x_blocks[0], y_blocks[0] = x, y
+    if keep:
+        x_tokens[0] = x
     for k in range(n_blocks):
-        E = expm(tau * system.generator.rates(y).T)  # exact one-token propagator, y frozen
-        block = np.empty((P, n))
-        for j in range(P):
-            x = E @ x
-            block[j] = x
-        x_tokens[k * P + 1 : (k + 1) * P + 1] = block
-        means[k] = block.mean(axis=0)
+        Q = system.generator.rates(y)
+        if not np.all(np.isfinite(Q)):
+            raise InputError(
+                f"the generator's rates at y = {y.tolist()} (block {k}) are not finite; "
+                f"expected a slow variable inside the range where they are defined."
+            )
+        E = _propagator(Q, tau)  # exact one-token propagator, y frozen
+        if walk:
+            block = np.empty((P, n))
+            for j in range(P):
+                x = _normalised(E @ x)
+                block[j] = x
+            if keep:
+                x_tokens[k * P + 1 : (k + 1) * P + 1] = block
+            means[k] = _normalised(block.mean(axis=0))
+        else:
+            x, means[k] = _block_by_doubling(E, P, x)
+        x_blocks[k + 1] = x
         y = y + H * system.g(means[k][None], y[None])[0]
         y_blocks[k + 1] = y
-    return {
-        "x_tokens": x_tokens,
+    out = {
+        "x_blocks": x_blocks,
         "y_blocks": y_blocks,
         "t_blocks": H * np.arange(n_blocks + 1),
-        "t_tokens": H / P * np.arange(n_blocks * P + 1),
         "block_mean": means,
+        "P": P,
     }
+    if keep:
+        out["x_tokens"] = x_tokens
+        out["t_tokens"] = H / P * np.arange(n_tok + 1)
+    return out

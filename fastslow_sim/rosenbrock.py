@@ -350,7 +350,11 @@ def rodas4_solve(
     K = t_eval.shape[0]
     t0, t_end = float(t_eval[0]), float(t_eval[-1])
     span = t_end - t0
-    h_min = 1e-14 * max(abs(t_end), 1.0)
+    # Hairer's codes (rodas.f): a step is too small once 0.1 |h| <= uround |t|, that is below
+    # ten ulps of the current time; no floor tied to the span (1e-14 * t_end killed Robertson on
+    # [0, 1e11] at its first step). `tiny` only stops a step that underflows at t = 0.
+    uround = torch.finfo(dtype).eps
+    tiny = torch.finfo(dtype).tiny
     out_rows = torch.full((K, B, n), float("nan"), dtype=dtype, device=device)
     out_rows[0] = z0.detach()
     recorded = [[z0[b]] + [None] * (K - 1) for b in range(B)] if differentiable else None
@@ -374,7 +378,7 @@ def rodas4_solve(
                 guess = torch.where(
                     (d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / d1, torch.full_like(d0, 1e-6)
                 )
-                h = torch.clamp(guess, max=span, min=1e-12 * max(abs(t_end), 1.0))
+                h = torch.clamp(guess, min=100 * uround * abs(t0), max=span)
 
         # the packed working set of running trajectories
         idx = torch.arange(B, device=device)
@@ -427,12 +431,15 @@ def rodas4_solve(
                 # shrinking at most 10-fold after a rejected one (accepted: factor >= 0.9; rejected:
                 # < 0.9, so one clamp to [0.1, 6] does both)
                 fac = err.clamp(min=1e-10).pow_(-1.0 / tab.order).mul_(0.9).clamp_(0.1, 6.0)
-                ha = hh * fac.nan_to_num_(nan=0.2, posinf=0.2)  # a non-finite step: shrink by 5
+                h_next = hh * fac.nan_to_num_(nan=0.2, posinf=0.2)  # a non-finite step: shrink by 5
+                # a step shortened to land on a target says nothing against the longer step
+                # proposed before it (else a short landing could end in a step underflow)
+                ha = torch.where(clip & accept, torch.maximum(h_next, ha), h_next)
                 t_prev = ta
                 ta = torch.where(accept, torch.where(clip, target, ta + hh), ta)  # exact landing
                 due = accept & (t_out <= ta)  # an output time in the accepted step
                 acc_a += accept
-                under = ha < h_min
+                under = ha <= torch.abs(ta).mul_(10 * uround).add_(tiny)  # relative to t
                 if n_frozen:
                     due &= live
                     under &= live

@@ -61,74 +61,118 @@ def _gth(q, check: bool = False):
     """GTH elimination on a batch `(..., n, n)` (numpy or torch); returns `(p, bad, invalid)`.
 
     `bad[...]` flags chains where some pivot (the rate out of state `k` into `{0..k-1}` in the
-    chain censored to `{0..k}`) or some `p_k` is zero: the signature of a reducible chain (or of
-    underflow, which the caller tells apart with a graph search). With `check`, `invalid` says
-    whether any matrix fails `validate_generator`'s tests (run on each cache-hot chunk, so that
-    validation costs no extra pass over memory); the caller then asks the validator for the
-    sentence that names the entry.
+    chain censored to `{0..k}`) or some `p_k` is zero or not finite: the signature of a reducible
+    chain, or of rates beyond the floating-point range, which the caller tells apart with a graph
+    search. With `check`, `invalid` says whether any matrix fails `validate_generator`'s tests
+    (run on each cache-hot chunk, so that validation costs no extra pass over memory); the caller
+    then asks the validator for the sentence that names the entry.
 
-    One implementation serves both inputs: numpy arrays are viewed as CPU tensors. The batch is
-    moved to the last axis so that each rank-one update is one contiguous, vectorised sweep.
+    One algorithm for both inputs, written against the array namespace of `q` (numpy arrays stay
+    numpy, torch is never imported for them): the batch is moved to the last axis so that each
+    rank-one update is one contiguous, vectorised sweep.
     """
-    import torch
-
     torch_in = _is_torch(q)
-    t = q if torch_in else torch.from_numpy(np.ascontiguousarray(q))
+    if torch_in:
+        import torch
+
+        t = q
+        finfo = torch.finfo(t.dtype)
+    else:
+        t = np.ascontiguousarray(q)
+        finfo = np.finfo(t.dtype)
     n = t.shape[-1]
     batch = t.shape[:-2]
     flat = t.reshape(-1, n * n)
-    p_out = torch.empty((flat.shape[0], n), dtype=t.dtype, device=t.device)
-    bad_out = torch.empty(flat.shape[0], dtype=torch.bool, device=t.device)
-    invalid = torch.zeros((), dtype=torch.bool, device=t.device)
-    tol = max(1e-10, 100 * torch.finfo(t.dtype).eps)
+    count = flat.shape[0]
+    if torch_in:
+        p_out = torch.empty((count, n), dtype=t.dtype, device=t.device)
+        bad_out = torch.empty(count, dtype=torch.bool, device=t.device)
+    else:
+        p_out = np.empty((count, n), dtype=t.dtype)
+        bad_out = np.empty(count, dtype=bool)
+    invalid = False
+    tol = max(1e-10, 100 * float(finfo.eps))
     # Chunks keep each transposed block and its rank-one updates in cache.
-    chunk = _GTH_CHUNK if t.device.type == "cpu" else max(flat.shape[0], 1)
-    buf = torch.empty((n * n, min(chunk, flat.shape[0])), dtype=t.dtype, device=t.device)
-    for c in range(0, flat.shape[0], chunk):
-        # (n, n, b): a private copy with the batch last, so every update is a contiguous sweep;
-        # transposed in blocks of 256 rows, which stay in cache (twice as fast as one copy)
-        b = min(chunk, flat.shape[0] - c)
-        for r in range(0, b, 256):
-            e = min(r + 256, b)
-            buf[:, r:e].copy_(flat[c + r : c + e].t())
-        a = buf[:, :b].view(n, n, b) if b == buf.shape[1] else buf[:, :b].contiguous().view(n, n, b)
+    on_cpu = not torch_in or t.device.type == "cpu"
+    chunk = _GTH_CHUNK if on_cpu else max(count, 1)
+    buf = None
+    if torch_in:
+        buf = torch.empty((n * n, min(chunk, count)), dtype=t.dtype, device=t.device)
+    for c in range(0, count, chunk):
+        b = min(chunk, count - c)
+        a = _batch_last_copy(flat[c : c + b], buf, n)  # (n, n, b), a private copy
+        diag = np.arange(n)
         if check:
             rowsum = a.sum(1)  # (n, b)
-            scale = a.diagonal(dim1=0, dim2=1).t().abs() + 1.0  # (n, b)
-            invalid |= (rowsum.abs() > tol * scale).any() | ~torch.isfinite(rowsum).all()
-        a.diagonal(dim1=0, dim2=1).zero_()  # GTH never reads the diagonal
+            scale = abs(a[diag, diag]) + 1.0  # (n, b)
+            invalid = invalid or bool(
+                (abs(rowsum) > tol * scale).any() or not _isfinite(rowsum).all()
+            )
+        a[diag, diag] = 0.0  # GTH never reads the diagonal
         if check:
-            invalid |= (a < 0).any()
-        p_out[c : c + chunk], bad_out[c : c + chunk] = _gth_batch_last(a)
-    p, bad = p_out.reshape(batch + (n,)), bad_out.reshape(batch)
-    if torch_in:
-        return p, bad, bool(invalid)
-    return p.numpy(), bad.numpy(), bool(invalid)
+            invalid = invalid or bool((a < 0).any())
+        with np.errstate(all="ignore"):  # zero pivots (flagged) divide by zero
+            p_out[c : c + b], bad_out[c : c + b] = _gth_batch_last(a)
+    return p_out.reshape(batch + (n,)), bad_out.reshape(batch), invalid
 
 
 _GTH_CHUNK = 8192
 
 
-def _gth_batch_last(a):
-    """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)`, flags."""
-    import torch
+def _isfinite(x):
+    if _is_torch(x):
+        import torch
 
-    n, b = a.shape[0], a.shape[-1]
-    pivots = a.new_empty((max(n - 1, 1), b))
+        return torch.isfinite(x)
+    return np.isfinite(x)
+
+
+def _batch_last_copy(rows, buf, n):
+    """`rows (b, n*n)` as a private contiguous `(n, n, b)` array (the batch last)."""
+    b = rows.shape[0]
+    if buf is None:  # numpy
+        return np.array(rows.T, order="C", copy=True).reshape(n, n, b)
+    # torch: transposed in blocks of 256 rows, which stay in cache (twice as fast as one copy)
+    for r in range(0, b, 256):
+        e = min(r + 256, b)
+        buf[:, r:e].copy_(rows[r:e].t())
+    return buf[:, :b].view(n, n, b) if b == buf.shape[1] else buf[:, :b].contiguous().view(n, n, b)
+
+
+def _add_product(dst, x, y):
+    """`dst += x * y` in place (torch without a temporary)."""
+    if _is_torch(dst):
+        dst.addcmul_(x, y)
+    else:
+        dst += x * y
+
+
+def _gth_batch_last(a):
+    """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)`, flags.
+
+    Written once for numpy and torch (operators, `sum`, `abs`, slicing). The back-substitution
+    `p_k = sum_{i<k} p_i a_ik` keeps `p_0..p_{k-1}` normalised to sum 1 as it goes, so no
+    partial sum can overflow however far the mass sits from state 0 (fixing `p_0 = 1` overflows
+    once `p_k / p_0 > 1e308`); each step divides by a number >= 1, so an entry only shrinks and a
+    final entry in the normal range kept its relative accuracy all the way.
+    """
+    n = a.shape[0]
+    bad = a[0, 0] != 0.0  # (b,) all False: the diagonal was zeroed
     for k in range(n - 1, 0, -1):
-        s = torch.sum(a[k, :k], 0, out=pivots[k - 1])  # (b,) rate of k into the lower states
-        a[:k, k].div_(s)  # a zero pivot gives inf/nan here; such chains are flagged below
+        s = a[k, :k].sum(0)  # (b,) rate of k into the lower states
+        bad = bad | ~(s > 0)  # a zero pivot: reducible (or underflow); also catches NaN
+        a[:k, k] /= s  # a zero pivot gives inf/nan here; such chains are flagged
         # censor state k: i -> k -> j becomes i -> j, with no subtraction anywhere
-        a[:k, :k].addcmul_(a[:k, k, None], a[k, None, :k])
-    # back-substitution p_k = sum_{i<k} p_i a_ik, pushed forward row by row (no temporaries)
-    p = a.new_zeros((n, b))
+        _add_product(a[:k, :k], a[:k, k, None], a[k, None, :k])
+    # back-substitution, normalised at every step
+    p = a[0] * 0.0  # (n, b); every row is written below
     p[0] = 1.0
-    for i in range(n - 1):
-        p[i + 1 :].addcmul_(a[i, i + 1 :], p[i])
-    bad = (p > 0).logical_not_().any(0)  # also catches NaN
-    if n > 1:
-        bad |= (pivots > 0).logical_not_().any(0)
-    return (p / p.sum(0)).t(), bad
+    for k in range(1, n):
+        pk = (p[:k] * a[:k, k]).sum(0)  # p_0..p_{k-1} sum to 1: no overflow
+        p[k] = pk
+        p[: k + 1] /= 1.0 + pk
+    bad = bad | ~(p > 0).all(0)  # also catches NaN and inf
+    return p.T, bad
 
 
 def _lu(q):
@@ -244,7 +288,28 @@ def _solve(q, method: str, allow_transient: bool, check: bool = False):
     if np.any(flags):
         q_np = q.detach().cpu().numpy() if _is_torch(q) else q
         p = _solve_on_closed_class(p, q_np, _check_flagged(q_np, flags, allow_transient))
+        _check_finite(p, q_np, flags)
     return p
+
+
+def _check_finite(p, q_np, flags):
+    """Raise `InputError` (one sentence) if an irreducible chain's `p` is not finite: its rates
+    span more than the floating-point range, so the elimination itself over- or underflowed."""
+    finite = _isfinite(p).all(-1)
+    finite = finite.cpu().numpy() if _is_torch(finite) else np.asarray(finite)
+    if finite.all():
+        return
+    batch_shape = q_np.shape[:-2]
+    flat = int(np.flatnonzero(~finite.reshape(-1))[0])
+    index = np.unravel_index(flat, batch_shape) if batch_shape else ()
+    off = q_np[index][~np.eye(q_np.shape[-1], dtype=bool)]
+    pos = off[off > 0]
+    where = f" (batch index {tuple(int(i) for i in index)})" if batch_shape else ""
+    raise InputError(
+        f"the stationary distribution of the generator{where} cannot be computed in "
+        f"{q_np.dtype} arithmetic: its positive rates span {pos.min():.3g} to {pos.max():.3g}, "
+        f"beyond the floating-point range; expected rates whose ratios stay within it."
+    )
 
 
 def _torch_function():

@@ -1,3 +1,7 @@
+import subprocess
+import sys
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -182,3 +186,147 @@ def test_every_method_validates(method):
         fs.stationary_distribution(np.array([[-1.0, 1.0], [2.0, -1.0]]), method)
     with pytest.raises(fs.InputError, match="square"):
         fs.stationary_distribution(np.ones((2, 3)), method)
+
+
+# --- issue 13: mass far from state 0 (no overflow in the back-substitution) ---------------------
+
+
+def _exact_gth(off):
+    """GTH in exact rational arithmetic (`Fraction`s of the float rates): the reference."""
+    n = len(off)
+    a = [
+        [Fraction(float(off[i][j])) if i != j else Fraction(0) for j in range(n)] for i in range(n)
+    ]
+    for k in range(n - 1, 0, -1):
+        s = sum(a[k][:k])
+        for i in range(k):
+            a[i][k] /= s
+        for i in range(k):
+            for j in range(k):
+                a[i][j] += a[i][k] * a[k][j]
+    p = [Fraction(1)] + [Fraction(0)] * (n - 1)
+    for k in range(1, n):
+        p[k] = sum(p[i] * a[i][k] for i in range(k))
+    total = sum(p)
+    return np.array([float(v / total) for v in p])  # correctly rounded (0 below the range)
+
+
+def _assert_relative(p, exact, rtol=1e-12):
+    """Relative error <= rtol on every entry in the normal range (with a margin), and entries
+    that the float range cannot hold (exact < 1e-290) at most 1e-290 in absolute terms."""
+    p = np.asarray(p)
+    assert np.all(np.isfinite(p)) and np.all(p >= 0)
+    assert abs(p.sum() - 1.0) <= 1e-14 * p.size
+    normal = exact > 1e-290
+    rel = np.abs(p[normal] - exact[normal]) / exact[normal]
+    assert rel.max() <= rtol, rel.max()
+    assert np.all(np.abs(p[~normal] - exact[~normal]) <= 1e-290)
+
+
+def _birth_death_exact(r, n):
+    """`p_i = r^i / sum_j r^j` in exact arithmetic for the float ratio `r`."""
+    w = [Fraction(float(r)) ** i for i in range(n)]
+    total = sum(w)
+    return np.array([float(v / total) for v in w])
+
+
+@pytest.mark.parametrize("y", [26.0, 27.5, 30.0])
+def test_default_birth_death_far_from_state_0(y):
+    # issue 13: gave [0, ..., 0, nan] (p_7 / p_0 = exp(4 (y - 1/2))^7 > 1e308)
+    gen = fs.make_system("birth-death", eps=0.1).generator
+    r = gen.up_rate(y)[()] / gen.down
+    exact = _birth_death_exact(r, gen.n_states)
+    assert exact[0] < 1e-300  # the mass really is beyond 1e308 from state 0
+    _assert_relative(fs.stationary_distribution(gen.rates(y)), exact)
+    _assert_relative(fs.stationary_distribution(torch.tensor(gen.rates(y))).numpy(), exact)
+
+
+def test_260_state_chain_with_ratio_20():
+    # issue 13: all NaN (20^259 ~ 1e337)
+    gen = fs.BirthDeath(n=260, up=20.0, down=1.0, beta=0.0)
+    exact = _birth_death_exact(20.0, 260)
+    _assert_relative(fs.stationary_distribution(gen.rates(0.0)), exact)
+    # batched, numpy and torch, with the chain's mirror image (the mass at state 0) beside it
+    mirror = gen.rates(0.0)[::-1, ::-1]
+    Q = np.stack([gen.rates(0.0), mirror])
+    for p in (fs.stationary_distribution(Q), fs.stationary_distribution(torch.tensor(Q)).numpy()):
+        _assert_relative(p[0], exact)
+        _assert_relative(p[1], exact[::-1])
+
+
+def test_three_state_chain_with_a_rate_1e_200():
+    # issue 13: [0, 0, nan]; exact p = (1e-400, 1e-200, 1) / sum
+    off = np.zeros((3, 3))
+    off[0, 1] = off[1, 2] = 1.0
+    off[1, 0] = off[2, 1] = 1e-200
+    exact = _exact_gth(off)
+    assert exact[1] == pytest.approx(1e-200, rel=1e-15) and exact[0] == 0.0
+    _assert_relative(fs.stationary_distribution(from_off_diagonal(off)), exact)
+
+
+@pytest.mark.parametrize("n", [3, 6, 11])
+def test_non_reversible_cycle_with_far_mass(n):
+    # a pure cycle 0 -> 1 -> ... -> n-1 -> 0 with rates r_i: flux balance p_i r_i = const, so
+    # p_i = (1/r_i) / sum_j (1/r_j) exactly; rates from 1 down to 1e-300 put the mass at n-1
+    r = 10.0 ** -np.linspace(0, 300, n)
+    off = np.zeros((n, n))
+    off[np.arange(n), (np.arange(n) + 1) % n] = r
+    exact = np.array([float(v) for v in _exact_gth(off)])
+    inv = [1 / Fraction(float(v)) for v in r]
+    assert np.array_equal(exact, [float(v / sum(inv)) for v in inv])
+    _assert_relative(fs.stationary_distribution(from_off_diagonal(off)), exact)
+    # the same chain with its states permuted: the mass sits in the middle
+    perm = np.random.default_rng(n).permutation(n)
+    offp = off[np.ix_(perm, perm)]
+    _assert_relative(fs.stationary_distribution(from_off_diagonal(offp)), exact[perm])
+    _assert_relative(
+        fs.stationary_distribution(torch.tensor(from_off_diagonal(offp))).numpy(), exact[perm]
+    )
+
+
+def test_gradient_with_the_mass_far_from_state_0():
+    # p_i proportional to (a r)^i: d E[i] / d a = Var(i) / a (d log p_i / d log a = i - E[i])
+    n, r = 260, 20.0
+    a = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    idx = torch.arange(n - 1)
+    off = torch.zeros(n, n, dtype=torch.float64)
+    off = off.index_put((idx, idx + 1), (a * r).expand(n - 1)).index_put(
+        (idx + 1, idx), torch.ones(n - 1, dtype=torch.float64)
+    )
+    Q = off - torch.diag_embed(off.sum(-1))
+    states = torch.arange(n, dtype=torch.float64)
+    p = fs.stationary_distribution(Q)
+    (grad,) = torch.autograd.grad((p * states).sum(), a)
+    exact = _birth_death_exact(r, n)
+    mean = exact @ np.arange(n)
+    var = exact @ (np.arange(n) - mean) ** 2
+    assert grad.item() == pytest.approx(var, rel=1e-9)
+
+
+def test_rates_beyond_the_float_range_raise_one_sentence():
+    # p_0 / p_1 = 1e-300 / 1e300 is fine, but the censored rate 1e300 / 1e-300 is not a float
+    off = np.zeros((3, 3))
+    off[0, 1], off[1, 0], off[1, 2], off[2, 1] = 1e300, 1e-300, 1.0, 1.0
+    with pytest.raises(fs.InputError, match="cannot be computed in float64"):
+        fs.stationary_distribution(from_off_diagonal(off))
+
+
+def test_numpy_input_never_imports_torch():
+    # numpy in, numpy out, without torch (another issue makes `import fastslow_sim` torch-free;
+    # here torch is made unimportable after the import, so any `import torch` would fail)
+    code = (
+        "import sys, numpy as np\n"
+        "import fastslow_sim.stationary as st\n"
+        "from fastslow_sim.generators import BirthDeath, random_generators, from_off_diagonal\n"
+        "sys.modules['torch'] = None\n"
+        "for m in st.METHODS:\n"
+        "    p = st.stationary_distribution(random_generators(20, 6, seed=1), m)\n"
+        "    assert p.shape == (20, 6)\n"
+        "p = st.stationary_distribution(BirthDeath(n=260, up=20.0, beta=0.0).rates(0.0))\n"
+        "assert np.isfinite(p).all()\n"
+        "off = np.zeros((3, 3)); off[0, 1] = 2.0; off[1, 2] = 1.0; off[2, 1] = 3.0\n"
+        "st.stationary_distribution(from_off_diagonal(off), allow_transient=True)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

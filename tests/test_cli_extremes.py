@@ -1,0 +1,158 @@
+"""The ODE commands at the extremes (issue 13): every numeric option validated, failures in one
+sentence, special files never replaced. These run as root too (no skip): /dev/full, a FIFO and
+a socket refuse the same way for every user."""
+
+import os
+import socket
+import stat
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fastslow_sim as fs
+from fastslow_sim.cli import main
+from fastslow_sim.io import atomic_path, save_dataset
+
+
+def invoke(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        # the cases of issue 13 that ended in a traceback
+        (["integrate", "--eps", "1e-300"], "below 1e-12"),
+        (["integrate", "--eps", "1e-200"], "below 1e-12"),
+        (["integrate", "--P", "1" + "0" * 20], "below 1e-12"),
+        (["convergence", "--eps", "1e-300,1e-301"], "must lie in [1e-05, 0.5]"),
+        (["integrate", "--eps", "0.1", "--batch", "2", "--seed", "-1"], "--seed must be a non-neg"),
+        (["manifold", "--kappa", "1e300"], "--kappa must be a finite number >= -30"),
+        (["manifold", "--kappa", "-31"], "--kappa must be a finite number >= -30"),
+        (["manifold", "--osc-eps", "1e-300"], "--osc-eps must be a finite number >= 1e-12"),
+        (["manifold", "--osc-eps", "2"], "<= 1"),
+        (["convergence", "--eps", "0.01,0.01"], "must be distinct"),
+        (["convergence", "--eps", "0.02,0.01,0.02"], "[0.02] repeated"),
+        (["convergence", "--eps", "0.9,0.1"], "must lie in"),
+        # and the rest of the numeric options
+        (["integrate", "--eps", "0.1", "--n-eval", "1"], "--n-eval must be an integer from 2"),
+        (["integrate", "--eps", "0.1", "--n-eval", "10000000"], "--n-eval must be an integer"),
+        (["integrate", "--eps", "0.1", "--batch", "0"], "--batch must be an integer from 1"),
+        (["integrate", "--eps", "0.1", "--rtol", "1"], "--rtol must be a positive number below 1"),
+        (["integrate", "--eps", "0.1", "--rtol", "nan"], "--rtol must be a positive"),
+        (["integrate", "--eps", "0.1", "--rtol", "1e-20"], "--rtol must be at least"),
+        (["integrate", "--eps", "0.1", "--atol", "0"], "--atol must be a positive"),
+        (["integrate", "--eps", "0.1", "--atol", "inf"], "--atol must be a positive"),
+        (["integrate", "--eps", "0.1", "--t-end", "inf"], "--t-end must be a positive finite"),
+        (["integrate", "--eps", "0.1", "--y0", "1e300"], "not finite at y0"),
+        (["integrate", "--eps", "0.1", "--y0", "nan"], "must be finite"),
+        (["integrate", "--eps", "0.1", "--H", "0.5"], "--H is the block length"),
+        (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "0"], "--H must be"),
+        (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "nan"], "--H must be"),
+        (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "0.3"], "whole number"),
+        (["integrate", "--eps", "0.3", "--method", "multirate", "--H", "0.5"], "not an integer"),
+    ],
+)
+def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):
+    res = invoke([*args, "--no-plot"], tmp_path, monkeypatch)
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output
+    assert res.output.startswith("Error: ") and res.output.count("\n") == 1
+    assert not list(tmp_path.rglob("*.nc")) and not list(tmp_path.rglob("*.part"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["integrate", "--eps", "1e-12", "--method", "rodas4", "--t-end", "1"],
+        ["integrate", "--eps", "1e-12", "--method", "multirate", "--H", "0.05", "--t-end", "1"],
+        ["integrate", "--eps", "1e300", "--t-end", "1"],
+        ["integrate", "--eps", "0.1", "--y0", "30", "--t-end", "0.5"],
+        ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
+        ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
+    ],
+)
+def test_extreme_valid_input_integrates(args, tmp_path, monkeypatch):
+    res = invoke([*args, "--no-plot", "--json", "--out", "r.nc"], tmp_path, monkeypatch)
+    assert res.exit_code == 0, res.output
+    ds = fs.load_dataset(tmp_path / "r.nc")
+    assert ds.attrs["status"] == "success"
+    for k in ds.data_vars:
+        if ds[k].dtype.kind == "f":
+            assert np.all(np.isfinite(ds[k].values)), k
+    assert np.max(np.abs(ds["mass_error"].values)) < 1e-7
+
+
+def test_far_mass_run_of_issue_13_has_a_finite_p_st(tmp_path, monkeypatch):
+    # issue 13: exit 0, status success, 124 of 401 p_st rows NaN
+    args = ["integrate", "--eps", "0.1", "--y0", "30", "--t-end", "0.5", "--no-plot", "--out"]
+    res = invoke([*args, "r.nc"], tmp_path, monkeypatch)
+    assert res.exit_code == 0
+    ds = fs.load_dataset(tmp_path / "r.nc")
+    p = ds["p_st"].values
+    assert np.all(np.isfinite(p)) and np.allclose(p.sum(-1), 1.0, rtol=0, atol=1e-14)
+    gen = fs.make_system("birth-death", eps=0.1).generator
+    np.testing.assert_allclose(p, gen.closed_form(ds["y"].values), rtol=1e-12, atol=1e-300)
+
+
+def _fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return str(path), None
+
+
+def _socket(tmp_path):
+    path = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    return str(path), s
+
+
+def _device(tmp_path):
+    return "/dev/full", None
+
+
+@pytest.mark.parametrize("make", [_device, _fifo, _socket], ids=["device", "fifo", "socket"])
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_special_file_target_is_refused_and_never_replaced(make, option, tmp_path, monkeypatch):
+    # issue 13: --out /dev/full exited 0 after replacing the device with a regular file
+    target, keep = make(tmp_path)
+    before = os.stat(target)
+    try:
+        args = ["integrate", "--eps", "0.1", "--t-end", "0.5", option, target]
+        if option == "--plot":
+            args += ["--out", str(tmp_path / "r.nc")]
+        res = invoke(args, tmp_path, monkeypatch)
+        assert res.exit_code == 2, res.output
+        assert "not a regular file" in res.output and res.output.count("\n") == 1
+        after = os.stat(target)
+        assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode)
+        assert not stat.S_ISREG(after.st_mode) and after.st_ino == before.st_ino
+        assert not list(tmp_path.rglob("*.part")) and not list(tmp_path.rglob("*.nc"))
+    finally:
+        if keep is not None:
+            keep.close()
+
+
+def test_atomic_write_refuses_a_target_that_became_special(tmp_path):
+    # the check is repeated just before the rename: a FIFO that appears meanwhile survives
+    target = tmp_path / "out.nc"
+    ds = fs.integrate(fs.make_system("two-state", eps=0.1), (0, 1), n_eval=5)
+    with pytest.raises(fs.InputError, match="FIFO, not a regular file"):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"data")
+            os.mkfifo(target)
+    assert stat.S_ISFIFO(os.stat(target).st_mode)
+    assert not list(tmp_path.glob("*.part"))
+    # a regular file is replaced, and a link to one is followed (the link stays a link)
+    regular = tmp_path / "a.nc"
+    regular.write_bytes(b"old")
+    link = tmp_path / "link.nc"
+    link.symlink_to(regular)
+    save_dataset(ds, link)
+    assert link.is_symlink() and fs.load_dataset(regular).attrs["system"] == "two-state"

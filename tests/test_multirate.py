@@ -1,0 +1,93 @@
+"""The multirate map at the extremes (issue 13): mass conserved at every eps, P tokens per block
+by default, long blocks by doubling, spans that are not whole blocks refused."""
+
+import numpy as np
+import pytest
+
+import fastslow_sim as fs
+from fastslow_sim.multirate import MAX_TOKENS, multirate_map
+
+
+@pytest.mark.parametrize("eps", [0.5, 1e-2, 1e-6, 1e-8, 1e-10, 1e-12])
+@pytest.mark.parametrize("P", [8, None])
+def test_mass_is_conserved_to_round_off_at_every_eps(eps, P):
+    # issue 13: max |1^T x - 1| was 9.8e-11 at eps 1e-6, 2.2e-7 at 1e-8 and 1.2e-3 at 1e-12
+    system = fs.make_system("birth-death", eps=eps)
+    run = multirate_map(system, 0.05, 20, P=P)
+    assert run["P"] == (8 if P is not None else system.P)
+    for key in ("x_blocks", "block_mean") + (("x_tokens",) if "x_tokens" in run else ()):
+        assert np.all(run[key] >= 0)
+        np.testing.assert_allclose(run[key].sum(-1), 1.0, rtol=0, atol=1e-12)
+
+
+def test_long_blocks_by_doubling_match_the_token_walk():
+    # P = 50 walked token by token (tokens kept) against the same blocks by doubling
+    system = fs.make_system("birth-death", eps=0.02)
+    walked = multirate_map(system, 0.05, 10, tokens=True)
+    from fastslow_sim import multirate
+
+    before = multirate._WALK
+    multirate._WALK = 1  # force the doubling path
+    try:
+        doubled = multirate_map(system, 0.05, 10, tokens=False)
+    finally:
+        multirate._WALK = before
+    assert "x_tokens" not in doubled and walked["x_tokens"].shape == (501, 8)
+    np.testing.assert_allclose(walked["x_tokens"][::50], walked["x_blocks"], rtol=0, atol=0)
+    for key in ("x_blocks", "block_mean", "y_blocks"):
+        np.testing.assert_allclose(doubled[key], walked[key], rtol=0, atol=1e-14)
+
+
+def test_tiny_eps_tracks_the_ode():
+    # P = 1e12 tokens per block: tau = H, and the map converges to the ODE in H (first order)
+    system = fs.make_system("birth-death", eps=1e-12)
+    run = multirate_map(system, 0.05, 40)
+    assert run["P"] == 10**12 and "x_tokens" not in run
+    ref = fs.integrate(system, (0, 2), method="rodas4", rtol=1e-10, atol=1e-12,
+                       t_eval=run["t_blocks"])  # fmt: skip
+    err = np.max(np.abs(run["y_blocks"][:, 0] - ref["y"].values[:, 0]))
+    assert 0 < err < 0.05  # O(H) with H = 0.05 (measured 1.2e-3 at eps 1e-6, P = 8)
+
+
+def test_integrate_uses_the_systems_P_and_whole_blocks():
+    system = fs.make_system("birth-death", P=16)
+    ds = fs.integrate(system, (0, 0.5), method="multirate", H=0.05)
+    assert ds.attrs["tokens_per_block"] == 16 and ds.attrs["P"] == 16 and ds.attrs["H"] == 0.05
+    run = multirate_map(system, 0.05, 10)
+    np.testing.assert_allclose(ds["y"].values, run["y_blocks"], rtol=0, atol=0)
+    np.testing.assert_allclose(ds["x"].values, run["x_blocks"], rtol=0, atol=0)
+    np.testing.assert_allclose(ds["time"].values, run["t_blocks"])
+    # issue 13: (0, 0.001) with H = 0.01 silently ended at 0.01
+    with pytest.raises(fs.InputError, match=r"span 0.001 is not a whole number of blocks"):
+        fs.integrate(system, (0, 0.001), method="multirate", H=0.01)
+    with pytest.raises(fs.InputError, match="not a whole number"):
+        fs.integrate(system, (0, 0.125), method="multirate", H=0.05)
+    with pytest.raises(fs.InputError, match="H must be a positive"):
+        fs.integrate(system, (0, 1), method="multirate", H=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"H": 0.0}, "H .slow time per block. must be a positive"),
+        ({"H": float("inf")}, "H .slow time per block. must be a positive"),
+        ({"n_blocks": 0}, "n_blocks must be a positive integer"),
+        ({"n_blocks": 2.5}, "n_blocks must be a positive integer"),
+        ({"P": 0}, "P .tokens per block. must be a positive integer"),
+        ({"P": 1.5}, "P .tokens per block. must be a positive integer"),
+        ({"P": 10**6, "n_blocks": 2, "tokens": True}, "more than the"),
+    ],
+)
+def test_bad_input(kwargs, fragment):
+    system = fs.make_system("birth-death", eps=0.01)
+    args = {"H": 0.05, "n_blocks": 2, **kwargs}
+    with pytest.raises(fs.InputError, match=fragment):
+        multirate_map(system, args.pop("H"), args.pop("n_blocks"), **args)
+
+
+def test_eps_without_integer_P_needs_P():
+    system = fs.make_system("birth-death", eps=0.3)
+    with pytest.raises(fs.InputError, match="not an integer; pass P"):
+        multirate_map(system, 0.05, 2)
+    assert multirate_map(system, 0.05, 2, P=3)["P"] == 3
+    assert MAX_TOKENS >= 10**6

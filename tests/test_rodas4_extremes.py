@@ -1,0 +1,122 @@
+"""RODAS4 at the extremes (issue 13): step control as in Hairer's codes, the smallest step
+relative to the current time and no floor tied to the span, on the reference stiff problems."""
+
+import numpy as np
+import pytest
+import torch
+
+import fastslow_sim as fs
+from fastslow_sim.manifold import integrate_reduced
+from fastslow_sim.rosenbrock import STATUS, rodas4_solve
+
+
+@pytest.fixture
+def one_thread():
+    # tiny batched LU factorisations: a second intra-op thread only adds contention
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _robertson(z, idx=None):
+    y1, y2, y3 = z.unbind(-1)
+    r1, r2, r3 = 0.04 * y1, 1e4 * y2 * y3, 3e7 * y2**2
+    return torch.stack([-r1 + r2, r1 - r2 - r3, r3], -1)
+
+
+def _robertson_jac(z, idx=None):
+    y1, y2, y3 = z.unbind(-1)
+    J = torch.zeros(z.shape[0], 3, 3, dtype=z.dtype)
+    J[:, 0, 0], J[:, 0, 1], J[:, 0, 2] = -0.04, 1e4 * y3, 1e4 * y2
+    J[:, 1, 0], J[:, 1, 1], J[:, 1, 2] = 0.04, -1e4 * y3 - 6e7 * y2, -1e4 * y2
+    J[:, 2, 1] = 6e7 * y2
+    return J
+
+
+def test_robertson_to_1e11_with_rodas4(one_thread):
+    """ROBER, Test Set for IVP Solvers (Mazzia, Iavernaro, Magherini; Bari, release 2.4):
+    y(1e11) = (0.2083340149701255e-07, 0.8333360770334713e-13, 0.9999999791665050). Before
+    issue 13 rodas4 stopped at once (0 accepted, 3 rejected steps: step_underflow) because its
+    smallest step was 1e-14 * t_end = 1e-3."""
+    ref = np.array([0.2083340149701255e-07, 0.8333360770334713e-13, 0.9999999791665050])
+    z0 = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    t = torch.tensor([0.0, 1e3, 1e11], dtype=torch.float64)
+    z, status, stats = rodas4_solve(_robertson, _robertson_jac, z0, t, rtol=1e-7, atol=1e-20)
+    assert [STATUS[int(s)] for s in status] == ["success"] * 3
+    # a pure relative control (atol 1e-20) at rtol 1e-7: measured error 8.2e-9 relative
+    for b in (0, 2):
+        np.testing.assert_allclose(z[-1, b].numpy(), ref, rtol=1e-6, atol=0)
+    # y1 + y2 + y3 is a linear invariant: a Rosenbrock method keeps it to round-off
+    np.testing.assert_allclose(z.sum(-1).numpy(), 1.0, rtol=0, atol=1e-13)
+    # the batch does not change a trajectory: row 0 equals the same problem solved alone
+    alone, _, st1 = rodas4_solve(_robertson, _robertson_jac, z0[:1], t, rtol=1e-7, atol=1e-20)
+    torch.testing.assert_close(z[:, 0], alone[:, 0], rtol=1e-12, atol=1e-24)
+    assert int(stats["naccept"][0]) == int(st1["naccept"][0]) < 2000
+
+
+def _van_der_pol(eps):
+    def fun(z, idx=None):
+        e = eps if idx is None else eps[idx]
+        y1, y2 = z.unbind(-1)
+        return torch.stack([y2, ((1 - y1**2) * y2 - y1) / e], -1)
+
+    def jac(z, idx=None):
+        e = eps if idx is None else eps[idx]
+        y1, y2 = z.unbind(-1)
+        J = torch.zeros(z.shape[0], 2, 2, dtype=z.dtype)
+        J[:, 0, 1] = 1.0
+        J[:, 1, 0], J[:, 1, 1] = (-2 * y1 * y2 - 1) / e, (1 - y1**2) / e
+        return J
+
+    return fun, jac
+
+
+def test_stiff_van_der_pol_with_rodas4(one_thread):
+    """VDPOL, Test Set for IVP Solvers (reference by RADAU5 in quadruple precision): eps = 1e-6,
+    y(0) = (2, 0), y(2) = (0.1706167732170483e+01, -0.8928097010247975e+00). Batched with a
+    second trajectory at eps = 1e-3 (its own step sizes), checked against scipy's Radau."""
+    ref = np.array([0.1706167732170483e01, -0.8928097010247975e00])
+    eps = torch.tensor([1e-6, 1e-3], dtype=torch.float64)
+    fun, jac = _van_der_pol(eps)
+    z0 = torch.tensor([[2.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
+    t = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    z, status, stats = rodas4_solve(fun, jac, z0, t, rtol=1e-6, atol=1e-6)
+    assert [STATUS[int(s)] for s in status] == ["success", "success"]
+    # measured: 1.5e-7 and 2.6e-7 relative at rtol 1e-6
+    np.testing.assert_allclose(z[-1, 0].numpy(), ref, rtol=1e-6, atol=0)
+    from scipy.integrate import solve_ivp
+
+    def f(_, y):
+        return [y[1], ((1 - y[0] ** 2) * y[1] - y[0]) / 1e-3]
+
+    sol = solve_ivp(f, (0, 2), [2.0, 0.0], method="Radau", rtol=1e-12, atol=1e-12, t_eval=[1, 2])
+    np.testing.assert_allclose(z[1:, 1].numpy(), sol.y.T, rtol=1e-5, atol=1e-6)
+    assert stats["naccept"][0] > stats["naccept"][1]  # the stiffer one needs more steps
+
+
+@pytest.mark.parametrize("eps", [1e-9, 1e-12])
+def test_rodas4_integrates_tiny_eps(eps, one_thread):
+    # issue 13: eps = 1e-12 on [0, 5] failed at once (step floor 1e-12 * t_end on the first step)
+    system = fs.make_system("birth-death", eps=eps)
+    ds = fs.integrate(system, (0, 5), method="rodas4", rtol=1e-8, atol=1e-10, n_eval=11)
+    assert ds.attrs["status"] == "success"
+    assert ds.attrs["naccept"] < 1000 if "naccept" in ds.attrs else ds.attrs["nfev"] < 6000
+    # after a layer of duration ~ eps log(1/eps), y follows the reduced (QSS) system to O(eps)
+    red = integrate_reduced(system, ds["time"].values)
+    np.testing.assert_allclose(ds["y"].values[1:, 0], red[1:, 0], rtol=0, atol=1e-7)
+    assert np.all(np.isfinite(ds["x"].values)) and np.all(np.isfinite(ds["p_st"].values))
+
+
+def test_long_span_far_from_t_0():
+    # a smallest step relative to t, not to the span: dy/dt = -y on [1e12, 1e12 + 10]
+    def fun(z, idx=None):
+        return -z
+
+    t = torch.tensor([1e12, 1e12 + 10.0], dtype=torch.float64)
+    z, status, stats = rodas4_solve(fun, None, torch.ones(1, 1, dtype=torch.float64), t, rtol=1e-8)
+    assert STATUS[int(status[0])] == "success"
+    # each t + h rounds to the grid of t (ulp 1.2e-4 at 1e12), so the elapsed time is 10 to
+    # within half an ulp per step; the solution is exp(-elapsed) to the solver's 1e-6
+    slack = int(stats["naccept"][0]) * np.spacing(1e12) / 2
+    assert abs(np.log(z[-1, 0, 0].item()) + 10.0) <= slack + 1e-6
