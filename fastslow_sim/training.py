@@ -418,6 +418,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         "rank_first_batch_sha256": rank_batches,
         "reference_losses": _references(corpus, cfg.block_size),
         "out": str(out),
+        "train_config": cfg.comparable(),
     }
     if device.type == "cuda":
         peak = peak_flops(torch.cuda.get_device_name(device), "bf16")
@@ -568,8 +569,10 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         for arm in arms:  # interleaved, so slow drifts of the machine hit every arm
             cfg = TrainConfig(corpus=corpus_spec, tokens=tokens, seed=seed,
                               out=str(Path(out) / f"{arm}-seed{seed}"), **configs[arm])  # fmt: skip
-            s = train(cfg, corpus)
-            log(f"  {arm:<13} seed {seed}: val {s['val_loss']:.4f}, gates "
+            s = _finished_run(cfg)
+            reused = s is not None
+            s = s or train(cfg, corpus)
+            log(f"  {arm:<13} seed {seed}: {'(reused) ' if reused else ''}val {s['val_loss']:.4f}, gates "
                 f"{[round(abs(g), 4) if isinstance(g, float) else 'ch' for g in s['gates']]}, "
                 f"{s['wall_time_s']:.1f} s, {s['tokens_per_s']:,.0f} tok/s")  # fmt: skip
             runs[arm].append(s)
@@ -603,6 +606,17 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     )  # fmt: skip
     save_dataset(ds, Path(out) / "ablation.nc")
     return table
+
+
+def _finished_run(cfg: TrainConfig) -> dict | None:
+    """The summary of a finished run of exactly this configuration in `cfg.out`, else None:
+    re-running `reproduce` skips the runs it already has (and can be split over processes)."""
+    path = Path(cfg.out) / "summary.json"
+    try:
+        s = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return s if s.get("finished") and s.get("train_config") == cfg.comparable() else None
 
 
 def ablation_table(runs: dict, margin: float = 0.01) -> dict:

@@ -143,6 +143,15 @@ def test_reproduce_pairs_arms_and_reports_json(tmp_path):
 def test_reproduce_text_table(tmp_path, text_file):
     table = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "t"), TINY,
                       log=lambda *a: None)  # fmt: skip
+    # a second call reuses the finished runs of the same configuration, and only those
+    lines = []
+    again = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "t"), TINY,
+                      log=lines.append)  # fmt: skip
+    assert len(lines) == 4 and all("(reused)" in line for line in lines)
+    assert again["arms"]["coupled"]["val_loss"] == table["arms"]["coupled"]["val_loss"]
+    lines.clear()
+    reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t"), TINY, log=lines.append)
+    assert "(reused)" not in lines[0]  # other tokens: trained again
     assert table["references"] is None
     assert [(c["a"], c["b"]) for c in table["comparisons"]] == [("coupled", "dense")]
     res = CliRunner().invoke(main, ["reproduce", "--corpus", f"text:{text_file}", "--margin", "-1",
