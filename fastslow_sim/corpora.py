@@ -60,6 +60,13 @@ class Corpus:
         stride = -(-T // align) * align
         return np.arange(0, len(data) - T, stride, dtype=np.int64)
 
+    def windows(self, split: str, T: int, limit: int | None = None) -> tuple:
+        """`(tokens (W, T+1) int64, global start of each window (W,))` of those windows."""
+        data = np.asarray(self.val if split == "val" else self.train, dtype=np.int64)
+        starts = self.window_starts(split, T)[:limit]
+        offset = len(self.train) if split == "val" else 0
+        return data[starts[:, None] + np.arange(T + 1)], offset + starts
+
     def summary(self) -> dict:
         return {"corpus": self.name, "vocab_size": self.vocab_size, "tokens": self.tokens,
                 "train_tokens": int(len(self.train)), "val_tokens": int(len(self.val)), **self.stats}  # fmt: skip

@@ -165,11 +165,16 @@ def _propagator_table(cfg: MECorpusConfig) -> np.ndarray:
     return _propagators(cfg, np.linspace(0.0, 1.0, _GRID))
 
 
-def _interp_entry(table, y, prev, cur):
-    """`K(y)[prev, cur]` by linear interpolation in `y`; `y (W, G)`, `prev, cur (W,)`."""
+def _grid_position(y):
+    """Table row `i` and fraction `f` with `y = (i + f) / (_GRID - 1)`, `y` clipped to [0, 1]."""
     s = np.clip(y, 0.0, 1.0) * (_GRID - 1)
     i = np.minimum(s.astype(np.int64), _GRID - 2)
-    f = s - i
+    return i, s - i
+
+
+def _interp_entry(table, y, prev, cur):
+    """`K(y)[prev, cur]` by linear interpolation in `y`; `y (W, G)`, `prev, cur (W,)`."""
+    i, f = _grid_position(y)
     a = table[i, prev[:, None], cur[:, None]]
     b = table[i + 1, prev[:, None], cur[:, None]]
     return np.maximum((1 - f) * a + f * b, 1e-300)
@@ -260,21 +265,18 @@ def me_reference_losses(corpus, cfg: MECorpusConfig, T: int, split: str = "val",
     With `per_window`, also the `(W, T)` per-target losses of each predictor (for tests).
     """
     n = cfg.n_states
-    data = np.asarray(corpus.val if split == "val" else corpus.train, dtype=np.int64)
-    offset = len(corpus.train) if split == "val" else 0
-    starts = corpus.window_starts(split, T)
+    win, starts = corpus.windows(split, T)  # (W, T+1), global starts (W,)
     if len(starts) == 0:
         raise InputError(f"the {split} split holds no window of {T + 1} tokens.")
-    win = data[starts[:, None] + np.arange(T + 1)]  # (W, T+1)
     prev, cur = win[:, :-1], win[:, 1:]
-    gl = offset + starts[:, None] + np.arange(1, T + 1)  # global index of every target
+    gl = starts[:, None] + np.arange(1, T + 1)  # global index of every target
     oracle = -corpus.blocks["log_oracle"][gl]
     train = np.asarray(corpus.train, dtype=np.int64)
     counts = np.ones((n, n))
     np.add.at(counts, (train[:-1], train[1:]), 1.0)
     fixed = counts / counts.sum(1, keepdims=True)
     ignore = -np.log(fixed[prev, cur])
-    floor = _filter_losses(win, cfg, _start_prior(corpus, cfg))
+    floor = bayes_filter(win, cfg, _start_prior(corpus, cfg))["loss"]
     out = {
         "oracle_loss": float(oracle.mean()),
         "bayes_floor_loss": float(floor.mean()),
@@ -301,11 +303,6 @@ def _start_prior(corpus, cfg: MECorpusConfig) -> np.ndarray:
     np.add.at(counts, (bins, first), 1.0)
     counts += 1e-3  # keep every particle alive: a zero prior could never recover
     return counts / counts.sum()
-
-
-def _filter_losses(win: np.ndarray, cfg: MECorpusConfig, prior: np.ndarray) -> np.ndarray:
-    """`-log p(tok_t | window tokens before t)` `(W, T)` by the particle filter over `y_0`."""
-    return bayes_filter(win, cfg, prior)["loss"]
 
 
 def bayes_filter(win: np.ndarray, cfg: MECorpusConfig, prior: np.ndarray,
@@ -347,9 +344,8 @@ def bayes_filter(win: np.ndarray, cfg: MECorpusConfig, prior: np.ndarray,
             y = cfg.slow_update(y, (hist @ c)[:, None])
             block_pst(j // P)
         if predictive:
-            s = np.clip(y, 0.0, 1.0) * (_GRID - 1)
-            i = np.minimum(s.astype(np.int64), _GRID - 2)
-            f = (s - i)[..., None]
+            i, f = _grid_position(y)
+            f = f[..., None]
             prev = win[:, j - 1][:, None]
             rows = (1 - f) * table[i, prev] + f * table[i + 1, prev]  # (W, G, n)
             out["next"][:, j - 1] = np.einsum("wg,wgn->wn", np.exp(logw), rows)

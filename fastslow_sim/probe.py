@@ -105,10 +105,9 @@ def _tv(a, b):
 
 
 def _windows(corpus, split, T, limit):
-    data = np.asarray(corpus.val if split == "val" else corpus.train, dtype=np.int64)
-    starts = corpus.window_starts(split, T)[:limit]
-    offset = len(corpus.train) if split == "val" else 0
-    return data[starts[:, None] + np.arange(T + 1)], (offset + starts) // corpus.block_len
+    """Windows of `split` and the global index of each window's first block."""
+    win, starts = corpus.windows(split, T, limit)
+    return win, starts // corpus.block_len
 
 
 def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12) -> dict:

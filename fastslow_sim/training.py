@@ -195,20 +195,17 @@ def evaluate_windows(model, corpus: Corpus, T: int, device="cpu", batch_size: in
                      autocast_on: bool = False) -> float:  # fmt: skip
     """Mean loss (nats/token) over every aligned, non-overlapping window of the validation split
     (`corpus.window_starts`): the targets of the me corpus's reference losses."""
-    starts = corpus.window_starts("val", T)
-    data = np.asarray(corpus.val, dtype=np.int64)
+    win, _ = corpus.windows("val", T)
     was_training = model.training
     model.eval()
     total = 0.0
-    for i in range(0, len(starts), batch_size):
-        rows = torch.from_numpy(data[starts[i : i + batch_size, None] + np.arange(T + 1)]).to(
-            device
-        )
+    for i in range(0, len(win), batch_size):
+        rows = torch.from_numpy(win[i : i + batch_size]).to(device)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast_on):
             _, loss = model(rows[:, :-1], rows[:, 1:])
         total += float(loss) * rows.shape[0]
     model.train(was_training)
-    return total / len(starts)
+    return total / len(win)
 
 
 @torch.no_grad()
