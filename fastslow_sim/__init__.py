@@ -8,7 +8,6 @@ The ODE core: `generators` (master-equation generators `Q(y)`), `stationary` (`p
 from ._version import __version__
 from .errors import InputError, ReducibleGeneratorError
 from .generators import (
-    GENERATORS,
     BirthDeath,
     Cycle,
     MichaelisMenten,
@@ -42,7 +41,6 @@ __all__ = [
     "__version__",
     "InputError",
     "ReducibleGeneratorError",
-    "GENERATORS",
     "BirthDeath",
     "Cycle",
     "MichaelisMenten",

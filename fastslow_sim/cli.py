@@ -16,6 +16,7 @@ import click
 import numpy as np
 
 from ._version import __version__
+from .bridge.variants import VARIANTS
 from .errors import InputError
 from .integrators import METHODS, random_initial_conditions
 from .systems import SYSTEMS
@@ -156,7 +157,7 @@ def _ode_command(f):
     one sentence and exit status 1, never a traceback; bad input stays exit status 2."""
     import functools
 
-    from .integrators import SOLVER_ERRORS
+    from .solvers import SOLVER_ERRORS
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -746,7 +747,7 @@ def _base_config(P, device, batch_size, block_size, use_compile):
     "--variant",
     default="coupled",
     show_default=True,
-    type=click.Choice(["dense", "coupled", "frozen-gate", "frozen-slow"]),
+    type=click.Choice(list(VARIANTS)),
 )
 @_train_options
 @click.option("--seed", default=0, show_default=True, type=int)

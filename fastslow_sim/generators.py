@@ -30,7 +30,7 @@ __all__ = [
     "random_generators",
     "validate_generator",
     "from_off_diagonal",
-    "GENERATORS",
+    "readout_vector",
 ]
 
 
@@ -130,6 +130,51 @@ class Generator:
         d.pop("name", None)
         return {"generator": self.name, **d}
 
+    # torch forms, beside the numpy ones: batched over `y (B, 1)` and differentiable in parameters
+    # that are tensors; the torch solvers (rodas4, torchdiffeq) use only these.
+
+    def chain_rates(self, dtype=None, device="cpu", batch_last=False, scale=None):
+        """For a chain that jumps between neighbours only, `i <-> i+1`: a function
+        `rates(y, derivative=True) -> (up, down, dup)`, the rates `i -> i+1`, `i+1 -> i` and
+        `d up/dy` (`None` without `derivative`), each broadcastable to `(B, n-1)` for `y (B, 1)`
+        or, `batch_last`, to `(n-1, B)` for `y (1, B)`; a float `scale` (such as `1/eps`)
+        multiplies every rate. `None` (the default) for any other generator."""
+        return None
+
+    def torch_off_diagonal(self, y):
+        """The off-diagonal rates `Q_ij(y)` and `dQ_ij/dy` in torch, `(B, n, n)` each (diagonals
+        zero), for `y (B, 1)`. Defined from `chain_rates` for the neighbour chains; any other
+        generator defines it beside its numpy `rates`."""
+        import torch
+
+        chain = self.chain_rates(y.dtype, y.device)
+        if chain is None:
+            raise InputError(
+                f"generator {self.name!r} has no torch form; define torch_off_diagonal(y) "
+                f"beside its rates(y) to use the torch solvers."
+            )
+        B, n = y.shape[0], self.n_states
+        up, down, dup = (r.expand(B, n - 1) for r in chain(y[..., :1]))
+        off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
+        return off, torch.diag_embed(dup, offset=1)
+
+    def torch_rates(self, y, derivative: bool = False):
+        """`Q(y)` in torch, `(B, n, n)` for `y (B, 1)`; with `derivative`, also `dQ/dy`."""
+        off, doff = self.torch_off_diagonal(y)
+        Q = _t_generator(off)
+        return (Q, _t_generator(doff)) if derivative else Q
+
+    def torch_apply_transpose(self, y, x):
+        """`Q(y)^T x` in torch, `(B, n)`: O(n) for the neighbour chains (the net probability flux
+        `up_i x_i - down_i x_{i+1}` between `i` and `i+1`), dense otherwise."""
+        import torch
+
+        chain = self.chain_rates(x.dtype, x.device)
+        if chain is None:
+            return torch.einsum("bji,bj->bi", self.torch_rates(y), x)
+        up, down, _ = chain(y[:, :1], derivative=False)
+        return chain_divergence(up * x[:, :-1] - down * x[:, 1:])
+
 
 @dataclass
 class TwoState(Generator):
@@ -167,6 +212,10 @@ class TwoState(Generator):
         y = _as_slow(y)[..., 0]
         up = self.a * np.exp(self.beta * y)
         return np.stack([self.b / (self.b + up), up / (self.b + up)], axis=-1)
+
+    def chain_rates(self, dtype=None, device="cpu", batch_last=False, scale=None):
+        return _exponential_chain(self.a, self.beta, 0.0, self.b, 2, dtype, device, batch_last,
+                                  scale)  # fmt: skip
 
 
 @dataclass
@@ -225,6 +274,10 @@ class BirthDeath(Generator):
         w = np.exp(logw)
         return w / w.sum(axis=-1, keepdims=True)
 
+    def chain_rates(self, dtype=None, device="cpu", batch_last=False, scale=None):
+        return _exponential_chain(self.up, self.beta, self.y_mid, self.down, self.n_states, dtype,
+                                  device, batch_last, scale)  # fmt: skip
+
 
 @dataclass
 class Cycle(Generator):
@@ -249,7 +302,7 @@ class Cycle(Generator):
         return int(self.n)
 
     def _s(self):
-        return np.arange(self.n_states) / (self.n_states - 1) - 0.5
+        return readout_vector(self.n_states) - 0.5
 
     def rates(self, y):
         y = _as_slow(y)[..., 0]
@@ -269,6 +322,19 @@ class Cycle(Generator):
         d[..., 0, i, (i + 1) % n] = dfw
         d[..., 0, i, i] = -dfw
         return d
+
+    def torch_off_diagonal(self, y):
+        import torch
+
+        n, kw = self.n_states, {"dtype": y.dtype, "device": y.device}
+        i = torch.arange(n, device=y.device)
+        s = torch.as_tensor(self._s(), **kw)
+        fw = self.forward * torch.exp(y[:, :1] * s)  # (B, n): rate i -> i+1 (mod n)
+        shift = torch.zeros(n, n, **kw)
+        shift[i, (i + 1) % n] = 1.0
+        back = torch.zeros(n, n, **kw)
+        back[i, (i - 1) % n] = self.backward
+        return fw[:, :, None] * shift + back, (s * fw)[:, :, None] * shift
 
 
 @dataclass
@@ -311,6 +377,14 @@ class RandomIrreducible(Generator):
         idx = np.arange(n)
         off[..., idx, idx] = -off.sum(axis=-1)
         return off[..., None, :, :]
+
+    def torch_off_diagonal(self, y):
+        import torch
+
+        a = torch.as_tensor(self._a, dtype=y.dtype, device=y.device)
+        b = torch.as_tensor(self._b, dtype=y.dtype, device=y.device)
+        off = a * torch.exp(y[:, :1, None] * b)
+        return off, off * b
 
 
 @dataclass
@@ -369,6 +443,22 @@ class MichaelisMenten(Generator):
         binom = np.array([math.comb(int(self.N), int(k)) for k in i], dtype=np.float64)
         return binom * f[..., None] ** i * (1.0 - f[..., None]) ** (self.N - i)
 
+    def chain_rates(self, dtype=None, device="cpu", batch_last=False, scale=None):
+        import torch
+
+        kw = {"dtype": dtype or torch.float64, "device": device}
+        n, scale = self.n_states, 1.0 if scale is None else float(scale)
+        link = (n - 1, 1) if batch_last else (1, n - 1)  # one constant per link i -> i+1
+        i = torch.arange(n - 1, **kw)
+        down = ((i + 1) * (self.k_minus1 + self.k2) * scale).reshape(link)
+        dup = ((self.N - i) * self.k1 * scale).reshape(link)  # up = dup * y
+
+        def rates(y, derivative=True):
+            up = dup * y
+            return up, down, (dup.expand_as(up) if derivative else None)
+
+        return rates
+
 
 def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -> np.ndarray:
     """`count` independent random irreducible generators on `n` states, shape `(count, n, n)`.
@@ -384,18 +474,14 @@ def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -
     return from_off_diagonal(a)
 
 
-GENERATORS = {
-    "two-state": TwoState,
-    "birth-death": BirthDeath,
-    "cycle": Cycle,
-    "random": RandomIrreducible,
-    "michaelis-menten": MichaelisMenten,
-}
-
-
 # ----------------------------------------------------------------------------------------------
-# torch versions of the rates (batched, differentiable also in the generators' parameters, which
-# may be tensors), used by the torch solver. Each returns Q of shape (B, n, n) for y of (B, 1).
+# helpers of the torch forms
+
+
+def readout_vector(n: int) -> np.ndarray:
+    """`c_i = i/(n-1)`: each state's position on [0, 1], the readout of the slow laws and the
+    corpus (`c . x` is the mean position of `x`)."""
+    return np.arange(n) / (n - 1)
 
 
 def _t_generator(off):
@@ -405,113 +491,28 @@ def _t_generator(off):
     return off - torch.diag_embed(off.sum(-1))
 
 
-def torch_rates(gen: Generator, y, derivative: bool = False):
-    """`Q(y)` in torch for the built-in generators, `y` of shape `(B, 1)`; with `derivative`,
-    also `dQ/dy` `(B, n, n)`. Parameters of `gen` may be tensors (differentiable)."""
-    import torch
-
-    yv = y[..., 0]
-    n = gen.n_states
-    B = yv.shape[0]
-    kw = {"dtype": y.dtype, "device": y.device}
-    chain = torch_chain_rates(gen, y.dtype, y.device)
-    if chain is not None:  # two-state, birth-death, Michaelis-Menten: one rate formula for all uses
-        up, down, dup = (r.expand(B, n - 1) for r in chain(y[..., :1]))
-        off = torch.diag_embed(up, offset=1) + torch.diag_embed(down, offset=-1)
-        doff = torch.diag_embed(dup, offset=1)
-    elif isinstance(gen, Cycle):
-        i = torch.arange(n, device=y.device)
-        s = torch.as_tensor(gen._s(), **kw)
-        fw = gen.forward * torch.exp(yv[:, None] * s)  # (B, n): rate i -> i+1
-        shift = torch.zeros(n, n, **kw)
-        shift[i, (i + 1) % n] = 1.0
-        back = torch.zeros(n, n, **kw)
-        back[i, (i - 1) % n] = gen.backward
-        off = fw[:, :, None] * shift + back
-        doff = (s * fw)[:, :, None] * shift
-    elif isinstance(gen, RandomIrreducible):
-        a = torch.as_tensor(gen._a, **kw)
-        b = torch.as_tensor(gen._b, **kw)
-        off = a * torch.exp(yv[:, None, None] * b)
-        doff = off * b
-    else:
-        raise InputError(f"generator {gen.name!r} has no torch version.")
-    Q = _t_generator(off)
-    return (Q, _t_generator(doff)) if derivative else Q
-
-
-def torch_chain_rates(gen: Generator, dtype=None, device="cpu", batch_last=False, scale=None):
-    """For a generator whose jumps join neighbours only, `i <-> i+1` (two-state, birth-death,
-    Michaelis-Menten), a function `rates(y (B, 1), derivative=True) -> (up, down, dup)`: the rates
-    `i -> i+1` and `i+1 -> i` and `d up/dy` (`None` without `derivative`), each broadcastable
-    to `(B, n-1)` (`down` does not depend on `y`). With `batch_last`, `y (1, B) -> ` rates
-    broadcastable to `(n-1, B)`. A float `scale` (such as `1/eps`) multiplies every rate.
-    `None` for any other generator. Constants are made once here, not at every call, because the
-    solver calls the rates six times per step: an exponential rate `k exp(beta (y - y_mid))` is
-    `exp(log(k scale) - beta y_mid + beta y)`, two operations. Parameters may be tensors
-    (differentiable)."""
+def _exponential_chain(k, beta, y_mid, down, n, dtype, device, batch_last, scale):
+    """`chain_rates` of a chain with up rate `k exp(beta (y - y_mid))` and a constant down rate.
+    The constants are made once here, not at every call (the solver calls the rates six times per
+    step): the up rate is `exp(log(k scale) - beta y_mid + beta y)`, two operations. `k`, `beta`
+    and `down` may be tensors (differentiated)."""
     import torch
 
     kw = {"dtype": dtype or torch.float64, "device": device}
-    n = gen.n_states
     scale = 1.0 if scale is None else float(scale)
     chain = (n - 1, -1) if batch_last else (-1, n - 1)  # expand to the chain's shape
-    link = (n - 1, 1) if batch_last else (1, n - 1)  # a constant per link i -> i+1
+    link = (n - 1, 1) if batch_last else (1, n - 1)
+    down = (torch.as_tensor(down, **kw) * scale).reshape(1, 1).expand(link)
+    log_k = torch.log(torch.as_tensor(k, **kw) * scale) - beta * y_mid
 
-    def along_chain(t):
-        return torch.as_tensor(t, **kw).reshape(link)
+    def rates(y, derivative=True):
+        if isinstance(beta, torch.Tensor):  # a parameter being differentiated
+            up = torch.exp(log_k + beta * y).expand(*chain)
+        else:
+            up = torch.exp(torch.add(log_k, y, alpha=beta)).expand(*chain)
+        return up, down, (beta * up if derivative else None)
 
-    def exponential(k, beta, y_mid):  # y -> k scale exp(beta (y - y_mid)) and its derivative
-        log_k = torch.log(torch.as_tensor(k, **kw) * scale) - beta * y_mid
-
-        def up(y, derivative):
-            if isinstance(beta, torch.Tensor):  # a parameter being differentiated
-                u = torch.exp(log_k + beta * y).expand(*chain)
-            else:
-                u = torch.exp(torch.add(log_k, y, alpha=beta)).expand(*chain)
-            return u, (beta * u if derivative else None)
-
-        return up
-
-    if isinstance(gen, TwoState):
-        down = (torch.as_tensor(gen.b, **kw) * scale).reshape(1, 1)
-        up_of = exponential(gen.a, gen.beta, 0.0)
-
-        def rates(y, derivative=True):
-            up, dup = up_of(y, derivative)
-            return up, down, dup
-
-    elif isinstance(gen, BirthDeath):
-        down = (torch.as_tensor(gen.down, **kw) * scale).reshape(1, 1).expand(link)
-        up_of = exponential(gen.up, gen.beta, gen.y_mid)
-
-        def rates(y, derivative=True):
-            up, dup = up_of(y, derivative)
-            return up, down, dup
-
-    elif isinstance(gen, MichaelisMenten):
-        i = torch.arange(n - 1, **kw)
-        down = along_chain((i + 1) * (gen.k_minus1 + gen.k2) * scale)
-        dup = along_chain((gen.N - i) * gen.k1 * scale)
-
-        def rates(y, derivative=True):
-            return dup * y, down, (dup.expand(*chain) if derivative else None)
-
-    else:
-        return None
     return rates
-
-
-def torch_apply_transpose(gen: Generator, y, x):
-    """`Q(y)^T x` in torch, `(B, n)`: O(n) for the neighbour chains (the net probability flux
-    `up_i x_i - down_i x_{i+1}` between `i` and `i+1`), dense otherwise."""
-    import torch
-
-    rates = torch_chain_rates(gen, x.dtype, x.device)
-    if rates is None:
-        return torch.einsum("bji,bj->bi", torch_rates(gen, y), x)
-    up, down, _ = rates(y[:, :1])
-    return chain_divergence(up * x[:, :-1] - down * x[:, 1:])
 
 
 def chain_divergence(flux, batch_last=False):

@@ -38,7 +38,6 @@ column the Schur complement is not backward stable: up to 9e-12 at rates 1e8, sh
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 
@@ -46,7 +45,15 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["ArrowTridiagonal", "shifted_solver", "keep_one", "compiled_kernels", "CPU_KERNELS"]
+__all__ = [
+    "ArrowTridiagonal",
+    "LinearSolver",
+    "LINEAR_SOLVERS",
+    "linear_solver",
+    "shifted_solver",
+    "keep_one",
+    "compiled_kernels",
+]
 
 
 @dataclass
@@ -74,13 +81,15 @@ class ArrowTridiagonal:
         bottom = torch.cat([self.v.T, self.d[:, None]], dim=1)[:, None, :]
         return torch.cat([top, bottom], dim=1)
 
-    def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None):
+    def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None,
+                       kernels=None):  # fmt: skip
         """`solve(r (n+1, B), out=None) -> (s I - J)^{-1} r` for `s (B,)`: the tridiagonal block
         by elimination down the chain (Thomas), the border by its Schur complement. With
         `first`, also returns the solution for that right-hand side, found in the same sweep as
         the border's. `workspace` (a dict owned by the caller) keeps the buffers and their views
         from one factorisation to the next of the same shape; a factorisation made with it is
-        valid until the next one made with it."""
+        valid until the next one made with it. `kernels`: the compiled `cpu_kernels` module
+        (CPU tensors, no autograd), or `None` for torch operations."""
         n = self.diag.shape[0]
         # in place, on rows made once per factorisation, unless autograd records the operations
         # or torch.compile traces them (it fuses the out-of-place form itself)
@@ -92,7 +101,6 @@ class ArrowTridiagonal:
             )
         )
         if inplace:
-            kernels = compiled_kernels(self.diag.device)
             if kernels is not None:
                 return _CompiledArrowSolver(kernels, self, s, first, workspace).result()
             return _ArrowSolver(self, s, first, workspace).result()
@@ -127,26 +135,12 @@ def keep_one(workspace: dict, key: tuple, make):
     return entry
 
 
-CPU_KERNELS = os.environ.get("FASTSLOW_SIM_CPU_KERNELS", "auto")
-"""Whether the solver's hot loops on the CPU, where no graph is recorded, run as the compiled
-kernels of `cpu_kernels` (numba) or as torch vector operations: `"auto"` (the kernels where numba
-imports), `"numba"` (the kernels; an error without numba) or `"torch"`. CUDA tensors, autograd
-and torch.compile always take the torch operations. Set by the environment variable
-`FASTSLOW_SIM_CPU_KERNELS`, or here (tests and benchmarks compare the two)."""
-
 _KERNELS = {}  # "module": the imported cpu_kernels, or None where numba does not import
 
 
-def compiled_kernels(device):
-    """The `cpu_kernels` module if `CPU_KERNELS` asks for it and it can run on `device`, else
-    None."""
-    if CPU_KERNELS not in ("auto", "numba", "torch"):
-        raise InputError(
-            f"CPU_KERNELS must be 'auto', 'numba' or 'torch' (as is the environment variable "
-            f"FASTSLOW_SIM_CPU_KERNELS); got {CPU_KERNELS!r}."
-        )
-    if CPU_KERNELS == "torch" or device.type != "cpu":
-        return None
+def compiled_kernels():
+    """The compiled `cpu_kernels` module (numba), or `None` where it does not import (with one
+    warning)."""
     if "module" not in _KERNELS:
         try:
             from . import cpu_kernels
@@ -159,9 +153,71 @@ def compiled_kernels(device):
             )
             cpu_kernels = None
         _KERNELS["module"] = cpu_kernels
-    if _KERNELS["module"] is None and CPU_KERNELS == "numba":
-        raise ImportError("CPU_KERNELS = 'numba' needs numba, which does not import here.")
     return _KERNELS["module"]
+
+
+@dataclass(frozen=True)
+class LinearSolver:
+    """How a Rosenbrock march solves `(s I - J) k = r`: `structure` is the form of `J` it takes
+    (`"dense"`, or `"arrow"` for `ArrowTridiagonal`), and `compiled` whether it runs as the
+    numba kernels of `cpu_kernels` (CPU, no autograd), which then also form the step's stage
+    states and error norm. A compiled factorisation has `stage` beside `solve`."""
+
+    name: str
+    structure: str
+    compiled: bool = False
+    description: str = ""
+
+    @property
+    def kernels(self):
+        return compiled_kernels() if self.compiled else None
+
+    def factor(self, J, s, first=None, workspace=None):
+        """`solve` (or `(solve, solve(first))`) for `(s I - J)^{-1}`; see `shifted_solver`."""
+        if self.structure == "dense" and isinstance(J, ArrowTridiagonal):
+            J = J.dense()
+        return shifted_solver(J, s, first, workspace, self.kernels)
+
+
+LINEAR_SOLVERS = {
+    "dense": LinearSolver("dense", "dense", False, "batched LAPACK LU with partial pivoting"),
+    "arrow-torch": LinearSolver("arrow-torch", "arrow", False, "arrow elimination, torch ops"),
+    "arrow-numba": LinearSolver("arrow-numba", "arrow", True, "arrow elimination, numba kernels"),
+}
+
+
+def linear_solver(spec, structure: str, device, grad: bool) -> LinearSolver:
+    """The `LinearSolver` for `spec` (a name of `LINEAR_SOLVERS`, `"auto"`, or a `LinearSolver`)
+    on a Jacobian of `structure` on `device`; `grad` when autograd records the march. `auto`:
+    arrow with the numba kernels on the CPU without autograd where numba imports, arrow in torch
+    otherwise; dense LU for a dense Jacobian."""
+    if isinstance(spec, LinearSolver):
+        chosen = spec
+    elif spec == "auto":
+        if structure != "arrow":
+            return LINEAR_SOLVERS["dense"]
+        fast = torch.device(device).type == "cpu" and not grad and compiled_kernels() is not None
+        return LINEAR_SOLVERS["arrow-numba" if fast else "arrow-torch"]
+    elif spec in LINEAR_SOLVERS:
+        chosen = LINEAR_SOLVERS[spec]
+    else:
+        raise InputError(
+            f"unknown linear solver {spec!r}; expected 'auto' or one of {list(LINEAR_SOLVERS)}."
+        )
+    if chosen.structure == "arrow" and structure != "arrow":
+        raise InputError(
+            f"the linear solver {chosen.name!r} needs an arrow-tridiagonal Jacobian (a neighbour "
+            f"chain); this system's is {structure}. Use 'dense' or 'auto'."
+        )
+    if chosen.compiled:
+        if torch.device(device).type != "cpu" or grad:
+            raise InputError(
+                f"the linear solver {chosen.name!r} runs on the CPU without autograd; use "
+                f"'arrow-torch' on {device} or for differentiable runs."
+            )
+        if compiled_kernels() is None:
+            raise InputError(f"the linear solver {chosen.name!r} needs numba, which does not import.")
+    return chosen
 
 
 def numpy_view(t):
@@ -374,12 +430,13 @@ def _thomas_solve(fac, r):
     return torch.stack(rows)
 
 
-def shifted_solver(J, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None):
+def shifted_solver(J, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None,
+                   kernels=None):  # fmt: skip
     """`r (N, B) -> (s I - J)^{-1} r` (batch last) for a dense `J (B, N, N)` or an
     `ArrowTridiagonal`; `s (B,)`. With `first (N, B)`, returns `(solve, solve(first))`.
-    `workspace`: see `ArrowTridiagonal.shifted_solver`."""
+    `workspace`, `kernels`: see `ArrowTridiagonal.shifted_solver`."""
     if isinstance(J, ArrowTridiagonal):
-        return J.shifted_solver(s, first, workspace)
+        return J.shifted_solver(s, first, workspace, kernels)
     G = torch.diag_embed(s[:, None].expand(-1, J.shape[-1])) - J
     LU, piv, _ = torch.linalg.lu_factor_ex(G)
 

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from .errors import InputError
+from .generators import readout_vector
 
 __all__ = ["MECorpusConfig", "me_corpus", "me_reference_losses", "parse_me_spec"]
 
@@ -96,7 +97,7 @@ class MECorpusConfig:
         return BirthDeath(n=self.n_states, up=self.rate, down=self.rate, beta=self.beta, y_mid=0.5)
 
     def readout(self) -> np.ndarray:
-        return np.arange(self.n_states) / (self.n_states - 1)
+        return readout_vector(self.n_states)
 
     def slow_update(self, y, mean_state):
         """`y_{k+1}` from `y_k` and the block's mean state `c . hist_k` (broadcasts)."""

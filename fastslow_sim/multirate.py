@@ -28,6 +28,7 @@ import numpy as np
 from scipy.linalg import expm
 
 from .errors import InputError
+from .validation import positive, positive_int
 
 __all__ = ["multirate_map", "MAX_TOKENS"]
 
@@ -92,13 +93,8 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
     """
     if not hasattr(system, "generator"):
         raise InputError(f"the multirate map needs a master-equation system; got {system.name!r}.")
-    if isinstance(H, bool) or not isinstance(H, (int, float, np.integer, np.floating)):
-        raise InputError(f"H (slow time per block) must be a positive finite number; got {H!r}.")
-    if not (np.isfinite(H) and H > 0):
-        raise InputError(f"H (slow time per block) must be a positive finite number; got {H}.")
-    if isinstance(n_blocks, bool) or int(n_blocks) != n_blocks or n_blocks < 1:
-        raise InputError(f"n_blocks must be a positive integer; got {n_blocks}.")
-    n_blocks = int(n_blocks)
+    H = positive("H (slow time per block)", H)
+    n_blocks = positive_int("n_blocks", n_blocks)
     if P is None:
         P = system.P
         if P is None:
@@ -106,12 +102,7 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
                 f"the multirate map takes P = 1/eps tokens per block, but 1/eps = "
                 f"{1 / system.eps:.6g} is not an integer; pass P explicitly."
             )
-    whole = isinstance(P, (int, np.integer)) or (
-        isinstance(P, (float, np.floating)) and math.isfinite(P) and float(P).is_integer()
-    )
-    if isinstance(P, bool) or not whole or P < 1:
-        raise InputError(f"P (tokens per block) must be a positive integer; got {P}.")
-    P = int(P)
+    P = positive_int("P (tokens per block)", P)
     n_tok = n_blocks * P
     if tokens and n_tok > MAX_TOKENS:
         raise InputError(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
-from .generators import BirthDeath, Generator
+from .generators import BirthDeath, Generator, readout_vector
 from .stationary import stationary_distribution
 from .systems import FastSlowSystem, LinearSlowLaw
 
@@ -64,7 +64,7 @@ class NonlinearBirthDeath:
 
     @property
     def c(self):
-        return np.arange(self.n_states) / (self.n_states - 1)
+        return readout_vector(self.n_states)
 
     def domain(self):
         return (-math.inf, math.inf)
@@ -278,8 +278,8 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             "index": len(branches),
             "y_min": float(P[sel, n].min()),
             "y_max": float(P[sel, n].max()),
-            "mean_min": float((P[sel, :n] @ np.arange(n) / (n - 1)).min()),
-            "mean_max": float((P[sel, :n] @ np.arange(n) / (n - 1)).max()),
+            "mean_min": float((P[sel, :n] @ readout_vector(n)).min()),
+            "mean_max": float((P[sel, :n] @ readout_vector(n)).max()),
             "stable": bool(np.all(stab[sel] < 0)),
             "max_real_eigenvalue": float(stab[sel].max()),
             "n_points": int(sel.size),
@@ -313,7 +313,7 @@ def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
         if s_hi - s_lo < 1e-13:
             break
     x = u_mid[:n]
-    return {"y": float(u_mid[n]), "mean": float(x @ np.arange(n) / (n - 1)), "x": x.tolist()}
+    return {"y": float(u_mid[n]), "mean": float(x @ readout_vector(n)), "x": x.tolist()}
 
 
 def identity_gap(family, curve) -> float:
@@ -334,7 +334,7 @@ def relaxation_oscillation(kappa=3.0, eps=0.01, t_end=20.0, n_eval=4001, family=
 
     family = family or NonlinearBirthDeath(kappa=kappa)
     n = family.n_states
-    c = np.arange(n) / (n - 1)
+    c = readout_vector(n)
     system = NonlinearMasterEquationSystem(
         family, LinearSlowLaw(-c, a=0.0, b=0.5), eps, x0=np.eye(n)[0], y0=np.array([0.0])
     )
@@ -375,7 +375,7 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     curve = critical_branches(family, y_range)
     gap = identity_gap(family, curve)
     n = family.n_states
-    c = np.arange(n) / (n - 1)
+    c = readout_vector(n)
     x_ref = np.full((len(curve["y"]), n), 1.0 / n)
     p_lin = stationary_distribution(family.rates(x_ref, curve["y"][:, None]))
     data = {

@@ -33,6 +33,7 @@ import torch
 from .bridge import BridgeConfig, FastSlowLM
 from .corpora import load_corpus
 from .errors import InputError
+from .io import atomic_path
 
 __all__ = ["load_run", "phi_vs_pst", "READOUTS"]
 
@@ -211,7 +212,6 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
         "binned": binned,
     }
     out = Path(run_dir) / "phi_vs_pst.json"
-    tmp = out.with_name(".phi_vs_pst.json.part")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(out)
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(result))
     return result

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
-from .generators import BirthDeath, Cycle, Generator, MichaelisMenten, RandomIrreducible, TwoState
+from .generators import (
+    BirthDeath,
+    Cycle,
+    Generator,
+    MichaelisMenten,
+    RandomIrreducible,
+    TwoState,
+    readout_vector,
+)
 from .stationary import stationary_derivative, stationary_distribution
 
 __all__ = [
@@ -28,6 +36,7 @@ __all__ = [
     "MasterEquationSystem",
     "LinearSlowLaw",
     "MichaelisMentenSlowLaw",
+    "SlowLaw",
     "make_system",
     "SYSTEMS",
 ]
@@ -129,6 +138,10 @@ class FastSlowSystem:
     def params(self) -> dict:
         return {"system": self.name, "eps": self.eps, **self.parameters}
 
+    def has_torch_form(self) -> bool:
+        """Whether `torch_functions` exists for this system (the torch solvers need it)."""
+        return False
+
     def with_eps(self, eps):
         """A copy of this system with another `eps`."""
         import copy
@@ -138,8 +151,21 @@ class FastSlowSystem:
         return other
 
 
+class SlowLaw:
+    """Base class of the slow laws `g(x, y)` of master-equation systems (one slow variable): the
+    numpy form `g(x, y)`, its blocks `dx`, `dy`, and the torch form for the torch solvers."""
+
+    def torch_form(self, dtype, device):
+        """`(g, g_xy)` in torch, batch last: `g(x (n, b), y (1, b)) -> (1, b)` and
+        `g_xy(x, y) -> (dg/dx (n, b), dg/dy (b,))`; constants made once, here."""
+        raise InputError(
+            f"slow law {type(self).__name__} has no torch form; define torch_form(dtype, device) "
+            f"beside its numpy form to use the torch solvers."
+        )
+
+
 @dataclass
-class LinearSlowLaw:
+class LinearSlowLaw(SlowLaw):
     """`g(x, y) = c . x + b - a y` (one slow variable)."""
 
     c: np.ndarray
@@ -158,9 +184,27 @@ class LinearSlowLaw:
     def params(self):
         return {"slow_law": "linear", "c": [float(v) for v in self.c], "a": self.a, "b": self.b}
 
+    def torch_form(self, dtype, device):
+        import torch
+
+        cT = torch.as_tensor(self.c, dtype=dtype, device=device)[None]  # (1, n)
+        a, b = self.a, self.b
+        plain = isinstance(a, (int, float)) and b == 0
+
+        def g(x, y):
+            if plain:  # c.x - a y in one operation
+                return torch.addmm(y, cT, x, beta=-a)
+            return cT @ x + b - a * y
+
+        def g_xy(x, y):
+            B = x.shape[1]
+            return cT.T.expand(-1, B), torch.full((B,), -float(a), dtype=dtype, device=device)
+
+        return g, g_xy
+
 
 @dataclass
-class MichaelisMentenSlowLaw:
+class MichaelisMentenSlowLaw(SlowLaw):
     """Substrate `y` per enzyme: `dy/dt = -k1 y (1 - f) + k_minus1 f`, `f = c . x` bound fraction.
 
     With `eps = E0/S0` this is the classical scaling of `dS/dt = -k1 E S + k_minus1 C` in which
@@ -187,6 +231,21 @@ class MichaelisMentenSlowLaw:
 
     def params(self):
         return {"slow_law": "michaelis-menten"}
+
+    def torch_form(self, dtype, device):
+        import torch
+
+        cT = torch.as_tensor(self.c, dtype=dtype, device=device)[None]  # (1, n)
+        k1, km1 = self.generator.k1, self.generator.k_minus1
+
+        def g(x, y):
+            f = cT @ x
+            return km1 * f - k1 * y * (1 - f)
+
+        def g_xy(x, y):
+            return (k1 * y + km1) * cT.T, -k1 * (1 - (cT @ x)[0])
+
+        return g, g_xy
 
 
 class MasterEquationSystem(FastSlowSystem):
@@ -231,15 +290,116 @@ class MasterEquationSystem(FastSlowSystem):
         """`dh0/dy = -Z (dQ/dy)^T p_st`, shape `(..., n, m)`."""
         return stationary_derivative(self.generator.rates(y), self.generator.rates_dy(y))
 
+    def has_torch_form(self) -> bool:
+        gen, law = type(self.generator), type(self.slow_law)
+        own_rates = (gen.chain_rates is not Generator.chain_rates
+                     or gen.torch_off_diagonal is not Generator.torch_off_diagonal)  # fmt: skip
+        return self.n_slow == 1 and own_rates and getattr(law, "torch_form", None) not in (
+            None, SlowLaw.torch_form)  # fmt: skip
 
-def _linear_c(n):
-    return np.arange(n) / (n - 1)
+    def torch_functions(self, dtype=None, device="cpu", eps=None, structured=True):
+        """The torch `VectorField` of `z = [x, y]`, batch last (`z (n+1, b)`).
+
+        `fun = [Q(y)^T x / eps, g(x, y)]`; `jac = [[Q^T / eps, (dQ/dy)^T x / eps], [g_x, g_y]]`,
+        analytic. For a neighbour chain (the generator has `chain_rates`) and `structured`, `jac`
+        is an `ArrowTridiagonal` (`Q^T` is tridiagonal), factored in O(n) vector operations;
+        otherwise a dense `(b, n+1, n+1)` tensor. `eps` may be a tensor `(B,)`, one time-scale
+        ratio per trajectory. Built from the generator's and slow law's torch forms only.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        from .generators import chain_divergence
+        from .linalg import ArrowTridiagonal, keep_one
+        from .vector_field import VectorField
+
+        dtype = dtype or torch.float64
+        if self.n_slow != 1:
+            raise InputError(
+                f"the torch solvers take one slow variable; {self.name!r} has {self.n_slow}."
+            )
+        gen, n = self.generator, self.n_fast
+        g, g_xy = self.slow_law.torch_form(dtype, device)
+        inv_e = 1.0 / torch.as_tensor(self.eps if eps is None else eps, dtype=dtype, device=device)
+        inv_e = inv_e.reshape(1, -1)  # (1, B) or (1, 1)
+
+        def ratio(idx):
+            return inv_e if (idx is None or inv_e.shape[1] == 1) else inv_e[:, idx]
+
+        # one eps for the whole batch is folded into the chain's rate constants
+        folded = inv_e.numel() == 1 and not inv_e.requires_grad
+        chain = gen.chain_rates(dtype, device, batch_last=True,
+                                scale=float(inv_e) if folded else None)  # fmt: skip
+
+        def dense_jac(z, idx=None):
+            r = ratio(idx).T[:, :, None]  # (b, 1, 1)
+            x, y = z[:n].T, z[n:].T
+            Q, dQ = gen.torch_rates(y, derivative=True)
+            fy = torch.einsum("bji,bj->bi", dQ, x)  # d(Q^T x)/dy
+            top = torch.cat([Q.transpose(1, 2), fy[:, :, None]], dim=-1) * r
+            v, d = g_xy(z[:n], z[n:])
+            return torch.cat([top, torch.cat([v.T, d[:, None]], dim=-1)[:, None, :]], dim=1)
+
+        if chain is None:
+
+            def fun(z, idx=None):
+                x, y = z[:n], z[n:]
+                dx = gen.torch_apply_transpose(y.T, x.T).T * ratio(idx)
+                return torch.cat([dx, g(x, y)])
+
+            return VectorField(fun, dense_jac, "dense")
+
+        padded = {}  # a buffer (n+1, b) whose first and last rows stay zero, with its views
+
+        def zero_ended(b):
+            P = torch.zeros((n + 1, b), dtype=dtype, device=device)
+            return P[1:n], P[1:], P[:-1]
+
+        def fun(z, idx=None):
+            x, y = z[:n], z[n:]
+            up, down, _ = chain(y, derivative=False)
+            if torch.is_grad_enabled() or torch.compiler.is_compiling():
+                flux = torch.mul(up, x[:-1]).addcmul_(down, x[1:], value=-1)  # net i -> i+1
+                if not folded:
+                    flux = flux * ratio(idx)
+                return torch.cat([chain_divergence(flux, batch_last=True), g(x, y)])
+            # without autograd: the same into preallocated rows, no concatenation
+            b = z.shape[1]
+            # a buffer made in inference mode cannot be written outside it: one kept per mode
+            kind = "inference" if torch.is_inference_mode_enabled() else "padded"
+            inner, hi, lo = keep_one(padded, (kind, b), lambda: zero_ended(b))
+            back = torch.mul(down, x[1:], out=inner).addcmul_(up, x[:-1], value=-1)  # i+1 -> i
+            if not folded:
+                back.mul_(ratio(idx))
+            out = torch.empty_like(z)
+            torch.sub(hi, lo, out=out[:n])  # dx_i/dt = flux_{i-1} - flux_i
+            out[n:] = g(x, y)
+            return out
+
+        if not structured:
+            return VectorField(fun, dense_jac, "dense")
+
+        def jac(z, idx=None):
+            x, y = z[:n], z[n:]
+            up, down, dup = chain(y)
+            up, down = up.expand(n - 1, -1), down.expand(n - 1, z.shape[1])
+            if not folded:
+                r = ratio(idx)  # (1, b)
+                up, down, dup = up * r, down * r, dup * r
+            sub = F.pad(up, (0, 0, 1, 0))  # T[i, i-1]: rate i-1 -> i
+            sup = F.pad(down, (0, 0, 0, 1))  # T[i, i+1]: rate i+1 -> i
+            diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus exit rates
+            u = chain_divergence(dup * x[:-1], batch_last=True)  # d(Q^T x)/dy / eps
+            v, d = g_xy(x, y)
+            return ArrowTridiagonal(sub, diag, sup, u, v, d)
+
+        return VectorField(fun, jac, "arrow")
 
 
 def _birth_death(eps):
     gen = BirthDeath(n=8, up=1.0, down=1.0, beta=4.0, y_mid=0.5)
     return MasterEquationSystem(
-        gen, LinearSlowLaw(_linear_c(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
+        gen, LinearSlowLaw(readout_vector(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
     )
 
 
@@ -253,14 +413,14 @@ def _two_state(eps):
 def _cycle(eps):
     gen = Cycle(n=6)
     return MasterEquationSystem(
-        gen, LinearSlowLaw(_linear_c(6)), eps, x0=np.eye(6)[0], y0=np.array([0.9])
+        gen, LinearSlowLaw(readout_vector(6)), eps, x0=np.eye(6)[0], y0=np.array([0.9])
     )
 
 
 def _random(eps):
     gen = RandomIrreducible(n=8, seed=0)
     return MasterEquationSystem(
-        gen, LinearSlowLaw(_linear_c(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
+        gen, LinearSlowLaw(readout_vector(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
     )
 
 

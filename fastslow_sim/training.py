@@ -26,8 +26,10 @@ import torch
 from ._version import __version__
 from .bridge import BridgeConfig, FastSlowLM
 from .bridge.cost import flops_per_token, peak_flops
+from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
+from .io import atomic_path
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError"]
 
@@ -125,9 +127,8 @@ def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device, align
 
 
 def _save_atomic(obj, path: Path):
-    tmp = path.with_name(f".{path.name}.part")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _gather(obj, world: int) -> list:
@@ -426,9 +427,8 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         )
     if rank == 0:
         save_dataset(_logs_dataset(logs, cfg, mcfg, corpus, summary), out / "train.nc")
-        tmp = out / ".summary.json.part"
-        tmp.write_text(json.dumps(summary, indent=1))
-        os.replace(tmp, out / "summary.json")
+        with atomic_path(out / "summary.json") as tmp:
+            tmp.write_text(json.dumps(summary, indent=1))
     return summary
 
 
@@ -473,9 +473,8 @@ def _logs_dataset(logs, cfg, mcfg, corpus, summary):
     )
 
 
-# the arms of the ablation: a name -> the TrainConfig fields that make it. "dense-matched" is a
-# dense model deepened to the coupled model's parameter count (see `matched_depth`).
-ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
+# the arms of the ablation (`bridge.variants`): "dense-matched" is a dense model deepened to the
+# coupled model's parameter count (see `matched_depth`).
 
 
 def matched_depth(base: dict, vocab_size: int) -> int:

@@ -8,9 +8,8 @@ import torch
 
 import fastslow_sim as fs
 from fastslow_sim import linalg
-from fastslow_sim.integrators import torch_functions
 from fastslow_sim.linalg import ArrowTridiagonal
-from fastslow_sim.rosenbrock import STATUS, rodas4_solve
+from fastslow_sim.rosenbrock import STATUS, solve
 
 cpu_kernels = pytest.importorskip("fastslow_sim.cpu_kernels", reason="numba does not import")
 
@@ -47,8 +46,7 @@ def test_stage_kernels_match_the_torch_formulas():
     assert np.isnan(out[5]) and np.isnan(out[7]) and np.isfinite(np.delete(out, [5, 7])).all()
 
 
-def test_stage_solve_equals_the_solve_of_the_formed_right_hand_side(monkeypatch):
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
+def test_stage_solve_equals_the_solve_of_the_formed_right_hand_side():
     n, B = 16, 9
     J = _arrow(B, n, seed=3)
     s = torch.logspace(-1, 3, B, dtype=torch.float64)
@@ -57,37 +55,34 @@ def test_stage_solve_equals_the_solve_of_the_formed_right_hand_side(monkeypatch)
     K = torch.randn(3, n + 1, B, generator=g, dtype=torch.float64)
     c = np.array([0.3, -2.0, 5.0])
     inv_h = torch.rand(B, generator=g, dtype=torch.float64) * 10
-    solve = J.shifted_solver(s)
+    fac = J.shifted_solver(s, kernels=cpu_kernels)
     out = torch.empty(n + 1, B, dtype=torch.float64)
-    solve.stage(f, K.numpy(), c, inv_h.numpy(), out=out)
+    fac.stage(f, K.numpy(), c, inv_h.numpy(), out=out)
     rhs = f + inv_h * torch.tensordot(torch.tensor(c), K, 1)
-    torch.testing.assert_close(out, solve(rhs), rtol=1e-13, atol=0)
+    torch.testing.assert_close(out, fac(rhs), rtol=1e-13, atol=0)
     # and the kernels' solve equals the torch operations' within round-off
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "torch")
     torch.testing.assert_close(out, J.shifted_solver(s)(rhs), rtol=1e-11, atol=0)
 
 
-def test_a_zero_pivot_gives_non_finite_values_not_an_exception(monkeypatch):
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
+def test_a_zero_pivot_gives_non_finite_values_not_an_exception():
     n, B = 4, 3
     J = _arrow(B, n, seed=5)
     s = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     J.diag[0, 1] = s[1]  # a zero pivot in trajectory 1
     J.sub[1, 1], J.sup[0, 1] = 0.0, 0.0
-    x = J.shifted_solver(s)(torch.ones(n + 1, B, dtype=torch.float64))
+    x = J.shifted_solver(s, kernels=cpu_kernels)(torch.ones(n + 1, B, dtype=torch.float64))
     assert not torch.isfinite(x[:, 1]).all()
     assert torch.isfinite(x[:, [0, 2]]).all()
 
 
-def test_rodas4_with_kernels_and_with_torch_operations_agree(monkeypatch):
+def test_rodas4_with_kernels_and_with_torch_operations_agree():
     system = fs.make_system("birth-death", eps=1e-4)
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 24, seed=11), axis=1))
     t = torch.tensor([0.0, 0.5, 3.0])
     results = {}
+    field = system.torch_functions()
     for kind in ("numba", "torch"):
-        monkeypatch.setattr(linalg, "CPU_KERNELS", kind)
-        fun, jac = torch_functions(system)
-        results[kind] = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11)
+        results[kind] = solve(field, z0, t, rtol=1e-8, atol=1e-11, linear_solver=f"arrow-{kind}")
     (out_k, status_k, stats_k), (out_t, status_t, stats_t) = results["numba"], results["torch"]
     assert (status_k == 0).all() and (status_t == 0).all()
     # the same method with round-off in another order: equal far below the tolerance
@@ -99,42 +94,49 @@ def test_rodas4_with_kernels_and_with_torch_operations_agree(monkeypatch):
     assert (steps_k - steps_t).abs().max() <= 2
 
 
-def test_the_kernel_setting(monkeypatch):
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "fast")
-    with pytest.raises(ValueError, match="CPU_KERNELS must be 'auto', 'numba' or 'torch'"):
-        linalg.compiled_kernels(cpu)
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "auto")
-    assert linalg.compiled_kernels(cpu) is cpu_kernels
-    assert linalg.compiled_kernels(torch.device("cuda")) is None
-    # where numba does not import: "auto" falls back to the torch operations, "numba" says why
-    monkeypatch.setitem(linalg._KERNELS, "module", None)
-    assert linalg.compiled_kernels(cpu) is None
+def test_the_linear_solver_parameter(monkeypatch):
+    resolve = linalg.linear_solver
+    assert resolve("auto", "arrow", "cpu", grad=False).name == "arrow-numba"
+    assert resolve("auto", "arrow", "cpu", grad=True).name == "arrow-torch"  # autograd records
+    assert resolve("auto", "arrow", "cuda", grad=False).name == "arrow-torch"
+    assert resolve("auto", "dense", "cpu", grad=False).name == "dense"
+    assert resolve("dense", "arrow", "cpu", grad=False).name == "dense"  # converts the arrow
+    for spec, structure, device, grad, fragment in [
+        ("fast", "arrow", "cpu", False, "unknown linear solver 'fast'"),
+        ("arrow-torch", "dense", "cpu", False, "needs an arrow-tridiagonal Jacobian"),
+        ("arrow-numba", "arrow", "cuda", False, "runs on the CPU without autograd"),
+        ("arrow-numba", "arrow", "cpu", True, "runs on the CPU without autograd"),
+    ]:
+        with pytest.raises(fs.InputError, match=fragment):
+            resolve(spec, structure, device, grad)
+    # the dense solver on an arrow Jacobian solves the same system
     J = _arrow(4, 6, seed=1)
     s = torch.full((4,), 2.0, dtype=torch.float64)
-    x = J.shifted_solver(s)(torch.ones(7, 4, dtype=torch.float64))
-    M = torch.diag_embed(s[:, None].expand(-1, 7)) - J.dense()
-    torch.testing.assert_close(M @ x.T[..., None], torch.ones(4, 7, 1, dtype=torch.float64))
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "numba")
-    with pytest.raises(ImportError, match="needs numba"):
-        linalg.compiled_kernels(cpu)
-    # the import failing (numba absent, broken, or no folder for its cache) warns once, in words
-    monkeypatch.setattr(linalg, "CPU_KERNELS", "auto")
-    monkeypatch.delitem(linalg._KERNELS, "module")
+    r = torch.ones(7, 4, dtype=torch.float64)
+    for name in ("dense", "arrow-torch", "arrow-numba"):
+        x = linalg.LINEAR_SOLVERS[name].factor(J, s)(r)
+        M = torch.diag_embed(s[:, None].expand(-1, 7)) - J.dense()
+        torch.testing.assert_close(M @ x.T[..., None], r.T[..., None])
+    # where numba does not import: "auto" falls back to the torch operations, "arrow-numba" says
+    # why, and the import failing warns once, in words
+    monkeypatch.delitem(linalg._KERNELS, "module", raising=False)
     monkeypatch.delattr(fs, "cpu_kernels")
     monkeypatch.setitem(sys.modules, "fastslow_sim.cpu_kernels", None)
     with pytest.warns(RuntimeWarning, match="compiled CPU kernels are unavailable"):
-        assert linalg.compiled_kernels(cpu) is None
-    assert linalg._KERNELS["module"] is None
+        assert linalg.compiled_kernels() is None
+    assert resolve("auto", "arrow", "cpu", grad=False).name == "arrow-torch"
+    with pytest.raises(fs.InputError, match="needs numba"):
+        resolve("arrow-numba", "arrow", "cpu", grad=False)
 
 
 def test_solver_outputs_are_ordinary_tensors():
     # the march runs in inference mode; what it returns must still take in-place updates and
     # autograd, and the system's functions must still run outside inference mode afterwards
     system = fs.make_system("two-state", eps=1e-3)
-    fun, jac = torch_functions(system)
+    field = system.torch_functions()
+    fun, _ = field.batch_first()
     z0 = torch.tensor([[0.3, 0.7, 0.2], [0.9, 0.1, 0.8]], dtype=torch.float64)
-    out, status, stats = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]))
+    out, status, stats = solve(field, z0, torch.tensor([0.0, 1.0]))
     assert STATUS[int(status[0])] == "success"
     for t in (out, status, *(v for v in stats.values() if torch.is_tensor(v))):
         assert not t.is_inference()

@@ -6,17 +6,20 @@ import torch
 
 import fastslow_sim as fs
 from fastslow_sim import linalg
-from fastslow_sim.integrators import torch_functions
 from fastslow_sim.linalg import ArrowTridiagonal, shifted_solver
 
 # the in-place solves run as compiled CPU kernels (numba) or as torch vector operations
-KERNELS = ["numba", "torch"]
 
 
-@pytest.fixture(params=KERNELS)
-def kernels(request, monkeypatch):
-    monkeypatch.setattr(linalg, "CPU_KERNELS", request.param)
-    return request.param
+@pytest.fixture(params=["numba", "torch"])
+def kernels(request):
+    """The `kernels` argument of `shifted_solver`: the compiled module, or None (torch)."""
+    if request.param == "torch":
+        return None
+    module = linalg.compiled_kernels()
+    if module is None:
+        pytest.skip("numba does not import here")
+    return module
 
 
 def _master_equation_arrow(B, n, scale, seed):
@@ -51,7 +54,7 @@ def test_arrow_solve_is_backward_stable_against_dense_lu(n, kernels):
         r = torch.randn(
             6, n + 1, generator=torch.Generator().manual_seed(n + k), dtype=torch.float64
         )
-        x = J.shifted_solver(s)(r.T).T
+        x = J.shifted_solver(s, kernels=kernels)(r.T).T
         M = torch.diag_embed(s[:, None].expand(-1, n + 1)) - J.dense()
         # normwise backward error |M x - r| / (|M| |x| + |r|): a few units of float64 round-off
         # (elimination with growth factor <= 2, then the border's Schur complement). Worst over
@@ -85,14 +88,12 @@ def test_arrow_solve_is_differentiable():
 def test_structured_and_dense_rodas4_agree():
     system = fs.make_system("birth-death", eps=1e-4)
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 16, seed=3), axis=1))
-    from fastslow_sim.rosenbrock import rodas4_solve
+    from fastslow_sim.rosenbrock import solve
 
     outs = []
     for structured in (True, False):
-        fun, jac = torch_functions(system, structured=structured)
-        out, status, stats = rodas4_solve(
-            fun, jac, z0, torch.tensor([0.0, 2.0]), rtol=1e-8, atol=1e-11
-        )
+        field = system.torch_functions(structured=structured)
+        out, status, stats = solve(field, z0, torch.tensor([0.0, 2.0]), rtol=1e-8, atol=1e-11)
         assert (status == 0).all()
         outs.append((out[-1], stats["naccept"]))
     # the same method with two linear solvers: equal to round-off amplified by the step control
@@ -109,9 +110,9 @@ def test_workspace_reuse_gives_the_fresh_answer(kernels):
         g = torch.Generator().manual_seed(seed)
         r, first = (torch.randn(n + 1, B, generator=g, dtype=torch.float64) for _ in range(2))
         with torch.no_grad():
-            solve_ws, x_first_ws = J.shifted_solver(s[:B], first, workspace)
+            solve_ws, x_first_ws = J.shifted_solver(s[:B], first, workspace, kernels)
             x_ws = solve_ws(r).clone()
-            solve, x_first = J.shifted_solver(s[:B], first)
+            solve, x_first = J.shifted_solver(s[:B], first, kernels=kernels)
             x = solve(r)
         torch.testing.assert_close(x_ws, x, rtol=0, atol=0)
         torch.testing.assert_close(x_first_ws, x_first, rtol=0, atol=0)

@@ -5,10 +5,9 @@ import pytest
 import torch
 
 import fastslow_sim as fs
-from fastslow_sim.integrators import torch_functions
 from fastslow_sim.linalg import ArrowTridiagonal
 from fastslow_sim.multirate import multirate_map
-from fastslow_sim.rosenbrock import STATUS, rodas4_solve
+from fastslow_sim.rosenbrock import STATUS, VectorField, rodas4_solve, solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
 
 
@@ -28,7 +27,7 @@ def test_jacobian_of_torch_functions_against_finite_differences(structured):
     kinds = set()
     for name in fs.SYSTEMS:
         system = fs.make_system(name, eps=0.01)
-        fun, jac = torch_functions(system, structured=structured)
+        fun, jac = system.torch_functions(structured=structured).batch_first()
         z = torch.tensor(np.concatenate([np.full(system.n_fast, 1 / system.n_fast), [0.7]]))[None]
         h = 1e-6
         fd = torch.stack([(fun(z + h * e) - fun(z - h * e))[0] / (2 * h)
@@ -111,15 +110,15 @@ def test_batch_equals_trajectories_solved_alone(dense_output):
     B = 20
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, B, seed=7), axis=1))
     t = torch.tensor([0.0, 0.01, 0.3, 1.0, 2.5])
-    fun, jac = torch_functions(system)
-    out_b, status_b, stats_b = rodas4_solve(fun, jac, z0, t, rtol=1e-7, atol=1e-10,
-                                            dense_output=dense_output)  # fmt: skip
+    field = system.torch_functions()
+    out_b, status_b, stats_b = solve(field, z0, t, rtol=1e-7, atol=1e-10,
+                                     dense_output=dense_output)  # fmt: skip
     assert (status_b == 0).all()
     steps = stats_b["naccept"] + stats_b["nreject"]
     assert len(set(steps.tolist())) > 5  # departures at many different iterations
     for b in range(0, B, 3):
-        out_1, _, stats_1 = rodas4_solve(fun, jac, z0[b : b + 1], t, rtol=1e-7, atol=1e-10,
-                                         dense_output=dense_output)  # fmt: skip
+        out_1, _, stats_1 = solve(field, z0[b : b + 1], t, rtol=1e-7, atol=1e-10,
+                                  dense_output=dense_output)  # fmt: skip
         torch.testing.assert_close(out_b[:, b], out_1[:, 0], rtol=1e-12, atol=1e-14)
         assert int(stats_b["naccept"][b]) == int(stats_1["naccept"][0])
         assert int(stats_b["nreject"][b]) == int(stats_1["nreject"][0])
@@ -127,10 +126,10 @@ def test_batch_equals_trajectories_solved_alone(dense_output):
 
 def test_max_steps_status():
     system = fs.make_system("two-state", eps=1e-3)
-    fun, jac = torch_functions(system)
+    field = system.torch_functions()
     z0 = torch.tensor([[1.0, 0.0, 0.9]], dtype=torch.float64)
-    _, status, _ = rodas4_solve(
-        fun, jac, z0, torch.tensor([0.0, 5.0]), rtol=1e-10, atol=1e-12, max_steps=5
+    _, status, _ = solve(
+        field, z0, torch.tensor([0.0, 5.0]), rtol=1e-10, atol=1e-12, max_steps=5
     )
     assert STATUS[int(status[0])] == "max_steps"
 
@@ -142,10 +141,10 @@ def test_gradient_with_respect_to_generator_parameters():
         gen = fs.BirthDeath(n=n, beta=2.0)
         gen.up = up  # a tensor parameter of the generator
         system = MasterEquationSystem(gen, LinearSlowLaw(np.arange(n) / (n - 1)), 0.05)
-        fun, jac = torch_functions(system)
+        field = system.torch_functions()
         z0 = torch.tensor(np.concatenate([np.eye(n)[0], [0.3]]))[None]
-        out, _, _ = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]), rtol=rtol, atol=rtol * 1e-2,
-                                 differentiable=differentiable)  # fmt: skip
+        out, _, _ = solve(field, z0, torch.tensor([0.0, 1.0]), rtol=rtol, atol=rtol * 1e-2,
+                          differentiable=differentiable)  # fmt: skip
         zf = out[-1, 0]
         return zf[-1] + (zf[:n] * torch.arange(n, dtype=torch.float64)).sum() / n
 
@@ -211,27 +210,15 @@ def test_multirate_first_order_in_H(eps):
 
 
 def test_multirate_as_a_method_of_integrate():
-    system = fs.make_system("birth-death", eps=1e-4)
-    ds = fs.integrate(system, (0, 1), method="multirate", H=0.05, tokens_per_block=8)
+    system = fs.make_system("birth-death", P=8)  # the map takes P = 1/eps from the system
+    ds = fs.integrate(system, (0, 1), method="multirate", H=0.05)
     run = multirate_map(system, 0.05, 20, P=8)
     np.testing.assert_allclose(ds["y"].values, run["y_blocks"])
     np.testing.assert_allclose(ds["x"].values, run["x_tokens"][::8])
     with pytest.raises(fs.InputError, match="H"):
         multirate_map(system, -0.1, 10)
-
-
-@pytest.mark.slow
-def test_compiled_step_matches_eager():
-    # minutes: torch.compile of the step (run with `pytest -m slow`)
-    system = fs.make_system("birth-death", eps=1e-4)
-    rng = np.random.default_rng(5)
-    z0 = torch.tensor(np.concatenate([rng.dirichlet(np.ones(8), 6), rng.uniform(0, 1, (6, 1))], 1))
-    fun, jac = torch_functions(system)
-    t = torch.tensor([0.0, 0.5, 2.0])
-    eager = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11)
-    compiled = rodas4_solve(fun, jac, z0, t, rtol=1e-8, atol=1e-11, compile=True)
-    assert (compiled[1] == 0).all()
-    torch.testing.assert_close(compiled[0], eager[0], rtol=0, atol=1e-10)
+    with pytest.raises(fs.InputError, match="takes no option 'tokens_per_block'; its options"):
+        fs.integrate(system, (0, 1), method="multirate", H=0.05, tokens_per_block=8)
 
 
 def test_autograd_jacobian_fallback():
@@ -239,20 +226,21 @@ def test_autograd_jacobian_fallback():
 
     for name in fs.SYSTEMS:  # the automatic Jacobian equals the analytic one on every system
         system = fs.make_system(name, eps=0.01)
-        fun, jac = torch_functions(system, structured=False)
+        field = system.torch_functions(structured=False)
         rng = np.random.default_rng(1)
         z = torch.tensor(
             np.concatenate(
                 [rng.dirichlet(np.ones(system.n_fast), 3), rng.uniform(0.2, 1, (3, 1))], 1
             )
-        )
-        torch.testing.assert_close(autograd_jacobian(fun)(z), jac(z), rtol=1e-12, atol=1e-12)
+        ).T  # batch last
+        torch.testing.assert_close(autograd_jacobian(field.fun)(z), field.jac(z), rtol=1e-12,
+                                   atol=1e-12)  # fmt: skip
     # and the solver takes jac=None
     system = fs.make_system("cycle", eps=1e-3)
-    fun, jac = torch_functions(system)
+    field = system.torch_functions()
     z0 = torch.tensor(np.concatenate([system.x0, system.y0]))[None].repeat(2, 1)
-    with_jac = rodas4_solve(fun, jac, z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
-    without = rodas4_solve(fun, None, z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
+    with_jac = solve(field, z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
+    without = solve(VectorField(field.fun), z0, torch.tensor([0.0, 1.0]), rtol=1e-8, atol=1e-11)
     torch.testing.assert_close(without[0], with_jac[0], rtol=0, atol=1e-12)
 
 
@@ -266,13 +254,13 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
         )  # fmt: skip
         for b in range(4)
     ]
-    fun, jac = torch_functions(system)
+    field = system.torch_functions()
     z0 = torch.tensor(np.concatenate([x0, y0], 1))
     t = torch.linspace(0, 2, 201, dtype=torch.float64)
     runs = {}
     for dense in (True, False):
-        out, status, stats = rodas4_solve(
-            fun, jac, z0, t, rtol=1e-9, atol=1e-12, dense_output=dense
+        out, status, stats = solve(
+            field, z0, t, rtol=1e-9, atol=1e-12, dense_output=dense
         )
         assert (status == 0).all()
         runs[dense] = stats["naccept"] + stats["nreject"]
@@ -282,7 +270,7 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
             # 8.3e-11 with dense output, 2.8e-11 landing on every output time)
             np.testing.assert_allclose(out[:, b].numpy(), zr, rtol=0, atol=1e-9)
     # with dense output the steps do not depend on the output times
-    _, _, two = rodas4_solve(fun, jac, z0, t[[0, -1]], rtol=1e-9, atol=1e-12)
+    _, _, two = solve(field, z0, t[[0, -1]], rtol=1e-9, atol=1e-12)
     assert torch.equal(runs[True], two["naccept"] + two["nreject"])
     assert (runs[True] < runs[False]).all()  # landing on 200 output times costs steps
 

@@ -1,0 +1,30 @@
+"""A batched adaptive stiff solver in torch: Rosenbrock methods (RODAS4) with one step size per
+trajectory.
+
+Why Rosenbrock: no Newton iteration, only one factorisation of `I/(h gamma) - J` per step and
+one linear solve per stage, which batch well on CPUs and GPUs. RODAS4 (Hairer and Wanner, Solving
+ODEs II, 1996, section IV.7) is L-stable and stiffly accurate, of order 4 with an embedded order-3
+error estimate, so it takes large steps on the slow manifold of a stiff fast-slow system and does
+not ring in the initial layer.
+
+Parts: `tableau` (the coefficients; a new method is a new table), `step` (one step of any
+tableau), `control` (error norm and step-size rules), `dense` (continuous extension), `march`
+(the batched solve, `solve`); the linear solver is a parameter (`linalg.LINEAR_SOLVERS`).
+"""
+
+from ..vector_field import VectorField, autograd_jacobian
+from .control import StepControl
+from .march import STATUS, rodas4_solve, solve
+from .tableau import RODAS4, TABLEAUS, RosenbrockTableau
+
+__all__ = [
+    "solve",
+    "rodas4_solve",
+    "STATUS",
+    "RODAS4",
+    "TABLEAUS",
+    "RosenbrockTableau",
+    "StepControl",
+    "VectorField",
+    "autograd_jacobian",
+]

@@ -1,0 +1,113 @@
+"""The registry of integration methods, one module per back-end (torchdiffeq's string registry,
+diffrax's status per trajectory).
+
+A back-end module of this package registers its methods with `register(Method(...))`; every
+module here is imported when the registry is first read, so a new method is one new file. A
+method's `solve(system, z0 (B, N), t_eval, rtol, atol, eps=None, **options) -> Solution` takes a
+batch; `per_trajectory` makes one from a solver of one trajectory. Back-end modules import their
+libraries (torch, torchdiffeq, scipy.integrate) inside the functions, so reading the registry
+imports none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "SOLVER_ERRORS"]
+
+# what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver):
+# reported as the trajectory's status, not raised in the middle of a batch
+SOLVER_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError)
+
+
+@dataclass
+class Solution:
+    """What a back-end returns: `z (T, B, N)` at the output times `t` (the ones asked for unless
+    the method sets its own), a status and message per trajectory, statistics as `(B,)` arrays,
+    and attributes of the run (such as the multirate map's `H`)."""
+
+    z: np.ndarray
+    status: list
+    message: list
+    stats: dict
+    t: np.ndarray | None = None
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    backend: str  # the library that runs it, recorded in every dataset
+    stiff: bool
+    description: str
+    solve: Callable | None = None  # None for "auto", which integrate resolves
+    options: tuple = ()  # the method's own keyword options of `integrate`
+    differentiable: bool = False  # gradients flow through its torch form (`odeint_system`)
+    needs_torch_form: bool = False  # the system must provide torch rates
+    explicit_stability: tuple | None = None  # (real stability interval, stages) when explicit
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add `method` to `METHODS` (the `--method` choices of a CLI made after it)."""
+    if method.name in METHODS:
+        raise InputError(f"method {method.name!r} is registered twice.")
+    METHODS[method.name] = method
+    return method
+
+
+# the order of `--method` choices and of `--help`: the default first, then stiff, explicit, others
+_ORDER = {"auto": 0, "radau": 1, "bdf": 2, "lsoda": 3, "rk45": 4, "dop853": 5, "dopri5": 6,
+          "dopri8": 7, "bosh3": 8, "adaptive_heun": 9, "multirate": 10, "rodas4": 11}  # fmt: skip
+
+register(Method(
+    "auto", "auto", True,
+    "lsoda at 10x tighter tolerances; rodas4 at 100x tighter when very stiff (S > 1e9); "
+    "a batch takes rodas4 where the system has a torch form",
+))  # fmt: skip
+
+
+def per_trajectory(solve_one):
+    """A batch `solve` from `solve_one(system, z0 (N,), t_eval, rtol, atol, **options) ->
+    (z (T, N), status, message, stats dict)`: the rows one by one, each with its own `eps`; a
+    row whose solver raises gets status `error` and NaN states, and the others go on."""
+
+    def solve(system, z0, t_eval, rtol, atol, eps=None, **options):
+        B, T = z0.shape[0], len(t_eval)
+        z = np.full((T, B, z0.shape[1]), np.nan)
+        status, message, stats = [], [], []
+        for b in range(B):
+            one = system if eps is None else system.with_eps(float(eps[b]))
+            try:
+                z[:, b], st, msg, s = solve_one(one, z0[b], t_eval, rtol, atol, **options)
+            except InputError:
+                raise
+            except SOLVER_ERRORS as err:
+                st, msg, s = "error", f"{type(err).__name__}: {err}", {}
+            status.append(st)
+            message.append(msg)
+            stats.append(s)
+        keys = sorted({k for s in stats for k in s}) or ["nfev", "njev", "nlu"]
+        return Solution(z, status, message,
+                        {k: np.array([s.get(k, 0) for s in stats]) for k in keys})  # fmt: skip
+
+    return solve
+
+
+# every back-end module of this package registers its methods when imported (cheap: none imports
+# its library at the top)
+for _info in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_info.name}")
+
+_found = sorted(METHODS.items(), key=lambda kv: (_ORDER.get(kv[0], len(_ORDER)), kv[0]))
+METHODS.clear()
+METHODS.update(_found)

@@ -1,0 +1,72 @@
+"""Validation of numbers from users, in one place: each check ends in one sentence that names the
+value and what was expected (`InputError`; exit status 2 in the CLI)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from .errors import InputError
+
+__all__ = ["number", "positive", "positive_int", "t_span"]
+
+
+def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
+    """`value` as a float (an int with `integer`), or `InputError` unless it is a finite number
+    (an integer) within `[lo, hi]` (`(lo, hi]` with `lo_open`)."""
+    kind = "an integer" if integer else "a finite number"
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        bounds.append(f"<= {hi:g}")
+    expected = f"{name} must be {kind}{' ' if bounds else ''}{' and '.join(bounds)}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        try:  # numpy scalars and numeric strings are numbers too
+            v = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{expected}; got {value!r}.") from None
+    else:
+        v = float(value)
+    ok = (
+        math.isfinite(v)
+        and (not integer or v.is_integer())
+        and (lo is None or (v > lo if lo_open else v >= lo))
+        and (hi is None or v <= hi)
+    )
+    if not ok:
+        raise InputError(f"{expected}; got {value!r}.")
+    return int(v) if integer else v
+
+
+def positive(name: str, value) -> float:
+    """`value` as a positive finite float, or `InputError`."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v > 0):
+        raise InputError(f"{name} must be a positive finite number; got {value!r}.")
+    return v
+
+
+def positive_int(name: str, value) -> int:
+    """`value` as an integer >= 1, or `InputError`."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v.is_integer() and v >= 1):
+        raise InputError(f"{name} must be a positive integer; got {value!r}.")
+    return int(v)
+
+
+def t_span(value) -> tuple[float, float]:
+    """`(t0, t1)` as floats, or `InputError` unless they are finite and run forward."""
+    try:
+        t0, t1 = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise InputError(f"t_span must be two numbers (t0, t1); got {value!r}.") from None
+    if not (math.isfinite(t0) and math.isfinite(t1)) or t1 <= t0:
+        raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
+    return t0, t1
