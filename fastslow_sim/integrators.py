@@ -57,6 +57,7 @@ from .validation import t_span as check_t_span
 __all__ = [
     "integrate",
     "integrate_batch",
+    "trajectory_summary",
     "random_initial_conditions",
     "METHODS",
     "StiffnessWarning",
@@ -206,6 +207,32 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
     return _finite_or_failed(ds)
+
+
+def trajectory_summary(ds: xr.Dataset) -> dict:
+    """The numbers a user looks at first, JSON-able: the method, tolerances, final state, its
+    L1 distance to `p_st(y)` (the largest in a batch), the largest mass error, the statistics,
+    the status (with counts per status in a batch) and the wall time."""
+    a = ds.attrs
+    out = {k: a[k] for k in ("eps", "method", "method_requested", "rtol", "atol", "t_start",
+                             "t_end", "status", "message", "wall_time_s")}  # fmt: skip
+    out.update(
+        P=None if a["P"] == -1 else int(a["P"]),
+        stiffness_index=a.get("stiffness_index", float("nan")),
+        x_final=ds["x"].values[..., -1, :].tolist(),
+        y_final=ds["y"].values[..., -1, :].tolist(),
+        nfev=a["nfev"], njev=a["njev"], nlu=a["nlu"],
+    )  # fmt: skip
+    if "p_st" in ds:
+        out["p_st_final"] = ds["p_st"].values[..., -1, :].tolist()
+        out["manifold_distance_final"] = float(np.max(ds["manifold_distance"].values[..., -1]))
+    if "mass_error" in ds:
+        out["mass_error_max"] = float(np.nanmax(np.abs(ds["mass_error"].values)))
+    if "batch" in ds.dims:
+        statuses = ds["status"].values.tolist()
+        out["batch"] = len(statuses)
+        out["status_counts"] = {k: statuses.count(k) for k in sorted(set(statuses))}
+    return out
 
 
 def integrate_batch(system, t_span, x0=None, y0=None, **kwargs) -> xr.Dataset:

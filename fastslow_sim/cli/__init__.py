@@ -1,0 +1,35 @@
+"""The `fastslow-sim` command line: a thin layer that parses, validates, calls the library,
+prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`, `figures`).
+
+Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .._version import __version__
+from . import figures, network, ode
+from .common import Group
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fastslow-sim")
+def main():
+    """fastslow-sim: singularly perturbed fast-slow systems with eps = 1/P, master-equation
+    generators and their stationary distributions.
+
+    \b
+    Start with:
+      fastslow-sim integrate --eps 0.125
+    which integrates the default 8-state birth-death system, prints a summary and writes a
+    NetCDF dataset and a plot under ./fastslow-results/.
+    """
+
+
+
+for _module in (ode, network, figures):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)
+
+__all__ = ["main"]

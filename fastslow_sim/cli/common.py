@@ -1,0 +1,177 @@
+"""What the commands share: option groups, parsing of option strings into numbers with
+one-sentence errors, output paths, and the summary printing."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..errors import InputError
+from ..integrators import METHODS
+from ..systems import SYSTEMS
+
+DEFAULT_RESULTS = Path("fastslow-results")
+MAX_N_EVAL = 1_000_000  # saved time points
+MAX_BATCH = 1_000_000  # trajectories of --batch
+RTOL_MIN = 100 * 2.0**-52
+KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of the branches
+
+
+class Group(click.Group):
+    """Turns `InputError` from any command into one sentence and exit status 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except InputError as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(2)
+
+
+def parse_eps_P(eps: str | None, P: str | None):
+    """`(eps, P)` from the raw option strings, with one-sentence errors."""
+    from ..systems import resolve_eps
+
+    if P is not None:
+        try:
+            value = float(P)
+        except ValueError:
+            raise InputError(f"--P must be a positive integer (P = 1/eps); got {P!r}.") from None
+        if not math.isfinite(value) or not value.is_integer():
+            raise InputError(f"--P must be a positive integer (P = 1/eps); got {P!r}.")
+        P = int(value)
+    if eps is not None:
+        try:
+            eps = float(eps)
+        except ValueError:
+            raise InputError(f"--eps must be a positive finite number; got {eps!r}.") from None
+    return resolve_eps(eps, P)
+
+
+def parse_vector(text: str, name: str) -> np.ndarray:
+    try:
+        values = np.array([float(v) for v in text.replace(" ", "").split(",") if v != ""])
+    except ValueError:
+        raise InputError(
+            f"{name} must be a comma-separated list of numbers; got {text!r}."
+        ) from None
+    if values.size == 0:
+        raise InputError(f"{name} must hold at least one number; got {text!r}.")
+    return values
+
+
+def system_option(help_text: str):
+    """The `--system` option (a named system, `birth-death` by default)."""
+    return click.option("--system", "system_name", default="birth-death", show_default=True,
+                        type=click.Choice(list(SYSTEMS)), help=help_text)  # fmt: skip
+
+
+def output_options(default_name: str):
+    """The `--out`, `--plot`, `--no-plot` and `--json` options shared by the computing commands."""
+
+    def decorate(f):
+        options = [
+            click.option("--out", default=None, metavar="FILE.nc",
+                         help=f"NetCDF output [default: fastslow-results/{default_name}]."),
+            click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+                         help="Plot output [default: the --out path with .png]."),
+            click.option("--no-plot", is_flag=True, help="Do not write a plot."),
+            click.option("--json", "as_json", is_flag=True,
+                         help="Print one JSON object instead of text."),
+        ]  # fmt: skip
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def use_agg():
+    """Select matplotlib's non-interactive Agg backend: the CLI only writes figures to files
+    (the analysis layer itself picks no backend, so that it also draws in notebooks)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def output_paths(stem: str, out, plot_path, no_plot: bool):
+    """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
+    from ..io import check_writable
+
+    if out is None:
+        DEFAULT_RESULTS.mkdir(parents=True, exist_ok=True)
+        out = DEFAULT_RESULTS / f"{stem}.nc"
+    out = check_writable(out, "dataset")
+    if no_plot:
+        return out, None
+    plot_path = out.with_suffix(".png") if plot_path is None else plot_path
+    return out, check_writable(plot_path, "plot")
+
+
+def parse_eps_list(text: str) -> list[float]:
+    values = parse_vector(text, "--eps")
+    if np.any(~np.isfinite(values)) or np.any(values <= 0):
+        raise InputError(f"--eps values must be positive finite numbers; got {text!r}.")
+    if values.size < 2:
+        raise InputError(f"--eps needs at least two values to fit a slope; got {text!r}.")
+    repeated = sorted({float(v) for v in values if np.count_nonzero(values == v) > 1})
+    if repeated:
+        raise InputError(
+            f"--eps values must be distinct to fit a slope; {fmt_vec(repeated)} repeated in "
+            f"{text!r}."
+        )
+    return values.tolist()
+
+
+def ode_command(f):
+    """A solver or analysis failure (overflow, a stalled continuation, a singular matrix) ends in
+    one sentence and exit status 1, never a traceback; bad input stays exit status 2."""
+    import functools
+
+    from ..solvers import SOLVER_ERRORS
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except InputError:
+            raise
+        except SOLVER_ERRORS as err:
+            text = " ".join(str(err).split()) or type(err).__name__
+            click.echo(f"Error: the computation failed ({type(err).__name__}): {text}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def fmt_vec(v, digits=4):
+    return "[" + ", ".join(f"{float(a):.{digits}g}" for a in np.ravel(v)) + "]"
+
+
+def systems_help():
+    return "; ".join(f"{k}: {d}" for k, (_, d) in SYSTEMS.items())
+
+
+def methods_help():
+    return "; ".join(f"{k}: {m.description}" for k, m in METHODS.items())
+
+
+def echo_summary(summary: dict, as_json: bool, lines) -> None:
+    """Print a command's result: one JSON object with `--json`, else the text `lines`
+    (a list of strings, or a function of the summary giving them)."""
+    if as_json:
+        click.echo(json.dumps(summary, default=float))
+        return
+    for line in lines(summary) if callable(lines) else lines:
+        click.echo(line)
+
+
+def exit_on_failure(status: str) -> None:
+    """Exit status 1 when a computation reports failure (its output is already written)."""
+    if status != "success":
+        sys.exit(1)

@@ -1,0 +1,327 @@
+"""The network commands: `corpus`, `train-network`, `reproduce`, `phi-vs-pst`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..bridge.variants import VARIANTS
+from ..errors import InputError
+from .common import parse_eps_P
+
+
+@click.command()
+@click.argument("spec", metavar="me|me:NAME=VALUE,...|random|text:PATH")
+@click.option("--P", "P", default="8", show_default=True, help="Block length of the me corpus.")
+@click.option(
+    "--context",
+    default=256,
+    show_default=True,
+    type=int,
+    help="Window length T of the me corpus's reference losses (the training context).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def corpus(spec, P, context, as_json):
+    """Statistics of a corpus and, for the master-equation corpus, its three reference losses
+    on the validation windows of length T (block-aligned, the targets the network is scored
+    on): the oracle with y known, the Bayes floor (the best predictor from the window's past
+    tokens: an exact filter over the slow state) and the best predictor that ignores y.
+
+    \b
+    Examples:
+      fastslow-sim corpus me
+      fastslow-sim corpus me:tokens=3M,beta=6 --json
+      fastslow-sim corpus text:../shared/data/tinyshakespeare.txt --json
+    """
+    from ..corpora import load_corpus
+
+    _, P_int = parse_eps_P(None, P)
+    if context < 1:
+        raise InputError(f"--context must be a positive integer; got {context}.")
+    c = load_corpus(spec, P=P_int, context=context)
+    info = c.summary()
+    if as_json:
+        click.echo(json.dumps(info, default=float))
+        return
+    click.echo(
+        f"corpus {info['corpus']}: {info['tokens']:,} tokens (train {info['train_tokens']:,}, "
+        f"validation {info['val_tokens']:,}), vocabulary {info['vocab_size']}"
+    )
+    if "oracle_loss" in info:
+        click.echo(f"reference losses on {info['reference_windows']} validation windows of "
+                   f"{info['reference_context']} targets (nats/token):")  # fmt: skip
+        click.echo(f"  oracle (y known)                   {info['oracle_loss']:.4f}")
+        click.echo(f"  Bayes floor (past tokens only)     {info['bayes_floor_loss']:.4f}")
+        click.echo(f"  ignore-y (fixed transition matrix) {info['ignore_y_loss']:.4f}")
+        click.echo(f"  uniform                            {info['uniform_loss']:.4f}")
+        click.echo(f"  learnable gap ignore-y - floor     {info['loss_gap']:.4f}")
+        click.echo(
+            f"y from {info['y_p05']:.3f} to {info['y_p95']:.3f} (5th to 95th percentile), "
+            f"forgets its start within {info['y_memory_blocks']} blocks; P = {info['P']}"
+        )
+    if "note" in info:
+        click.echo(f"note: {info['note']}")
+    if "floor_loss" in info:
+        click.echo(f"floor loss ln V = {info['floor_loss']:.4f}")
+
+
+def _train_options(f):
+    options = [
+        click.option("--corpus", "corpus_spec", default="me", show_default=True,
+                     metavar="me|random|text:PATH", help="Training corpus."),
+        click.option("--tokens", default="500k", show_default=True,
+                     help="Training tokens per run: 500k, 2M or a plain integer."),
+        click.option("--P", "P", default="8", show_default=True, help="Pooling ratio (eps = 1/P)."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
+        click.option("--batch-size", default=8, show_default=True, type=int),
+        click.option("--context", "block_size", default=256, show_default=True, type=int,
+                     help="Context length T."),
+        click.option("--compile", "use_compile", is_flag=True, help="Use torch.compile."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _base_config(P, device, batch_size, block_size, use_compile):
+    _, P_int = parse_eps_P(None, P)
+    return {"P": P_int, "device": device, "batch_size": batch_size, "block_size": block_size,
+            "compile": use_compile}  # fmt: skip
+
+
+@click.command("train-network")
+@click.option(
+    "--variant",
+    default="coupled",
+    show_default=True,
+    type=click.Choice(list(VARIANTS)),
+)
+@_train_options
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--out", default=None, metavar="DIR", help="Run folder [default: runs/VARIANT-CORPUS-seedS]."
+)
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
+@click.option(
+    "--checkpoint-every",
+    "ckpt_interval",
+    default=50,
+    show_default=True,
+    type=int,
+    metavar="STEPS",
+    help="Write DIR/ckpt.pt every STEPS steps (and at the end).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def train_network(
+    variant,
+    corpus_spec,
+    tokens,
+    P,
+    device,
+    batch_size,
+    block_size,
+    use_compile,
+    seed,
+    out,
+    resume,
+    ckpt_interval,
+    as_json,
+):
+    """Train the fast-slow network (AdamW, warm-up and cosine decay, clipping, bf16 on CUDA).
+
+    Logs loss, learning rate, tokens/s and every layer's gate tanh(alpha) per step, and the
+    validation loss every 50 steps, to DIR/train.nc; checkpoints atomically to DIR/ckpt.pt;
+    writes DIR/summary.json. Under torchrun it trains with DDP.
+
+    \b
+    Examples:
+      fastslow-sim train-network
+      fastslow-sim train-network --variant dense --corpus text:input.txt --tokens 2M
+    """
+    from ..training import TrainConfig, TrainingDivergedError, parse_tokens, train
+
+    n_tokens = parse_tokens(tokens)
+    base = _base_config(P, device, batch_size, block_size, use_compile)
+    if out is None:
+        tag = "text" if corpus_spec.startswith("text:") else corpus_spec
+        out = f"runs/{variant}-{tag}-seed{seed}"
+    if seed < 0:
+        raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=n_tokens, seed=seed, out=out,
+                      resume=resume, progress=not as_json, ckpt_interval=ckpt_interval, **base)  # fmt: skip
+    try:
+        summary = train(cfg)
+    except TrainingDivergedError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(summary, default=float))
+        return
+    click.echo(
+        f"{variant} on {corpus_spec}: {summary['tokens']:,} tokens in {summary['steps']} steps, "
+        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s"
+    )
+    val = (
+        "not evaluated (stopped early)"
+        if summary["val_loss"] is None
+        else f"{summary['val_loss']:.4f}"
+    )
+    click.echo(
+        f"train loss {summary['train_loss']:.4f}, validation loss {val} (every aligned window)"
+    )
+    ref = summary.get("reference_losses")
+    if ref:
+        click.echo(f"references: oracle {ref['oracle_loss']:.4f}, Bayes floor "
+                   f"{ref['bayes_floor_loss']:.4f}, ignore-y {ref['ignore_y_loss']:.4f}")  # fmt: skip
+    gates = ", ".join(f"{g:+.4f}" if isinstance(g, float) else "channels" for g in summary["gates"])
+    click.echo(f"gates tanh(alpha) per layer: {gates}")
+    click.echo(f"run folder  {out} (train.nc, summary.json, ckpt.pt)")
+
+
+@click.command()
+@_train_options
+@click.option("--seeds", default=5, show_default=True, type=int, help="Seeds per arm.")
+@click.option(
+    "--arms",
+    "--variants",
+    "arms",
+    show_default=True,
+    default="dense,dense-matched,coupled,frozen-gate,frozen-slow",
+    help="Comma-separated arms.",
+)
+@click.option(
+    "--margin",
+    default=0.01,
+    show_default=True,
+    type=float,
+    help="Equivalence margin in nats/token for the verdicts.",
+)
+@click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def reproduce(
+    corpus_spec,
+    tokens,
+    P,
+    device,
+    batch_size,
+    block_size,
+    use_compile,
+    seeds,
+    arms,
+    margin,
+    out,
+    as_json,
+):
+    """The ablation: every arm for every seed, each seed's arms on the same data order.
+
+    \b
+    Arms: dense; dense-matched (dense, deepened to coupled's parameter count within 1%);
+    coupled (slow path and gate trained); frozen-gate (slow path computed, gate pinned at 0:
+    the dense model plus wasted compute); frozen-slow (slow weights frozen at init, gate
+    trained).
+
+    Prints parameters, training FLOPs per token, validation loss per seed (every aligned
+    validation window), gates and throughput per arm; then paired per-seed differences with a
+    t-based 95% interval (df = seeds - 1) and a verdict: "equivalent" when the interval lies
+    within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc
+    and one run folder per (arm, seed).
+
+    \b
+    Examples:
+      fastslow-sim reproduce --corpus me
+      fastslow-sim reproduce --corpus text:../shared/data/tinyshakespeare.txt --seeds 5
+    """
+    from ..training import ARMS, parse_tokens
+    from ..training import reproduce as run_reproduce
+
+    n_tokens = parse_tokens(tokens)
+    names = [v.strip() for v in arms.split(",") if v.strip()]
+    bad = [v for v in names if v not in ARMS]
+    if bad or not names or len(set(names)) != len(names):
+        raise InputError(f"--arms must name distinct arms among {list(ARMS)}; got {arms!r}.")
+    if seeds < 1:
+        raise InputError(f"--seeds must be a positive integer; got {seeds}.")
+    base = _base_config(P, device, batch_size, block_size, use_compile)
+    base["progress"] = not as_json
+    tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
+    out = out or f"runs/reproduce-{tag}"
+    log = (lambda *a: None) if as_json else click.echo
+    table = run_reproduce(corpus_spec, n_tokens, seeds, names, out, base, margin=margin, log=log)
+    if as_json:
+        click.echo(json.dumps({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
+                               "out": out}, default=float))  # fmt: skip
+        return
+    click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds))
+    click.echo(f"dataset     {Path(out) / 'ablation.nc'}")
+
+
+def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
+    lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {seeds} seeds",
+             "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
+             "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
+    for arm, r in table["arms"].items():
+        v = np.array(r["val_loss"])
+        sd = float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        gates = (
+            " ".join(f"{g:.4f}" for g in r["gate_abs_per_layer"])
+            if arm not in ("dense", "dense-matched")
+            else "-"
+        )
+        ratio = "" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
+        lines.append(f"| {arm} | {r['n_layer']} | {r['params']:,} | {r['flops_per_token'] / 1e6:.2f} M | "
+                     f"{v.mean():.4f} ± {sd:.4f} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
+    ref = table.get("references")
+    if ref:
+        lines.append(f"references (same windows): oracle {ref['oracle_loss']:.4f}, Bayes floor "
+                     f"{ref['bayes_floor_loss']:.4f}, ignore-y {ref['ignore_y_loss']:.4f}")  # fmt: skip
+    m = table["margin"]
+    lines += [f"paired differences a - b over seeds (nats/token), t-based 95% interval, margin ±{m}:",
+              "| a - b | mean | 95% interval | df | verdict |", "|---|---:|---|---:|---|"]  # fmt: skip
+    for c in table["comparisons"]:
+        lo, hi = c["ci95"]
+        note = " (excludes 0)" if c["verdict"] == "equivalent" and c["excludes_zero"] else ""
+        lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | "
+                     f"{c['df']} | {c['verdict']}{note} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+@click.command("phi-vs-pst")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(), metavar="RUN_DIR...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run.")
+def phi_vs_pst_cmd(run_dirs, as_json):
+    """How close each run's phi_theta is to p_st(y) on the me corpus: mean total-variation
+    distance (± standard error across validation windows) to p_st(y_b) of the block being
+    predicted, through the model's own next-token distribution late in the block (where the
+    chain has mixed; every arm) and through a probe on the last layer's gated slow state
+    (slow-path arms), beside the baselines (the Bayes filter read out the same two ways, the
+    previous block's histogram, corpus frequencies, uniform). Writes RUN_DIR/phi_vs_pst.json.
+
+    \b
+    Example:
+      fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0 runs/reproduce-me/dense-matched-seed0
+    """
+    from ..probe import READOUTS, phi_vs_pst
+
+    results = [phi_vs_pst(d) for d in run_dirs]
+    if as_json:
+        for r in results:
+            click.echo(json.dumps({k: v for k, v in r.items() if k != "binned"}))
+        return
+    cols = [c for c in READOUTS if c != "y known"]
+    click.echo("mean TV distance to p_st(y_b) ± s.e. (validation blocks; y known: 0)")
+    click.echo("| run | arm | tokens | P | " + " | ".join(cols) + " |")
+    click.echo("|---|---|---:|---:|" + "---:|" * len(cols))
+    for r in results:
+        cells = [f"{r['tv'][c]['mean']:.4f} ± {r['tv'][c]['se']:.4f}" if c in r["tv"] else "-"
+                 for c in cols]  # fmt: skip
+        click.echo(
+            f"| {r['run']} | {r['arm']} | {r['tokens']:,} | {r['P']} | " + " | ".join(cells) + " |"
+        )
+
+
+
+COMMANDS = [corpus, train_network, reproduce, phi_vs_pst_cmd]

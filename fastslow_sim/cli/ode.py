@@ -1,0 +1,392 @@
+"""The ODE commands: `integrate`, `convergence`, `manifold`, `mapping`."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import click
+import numpy as np
+
+from ..errors import InputError
+from ..integrators import METHODS, random_initial_conditions, trajectory_summary
+from ..validation import number
+from .common import (
+    KAPPA_MAX,
+    MAX_BATCH,
+    MAX_N_EVAL,
+    RTOL_MIN,
+    echo_summary,
+    exit_on_failure,
+    fmt_vec,
+    methods_help,
+    ode_command,
+    output_options,
+    output_paths,
+    parse_eps_list,
+    parse_eps_P,
+    parse_vector,
+    system_option,
+    systems_help,
+    use_agg,
+)
+
+
+@click.command()
+@system_option("Named system. " + systems_help())
+@click.option("--eps", default=None, metavar="E", help="Time-scale ratio eps > 0 (eps = 1/P).")
+@click.option("--P", "P", default=None, metavar="P", help="Positive integer P; eps = 1/P.")
+@click.option("--t-end", default=5.0, show_default=True, type=float, help="End of slow time.")
+@click.option(
+    "--method",
+    default="auto",
+    show_default=True,
+    type=click.Choice(list(METHODS)),
+    help="Integration method. " + methods_help(),
+)
+@click.option("--rtol", default=1e-8, show_default=True, type=float, help="Relative tolerance.")
+@click.option("--atol", default=1e-10, show_default=True, type=float, help="Absolute tolerance.")
+@click.option(
+    "--x0",
+    default=None,
+    metavar="P0,P1,...",
+    help="Initial fast state, a probability vector (default: all mass on state 0).",
+)
+@click.option("--y0", default=None, metavar="Y", help="Initial slow state (default per system).")
+@click.option("--n-eval", default=401, show_default=True, type=int, help="Saved time points.")
+@click.option(
+    "--batch",
+    default=None,
+    type=int,
+    metavar="N",
+    help="Integrate N random initial conditions (x0 uniform on the simplex, y0 uniform "
+    "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
+@click.option(
+    "--H",
+    "H",
+    default=None,
+    type=float,
+    metavar="H",
+    help="Slow time per block of the multirate map (--method multirate only) [default: 0.01]; "
+    "--t-end must be a whole number of blocks.",
+)
+@output_options("integrate-SYSTEM-epsE.nc")
+@ode_command
+def integrate(
+    system_name,
+    eps,
+    P,
+    t_end,
+    method,
+    rtol,
+    atol,
+    x0,
+    y0,
+    n_eval,
+    batch,
+    seed,
+    H,
+    out,
+    plot_path,
+    no_plot,
+    as_json,
+):
+    """Integrate a fast-slow system: eps dx/dt = Q(y)^T x, dy/dt = g(x, y).
+
+    Prints the final state, its L1 distance to the critical manifold p_st(y), the solver
+    statistics and the output paths; saves x(t), y(t), p_st(y(t)) and the run's parameters as
+    a NetCDF dataset, and a plot of x_i(t) with p_st(y(t)) dashed, and y(t).
+
+    \b
+    Examples:
+      fastslow-sim integrate --eps 0.125
+      fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
+    """
+    from ..integrators import StiffnessWarning, check_eps_range
+    from ..integrators import integrate as run_integrate
+    from ..io import save_dataset
+    from ..systems import make_system
+
+    e, _ = parse_eps_P(eps, P)
+    check_eps_range(e, method)
+    if not math.isfinite(t_end) or t_end <= 0:
+        raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
+    if n_eval < 2 or n_eval > MAX_N_EVAL:
+        raise InputError(f"--n-eval must be an integer from 2 to {MAX_N_EVAL:,}; got {n_eval}.")
+    if not (math.isfinite(rtol) and 0 < rtol < 1):
+        raise InputError(f"--rtol must be a positive number below 1 (e.g. 1e-8); got {rtol}.")
+    if rtol < RTOL_MIN:
+        raise InputError(
+            f"--rtol must be at least {RTOL_MIN:g} (100 ulps: below, no float64 solver can "
+            f"meet it); got {rtol}."
+        )
+    if not (math.isfinite(atol) and 0 < atol <= 1):
+        raise InputError(f"--atol must be a positive number at most 1 (e.g. 1e-10); got {atol}.")
+    if seed < 0:
+        raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    kwargs = {}
+    if H is not None:
+        if method != "multirate":
+            raise InputError(
+                f"--H is the block length of --method multirate; got --method {method}."
+            )
+        kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
+    system = make_system(system_name, eps=e)
+    x0v = parse_vector(x0, "--x0") if x0 is not None else None
+    y0v = parse_vector(y0, "--y0") if y0 is not None else None
+    if batch is not None:
+        if batch < 1 or batch > MAX_BATCH:
+            raise InputError(f"--batch must be an integer from 1 to {MAX_BATCH:,}; got {batch}.")
+        if x0 is not None or y0 is not None:
+            raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
+        if method == "multirate":
+            raise InputError("--batch integrates with the ODE solvers; drop --method multirate.")
+        x0v, y0v = random_initial_conditions(system, batch, seed)
+
+    out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StiffnessWarning)
+        ds = run_integrate(
+            system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
+            **kwargs,
+        )  # fmt: skip
+    for w in caught:
+        if issubclass(w.category, StiffnessWarning):
+            click.echo(f"Warning: {w.message}", err=True)
+
+    save_dataset(ds, out)
+    if not no_plot:
+        use_agg()
+        from ..analysis import plot_trajectory, save_figure
+
+        save_figure(plot_trajectory(ds.isel(batch=0) if "batch" in ds.dims else ds), plot_path)
+
+    summary = {"system": system_name, **trajectory_summary(ds), "out": str(out),
+               "plot": None if no_plot else str(plot_path)}  # fmt: skip
+    echo_summary(summary, as_json, _integrate_lines)
+    exit_on_failure(summary["status"])
+
+
+def _integrate_lines(r: dict) -> list:
+    batched = "batch" in r
+    P_text = f" (P = {r['P']})" if r["P"] is not None else ""
+    y = np.asarray(r["y_final"], dtype=float)
+    lines = [
+        f"{r['system']}: eps = {r['eps']:g}{P_text}, t in [{r['t_start']:g}, {r['t_end']:g}]",
+        f"method      {r['method']} (requested {r['method_requested']}; stiffness index "
+        f"{r['stiffness_index']:.3g}), rtol {r['rtol']:g}, atol {r['atol']:g}",
+        f"status      {r['status']}: {r['message']}",
+    ]
+    if batched:
+        lines += [f"batch       {r['batch']} trajectories: {r['status_counts']}",
+                  f"y(t_end)    from {np.nanmin(y):.6g} to {np.nanmax(y):.6g}"]  # fmt: skip
+    else:
+        lines += [f"x(t_end)    {fmt_vec(r['x_final'])}", f"p_st(y)     {fmt_vec(r['p_st_final'])}",
+                  f"y(t_end)    {fmt_vec(y, 6)}"]  # fmt: skip
+    lines += [
+        f"|x - p_st(y)|_1 at t_end = {r['manifold_distance_final']:.3e}"
+        f"{' (largest in the batch)' if batched else ''}; "
+        f"max |1^T x - 1| = {r['mass_error_max']:.1e}",
+        f"solver      nfev {r['nfev']}, njev {r['njev']}, nlu {r['nlu']}, "
+        f"wall {r['wall_time_s']:.3f} s",
+        f"dataset     {r['out']}",
+    ]
+    return lines + ([f"plot        {r['plot']}"] if r["plot"] else [])
+
+
+@click.command()
+@system_option("Named system.")
+@click.option(
+    "--eps",
+    "eps_list",
+    default="0.02,0.01,0.005,0.0025",
+    show_default=True,
+    metavar="E1,E2,...",
+    help="Values of eps (at least two).",
+)
+@click.option("--t-end", default=3.0, show_default=True, type=float, help="End of slow time.")
+@output_options("convergence-SYSTEM.nc")
+@ode_command
+def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
+    """Convergence in eps of the full system to its slow-manifold approximations.
+
+    For each eps, integrates the full system at tight tolerance (Radau) and measures, after
+    the initial layer (6 eps log(1/eps) / spectral gap), the largest |x - h0(y)|,
+    |x - h0(y) - eps h1(y)| and |y - y_reduced|, then fits their log-log slopes
+    (theory: 1, 2 and 1).
+
+    \b
+    Example:
+      fastslow-sim convergence --system two-state --eps 0.02,0.01,0.005
+    """
+    from ..io import save_dataset
+    from ..manifold import convergence as run_convergence
+    from ..systems import make_system
+
+    values = parse_eps_list(eps_list)
+    if not math.isfinite(t_end) or t_end <= 0:
+        raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
+    out, plot_path = output_paths(f"convergence-{system_name}", out, plot_path, no_plot)
+    system = make_system(system_name, eps=values[0])
+    ds = run_convergence(system, values, t_end=t_end, progress=not as_json)
+    save_dataset(ds, out)
+    if plot_path is not None:
+        use_agg()
+        from ..analysis import plot_convergence, save_figure
+
+        save_figure(plot_convergence(ds), plot_path)
+    slopes = json.loads(ds.attrs["slopes"])
+    if as_json:
+        click.echo(json.dumps({
+            "system": system_name,
+            "eps": ds["eps"].values.tolist(),
+            "errors": {k: ds[k].values.tolist() for k in ("err_h0", "err_h1", "err_y")},
+            "slopes": slopes,
+            "expected_slopes": {"err_h0": 1, "err_h1": 2, "err_y": 1},
+            "t_end": t_end,
+            "wall_time_s": ds.attrs["wall_time_s"],
+            "out": str(out),
+            "plot": None if plot_path is None else str(plot_path),
+        }))  # fmt: skip
+        return
+    click.echo(f"{system_name}: errors after the initial layer, t in [t_layer, {t_end:g}]")
+    click.echo(f"{'eps':>10} {'|x-h0|':>12} {'|x-h0-eps h1|':>14} {'|y-y_red|':>12} {'t_layer':>9}")
+    for i, e in enumerate(ds["eps"].values):
+        click.echo(
+            f"{e:>10.4g} {ds['err_h0'].values[i]:>12.3e} {ds['err_h1'].values[i]:>14.3e} "
+            f"{ds['err_y'].values[i]:>12.3e} {ds['t_layer'].values[i]:>9.3g}"
+        )
+    click.echo(
+        f"{'slope':>10} {slopes['err_h0']:>12.3f} {slopes['err_h1']:>14.3f} "
+        f"{slopes['err_y']:>12.3f}   (theory 1, 2, 1)"
+    )
+    click.echo(f"dataset     {out}")
+    if plot_path is not None:
+        click.echo(f"plot        {plot_path}")
+
+
+@click.command()
+@system_option("Named system; only birth-death has a non-linear family (kappa != 0).")
+@click.option(
+    "--kappa",
+    default=3.0,
+    show_default=True,
+    type=float,
+    help="Strength of the x-dependence: up rate exp(4 (y - 1/2) + kappa c.x).",
+)
+@click.option(
+    "--y-range",
+    nargs=2,
+    type=float,
+    default=(-1.0, 1.5),
+    show_default=True,
+    metavar="A B",
+    help="Range of the slow variable to trace.",
+)
+@click.option(
+    "--osc-eps",
+    default=0.01,
+    show_default=True,
+    type=float,
+    help="eps of the relaxation-oscillation run (only when the manifold folds).",
+)
+@output_options("manifold-SYSTEM-kappaK.nc")
+@ode_command
+def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_json):
+    """Critical manifold Q(x, y)^T x = 0: branches, folds, stability, and the gap to the
+    paper's linear identity phi(y) = p_st(Q(x_ref, y)) (x_ref uniform).
+
+    Also checks the identity itself: for the linear system (kappa = 0), Newton's method on
+    Q(y)^T x = 0, 1^T x = 1 (no GTH) against GTH's p_st over the y range. When the manifold
+    folds, integrates the full system with g = 1/2 - c.x to show the relaxation oscillation.
+
+    \b
+    Examples:
+      fastslow-sim manifold --kappa 0
+      fastslow-sim manifold --kappa 3 --y-range -1 1.5 --json
+    """
+    from ..integrators import EPS_MIN
+    from ..io import save_dataset
+    from ..manifold import identity_check
+    from ..nonlinear import check_y_range, family_for, manifold_dataset
+    from ..systems import make_system
+
+    if not math.isfinite(kappa):
+        raise InputError(f"--kappa must be a finite number; got {kappa}.")
+    number("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
+    if not math.isfinite(osc_eps) or osc_eps <= 0:
+        raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
+    number("--osc-eps", osc_eps, EPS_MIN, 1.0)
+    family = family_for(system_name, kappa)
+    a, b = check_y_range(family, y_range)
+    out, plot_path = output_paths(
+        f"manifold-{system_name}-kappa{kappa:g}", out, plot_path, no_plot
+    )
+    ds = manifold_dataset(family, (a, b), osc_eps=osc_eps)
+    check = identity_check(make_system(system_name, eps=0.1), np.linspace(a, b, 101))
+    ds.attrs["identity_max_abs_diff"] = check["max_abs_diff"]
+    save_dataset(ds, out)
+    if plot_path is not None:
+        use_agg()
+        from ..analysis import plot_branches, save_figure
+
+        save_figure(plot_branches(ds), plot_path)
+    branches = json.loads(ds.attrs["branches"])
+    folds = json.loads(ds.attrs["folds"])
+    osc = None
+    if "osc_y_min" in ds.attrs:
+        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
+    if as_json:
+        click.echo(json.dumps({
+            "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
+            "folds": folds, "gap": ds.attrs["gap"],
+            "identity_max_abs_diff": check["max_abs_diff"], "oscillation": osc,
+            "out": str(out), "plot": None if plot_path is None else str(plot_path),
+        }))  # fmt: skip
+        return
+    click.echo(f"{system_name}, kappa = {kappa:g}, y in [{a:g}, {b:g}]")
+    click.echo(
+        f"identity check (kappa = 0): max |x_newton(y) - p_st(y)| = "
+        f"{check['max_abs_diff']:.2e} over {check['n_y']} values of y"
+    )
+    for br in branches:
+        kind = "stable" if br["stable"] else "repelling"
+        click.echo(
+            f"branch {br['index']}: y in [{br['y_min']:.4f}, {br['y_max']:.4f}], mean c.x in "
+            f"[{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
+            f"(max Re lambda {br['max_real_eigenvalue']:.3g})"
+        )
+    for f in folds:
+        click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
+    click.echo(f"gap = max |phi(y) - p_st(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
+    if osc is not None:
+        click.echo(
+            f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
+            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], period {osc['period']:.3f}"
+        )
+    click.echo(f"dataset     {out}")
+    if plot_path is not None:
+        click.echo(f"plot        {plot_path}")
+
+
+
+@click.command()
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def mapping(markdown, as_json):
+    """How the ODE maps onto the attention network, row by row: the ODE object, its network
+    counterpart, whether the correspondence is exact or an analogy, and the gap."""
+    from ..bridge.mapping import MAPPING, render_mapping
+
+    if as_json:
+        click.echo(json.dumps(MAPPING, indent=1))
+    else:
+        click.echo(render_mapping("markdown" if markdown else "text"))
+
+
+
+COMMANDS = [integrate, convergence, manifold, mapping]
