@@ -396,38 +396,32 @@ class MasterEquationSystem(FastSlowSystem):
         return VectorField(fun, jac, "arrow")
 
 
-def _birth_death(eps):
-    gen = BirthDeath(n=8, up=1.0, down=1.0, beta=4.0, y_mid=0.5)
-    return MasterEquationSystem(
-        gen, LinearSlowLaw(readout_vector(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
-    )
+def _linear(gen, eps, y0=0.9):
+    n = gen.n_states
+    return MasterEquationSystem(gen, LinearSlowLaw(readout_vector(n)), eps, x0=np.eye(n)[0],
+                                y0=np.array([y0]))  # fmt: skip
+
+
+def _birth_death(eps, n=8):
+    return _linear(BirthDeath(n=n, up=1.0, down=1.0, beta=4.0, y_mid=0.5), eps)
 
 
 def _two_state(eps):
-    gen = TwoState(a=1.0, b=1.0, beta=2.0)
+    return _linear(TwoState(a=1.0, b=1.0, beta=2.0), eps)
+
+
+def _cycle(eps, n=6):
+    return _linear(Cycle(n=n), eps)
+
+
+def _random(eps, n=8):
+    return _linear(RandomIrreducible(n=n, seed=0), eps)
+
+
+def _michaelis_menten(eps, n=5):
+    gen = MichaelisMenten(N=n - 1)
     return MasterEquationSystem(
-        gen, LinearSlowLaw(np.array([0.0, 1.0])), eps, x0=np.eye(2)[0], y0=np.array([0.9])
-    )
-
-
-def _cycle(eps):
-    gen = Cycle(n=6)
-    return MasterEquationSystem(
-        gen, LinearSlowLaw(readout_vector(6)), eps, x0=np.eye(6)[0], y0=np.array([0.9])
-    )
-
-
-def _random(eps):
-    gen = RandomIrreducible(n=8, seed=0)
-    return MasterEquationSystem(
-        gen, LinearSlowLaw(readout_vector(8)), eps, x0=np.eye(8)[0], y0=np.array([0.9])
-    )
-
-
-def _michaelis_menten(eps):
-    gen = MichaelisMenten(N=4)
-    return MasterEquationSystem(
-        gen, MichaelisMentenSlowLaw(gen), eps, x0=np.eye(5)[0], y0=np.array([1.0])
+        gen, MichaelisMentenSlowLaw(gen), eps, x0=np.eye(n)[0], y0=np.array([1.0])
     )
 
 
@@ -436,13 +430,23 @@ SYSTEMS: dict[str, tuple[Callable, str]] = {
     "two-state": (_two_state, "two states, rate 0->1 = exp(2y), 1->0 = 1, g = x_1 - y"),
     "cycle": (_cycle, "6-state non-reversible cycle, g = c.x - y"),
     "random": (_random, "seeded random irreducible 8-state family, g = c.x - y"),
-    "michaelis-menten": (_michaelis_menten, "4 enzymes, substrate y, eps = E0/S0"),
+    "michaelis-menten": (_michaelis_menten, "4 enzymes (5 states), substrate y, eps = E0/S0"),
 }
+MAX_STATES = 4096  # --states: beyond, the dense analysis (eigenvalues, GTH) takes minutes
 
 
-def make_system(name: str = "birth-death", eps=None, P=None) -> MasterEquationSystem:
-    """A named system (see `SYSTEMS`) with `eps = 1/P`; give exactly one of `eps`, `P`."""
+def make_system(name: str = "birth-death", eps=None, P=None, states=None) -> MasterEquationSystem:
+    """A named system (see `SYSTEMS`) with `eps = 1/P`; give exactly one of `eps`, `P`.
+    `states` sets the number of states (all but `two-state`; `None`: the default above)."""
     if name not in SYSTEMS:
         raise InputError(f"unknown system {name!r}; expected one of {sorted(SYSTEMS)}.")
     e, _ = resolve_eps(eps, P)
-    return SYSTEMS[name][0](e)
+    if states is None:
+        return SYSTEMS[name][0](e)
+    from .validation import number
+
+    if name == "two-state":
+        raise InputError("the two-state system has 2 states; drop --states or pick another system.")
+    low = 3 if name == "cycle" else 2
+    n = number("states", states, low, MAX_STATES, integer=True)
+    return SYSTEMS[name][0](e, n)

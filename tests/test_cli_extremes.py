@@ -2,6 +2,7 @@
 sentence, special files never replaced. These run as root too (no skip): /dev/full, a FIFO and
 a socket refuse the same way for every user."""
 
+import json
 import os
 import socket
 import stat
@@ -156,3 +157,22 @@ def test_atomic_write_refuses_a_target_that_became_special(tmp_path):
     link.symlink_to(regular)
     save_dataset(ds, link)
     assert link.is_symlink() and fs.load_dataset(regular).attrs["system"] == "two-state"
+
+
+def test_states_sets_the_size_of_the_chain(tmp_path):
+    r = CliRunner().invoke(main, ["integrate", "--eps", "0.01", "--states", "16", "--no-plot",
+                                  "--out", str(tmp_path / "a.nc"), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    assert len(summary["x_final"]) == 16 and abs(sum(summary["x_final"]) - 1) < 1e-12
+    # on the manifold after the layer: p_st of the 16-state chain at the final y
+    assert summary["manifold_distance_final"] < 1e-2
+    for args, fragment in [
+        (["--states", "1"], "states must be an integer >= 2 and <= 4096; got 1"),
+        (["--states", "2", "--system", "cycle"], "states must be an integer >= 3"),
+        (["--states", "3", "--system", "two-state"], "two-state system has 2 states"),
+    ]:
+        r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--no-plot", "--out",
+                                      str(tmp_path / "b.nc"), *args])  # fmt: skip
+        assert r.exit_code == 2 and fragment in r.output, r.output
+        assert not (tmp_path / "b.nc").exists()

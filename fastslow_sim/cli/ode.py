@@ -65,6 +65,13 @@ from .common import (
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
 @click.option(
+    "--states",
+    default=None,
+    type=int,
+    metavar="N",
+    help="Number of states of the system (every system but two-state) [default: per system].",
+)
+@click.option(
     "--H",
     "H",
     default=None,
@@ -88,6 +95,7 @@ def integrate(
     n_eval,
     batch,
     seed,
+    states,
     H,
     out,
     plot_path,
@@ -104,6 +112,7 @@ def integrate(
     Examples:
       fastslow-sim integrate --eps 0.125
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
+      fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
     from ..integrators import StiffnessWarning, check_eps_range
     from ..integrators import integrate as run_integrate
@@ -134,7 +143,7 @@ def integrate(
                 f"--H is the block length of --method multirate; got --method {method}."
             )
         kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
-    system = make_system(system_name, eps=e)
+    system = make_system(system_name, eps=e, states=states)
     x0v = parse_vector(x0, "--x0") if x0 is not None else None
     y0v = parse_vector(y0, "--y0") if y0 is not None else None
     if batch is not None:
