@@ -29,10 +29,12 @@ ARM_LINESTYLES = {
 
 # one colour per eps, a function of eps alone, so eps = 0.01 has the same colour in every figure:
 # the network's block lengths P = 4, 8, 16 (eps = 1/P) have their own colours, away from the
-# arms'; any other eps (the ODE figures, 0.1 down to 1e-6) sits on viridis at
-# sqrt(log10(0.1/eps)/5), which spreads 0.1, 0.03, 0.01 and 1e-3..1e-6 apart.
+# arms'; any other eps (the ODE figures, 0.1 down to 1e-6) sits on viridis, piecewise linear in
+# log10(eps) through EPS_ANCHORS, which spreads 0.1, 0.03, 0.01 and 1e-3..1e-6 apart.
 P_COLORS = {4: "#d1259f", 8: "#6f4ae0", 16: "#1aa6c9"}
 EPS_CMAP = "viridis"
+EPS_ANCHORS = ((-1.0, 0.0), (-1.5, 0.25), (-2.0, 0.45), (-3.0, 0.6), (-4.0, 0.72), (-5.0, 0.83),
+               (-6.0, 0.92))  # fmt: skip
 STATE_CMAP = "viridis"  # states of the fast chain (never on the same Axes as lines per eps)
 
 # text sizes for figures shown at about 800 px (the README's width): 9-10 in wide at 150 dpi
@@ -67,7 +69,8 @@ def eps_color(eps: float):
     P = 1.0 / eps
     if abs(P - round(P)) < 1e-9 * P and int(round(P)) in P_COLORS:
         return P_COLORS[int(round(P))]
-    pos = 0.92 * math.sqrt(float(np.clip(math.log10(0.1 / eps) / 5.0, 0.0, 1.0)))
+    logs, slots = zip(*EPS_ANCHORS)
+    pos = float(np.interp(math.log10(eps), logs[::-1], slots[::-1]))
     return colormaps[EPS_CMAP](pos)
 
 
