@@ -125,6 +125,8 @@ def test_compute_false_skips_missing_data_and_only_is_checked(tmp_path):
     (tmp_path / "file").write_text("x")
     res = CliRunner().invoke(main, ["figures", "--only", "ode", "--out", str(tmp_path / "file")])
     assert res.exit_code == 2 and "is a file" in res.output
+    res = CliRunner().invoke(main, ["figures", "--only", "ode", "--text", str(tmp_path / "none.txt")])
+    assert res.exit_code == 2 and "is not a file" in res.output and "Traceback" not in res.output
 
 
 @pytest.mark.slow

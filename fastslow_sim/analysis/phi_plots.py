@@ -59,6 +59,14 @@ def plot_phi_vs_pst(results: dict, ax=None):
     return fig
 
 
+def _count(n) -> str:
+    """125000 -> "125k", 2000000 -> "2M", 8 -> "8"."""
+    for div, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
+
+
 def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the attainable floors of each readout (the Bayes filter read out the same way)."""
@@ -85,6 +93,10 @@ def plot_tv_sweep(rows: list, ax=None):
             ax.plot(x, [r["tv"]["corpus frequencies"]["mean"] for r in rs], color="0.6",
                     label="corpus frequencies")  # fmt: skip
         ax.set_xscale("log", base=2 if sweep == "P" else 10)
+        if sel:
+            ticks = sorted({r[xkey] for r in sel})
+            ax.set_xticks(ticks, [_count(t) for t in ticks])
+            ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(r"mean TV distance to $p_{st}(y_b)$")
     handles, labels = axes[0].get_legend_handles_labels()

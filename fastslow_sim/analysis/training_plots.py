@@ -61,7 +61,7 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
                 ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
                         label=f"{arm} ({len(g)} seeds)" if layer == g.shape[2] - 1 else None)  # fmt: skip
                 ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
-                                color=shades[layer], alpha=0.15, lw=0)  # fmt: skip
+                                color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
         ax.set_title(f"{corpus}: gates per layer (darker: deeper)")
         ax.set_xlabel("training step")
         ax.set_ylabel(r"$|\tanh\alpha|$ (mean over seeds)")
@@ -88,16 +88,18 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
             v = np.array([ds["val_loss"].values for ds in runs[arm]])
             ax.plot(steps, v.mean(0), color=arm_color(arm), label=f"{arm} ({len(v)} seeds)")
             ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
-        for name, value in (references or {}).get(corpus, {}).items():
+        refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
+        for k, (name, value) in enumerate(refs):
             ax.axhline(value, color="k", lw=0.8, ls=":")
-            ax.text(steps[-1], value, f"{name} {value:.3f} ", fontsize=7.5, va="bottom",
-                    ha="right")  # fmt: skip
+            # the lowest label below its line, the others above, so that close lines stay legible
+            ax.text(steps[0], value, f" {name} {value:.3f}", fontsize=7.5,
+                    va="top" if k == 0 and len(refs) > 1 else "bottom", ha="left")  # fmt: skip
         ax.set_xlabel("training step")
         first = next(iter(runs.values()), [None])[0]
         default = "validation loss (nats/token)"
         ax.set_ylabel(default if first is None else axis_label(first["val_loss"], default))
         ax.set_title(corpus)
-        ax.legend(loc="upper right")
+        ax.legend(loc="best")
     fig.tight_layout()
     return fig
 
