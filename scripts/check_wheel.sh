@@ -93,8 +93,8 @@ expect runs/reproduce-me/ablation.nc
 run phi-vs-pst runs/reproduce-me/coupled-seed0
 run training-figures --runs runs --out-dir figures
 expect figures/training-gates.png figures/training-val-loss.png figures/training-wall-clock.png
-run figures --out-dir figures --results-dir results
+run figures --only ode --out figures --results-dir results
 expect figures/integrate-birth-death.png figures/equilibrium-manifold.png \
-  figures/convergence.png figures/nonlinear-branches.png
+  figures/convergence.png figures/nonlinear-branches.png figures/multirate-map.pdf
 cd "$ROOT"
 say "passed in $((SECONDS - start)) s"
