@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .bridge.variants import ARMS
 from .errors import InputError
 
 __all__ = ["Sizes", "FULL", "QUICK", "FIGURES", "GROUPS", "make_figures", "phi_sweep",
            "sweep_plan", "cost_dataset", "multirate_error_dataset", "DEFAULT_TEXT"]  # fmt: skip
 
 DEFAULT_TEXT = "../shared/data/tinyshakespeare.txt"  # the README's Shakespeare (relative to cwd)
-ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
 
 
 @dataclass(frozen=True)

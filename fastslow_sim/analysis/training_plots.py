@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fastslow_sim.bridge.variants import ARMS
+
 from .palette import ARM_COLORS, WIDTH, arm_color
 from .plots import axis_label, figure_axes
 
-ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
 COLORS = ARM_COLORS  # the palette's, kept under the old name
 GATED = ("coupled", "frozen-slow", "frozen-gate")  # the arms that have a gate
 
