@@ -782,9 +782,14 @@ def _client(workers, scheduler, client, threads=None):
         with c:
             yield c
         return
-    cluster = _local_cluster(workers, threads)
-    with cluster, Client(cluster) as c:
-        yield c
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # not the nanny's notes on closing its workers
+    try:
+        with _local_cluster(workers, threads) as cluster, Client(cluster) as c:
+            yield c
+    finally:
+        quiet.setLevel(level)
 
 
 def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="sweep.zarr", *,
@@ -798,7 +803,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     `workers=0` runs the cells in this process (no dask); `workers=N` on a local cluster of N
     processes (default: the number of cores); `scheduler=ADDRESS` (or `client`) on an existing
     cluster. Each dask task is one chunk: up to `chunk_size` cells of one batch (`integrate`,
-    default: the batch split evenly over the workers, at most 64) or one cell. `threads`: OMP,
+    default: the batch split evenly over the workers, at most 64: a rodas4 batch costs about
+    as much as one of its trajectories, so smaller chunks only add work) or one cell. `threads`: OMP,
     MKL and torch threads of each local worker (default: cores // workers). `on_chunk(results,
     chunk)` is called as each chunk finishes.
     """
@@ -839,7 +845,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                     n_workers = os.cpu_count() or 1
                 with _client(n_workers, scheduler, client, threads) as c:
                     nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (n_workers or 1))
-                    size = chunk_size or max(1, min(64, math.ceil(len(todo) / (2 * nw))))
+                    size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
                     summary["dashboard"] = _dashboard(c)
                     log(f"dask: {nw} workers at {c.scheduler.address}"
                         + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))

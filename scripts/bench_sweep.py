@@ -15,14 +15,16 @@ started (and warmed by one small sweep, which loads the compiled kernels and the
 the timed rounds, and their start-up is reported apart. Medians over the rounds; ratio = one
 process / 2 workers (above 1: the cluster is faster).
 
-Overhead per task of the engine: 16 cells (eps x seed = 0..3) run one per task
-(`chunk_size=1`), against the 16 `integrate` calls made directly: `(engine - direct) / 16`, in
-this process (cell file, store) and on 1 dask worker (plus submission, scheduling, transfer).
+Overhead per task of the engine: 16 short cells (eps x seed = 0..3, t_end 0.1) run one per
+task (`chunk_size=1`), against the task function called on each cell directly (the same
+`integrate` call, no engine): `(engine - direct) / 16`, in this process (cell file, store) and
+on 1 dask worker (plus submission, scheduling, transfer).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import shutil
@@ -38,8 +40,14 @@ import dask  # noqa: E402
 import torch  # noqa: E402
 from distributed import Client  # noqa: E402
 
-import fastslow_sim as fs  # noqa: E402
-from fastslow_sim.sweep import _local_cluster, run_sweep  # noqa: E402
+from fastslow_sim.sweep import (  # noqa: E402
+    _local_cluster,
+    get_task,
+    make_cells,
+    parse_grid,
+    parse_options,
+    run_sweep,
+)
 from fastslow_sim.training import ARMS, reproduce  # noqa: E402
 
 EPS = "0.1,0.05,0.02,0.01"
@@ -68,6 +76,7 @@ def main():
     parser.add_argument("--no-reproduce", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     opts = {"t_end": args.t_end, "n_eval": args.n_eval, "eps": "0.1"}
     grid = [f"eps={EPS}", "seed=0:15"]
     root = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
@@ -79,12 +88,13 @@ def main():
 
     small = [f"eps={EPS}", "seed=0:3"]
 
+    short = {**opts, "t_end": "0.1"}
+    cells = make_cells(get_task("integrate"), parse_grid("integrate", small),
+                       parse_options("integrate", short))  # fmt: skip
+
     def direct():
-        for e in map(float, EPS.split(",")):
-            s = fs.make_system("birth-death", eps=e)
-            for seed in range(4):
-                x0, y0 = fs.random_initial_conditions(s, 1, seed)
-                fs.integrate(s, (0.0, float(args.t_end)), x0, y0, n_eval=int(args.n_eval))
+        for _, _, params in cells:
+            get_task("integrate").run([params])
 
     print(f"# bench_sweep: python {platform.python_version()}, torch {torch.__version__}, dask "
           f"{dask.__version__}, {os.cpu_count()} cores, OMP threads {os.environ['OMP_NUM_THREADS']}"
@@ -113,15 +123,15 @@ def main():
                                                      workers=0, progress=False, log=quiet),
             "integrate 2 workers": lambda: run_sweep("integrate", grid, opts, fresh("i"),
                                                      client=c2, progress=False, log=quiet),
-            "integrate 2 workers, chunk 32": lambda: run_sweep("integrate", grid, opts,
-                                                               fresh("i"), client=c2,
-                                                               chunk_size=32, progress=False,
-                                                               log=quiet),
-            "direct 16 calls": direct,
-            "engine per cell, 1 process": lambda: run_sweep("integrate", small, opts, fresh("o"),
+            "integrate 2 workers, chunk 8": lambda: run_sweep("integrate", grid, opts,
+                                                              fresh("i"), client=c2,
+                                                              chunk_size=8, progress=False,
+                                                              log=quiet),
+            "direct 16 cells": direct,
+            "engine per cell, 1 process": lambda: run_sweep("integrate", small, short, fresh("o"),
                                                             workers=0, chunk_size=1,
                                                             progress=False, log=quiet),
-            "engine per cell, 1 dask worker": lambda: run_sweep("integrate", small, opts,
+            "engine per cell, 1 dask worker": lambda: run_sweep("integrate", small, short,
                                                                 fresh("o"), client=c1,
                                                                 chunk_size=1, progress=False,
                                                                 log=quiet),
@@ -145,10 +155,10 @@ def main():
     print()
     print("| workload | cells | one process (s) | 2 workers (s) | ratio one / two |")
     print("|---|---:|---:|---:|---:|")
-    rows = [("integrate sweep (eps x seed; 1 process: one rodas4 batch of 64; 2 workers: 4 "
-             "batches of 16)", 64, "integrate 1 process", "integrate 2 workers"),
-            ("integrate sweep, 2 workers with 2 batches of 32", 64, "integrate 1 process",
-             "integrate 2 workers, chunk 32")]  # fmt: skip
+    rows = [("integrate sweep (eps x seed; 1 process: one rodas4 batch of 64; 2 workers: 2 "
+             "batches of 32)", 64, "integrate 1 process", "integrate 2 workers"),
+            ("integrate sweep, 2 workers with 8 batches of 8", 64, "integrate 1 process",
+             "integrate 2 workers, chunk 8")]  # fmt: skip
     if not args.no_reproduce:
         rows.append((f"reproduce grid ({len(ARMS)} arms x {args.seeds} seeds, {args.tokens:,} "
                      f"tokens)", len(ARMS) * args.seeds, "reproduce 1 process",
@@ -156,17 +166,15 @@ def main():
     for label, cells, one, two in rows:
         a, b = med[one], med[two]
         print(f"| {label} | {cells} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
-    d = med["direct 16 calls"]
+    d = med["direct 16 cells"]
     print()
     print("| engine overhead per task (16 cells, one cell per task) | ms per cell |")
     print("|---|---:|")
-    print(f"| direct integrate calls, per cell (no engine) | {1e3 * d / 16:.1f} |")
+    print(f"| the task function called directly, per cell (no engine) | {1e3 * d / 16:.1f} |")
     print(f"| in this process: cell file + store, (engine - direct) / 16 | "
           f"{1e3 * (med['engine per cell, 1 process'] - d) / 16:.1f} |")  # fmt: skip
     print(f"| on 1 dask worker: + submit, schedule, transfer, (engine - direct) / 16 | "
           f"{1e3 * (med['engine per cell, 1 dask worker'] - d) / 16:.1f} |")  # fmt: skip
-    print(f"\nbatching: 64 cells one call each (4 x the 16 direct calls) take "
-          f"{4 * d / med['integrate 1 process']:.1f}x the one rodas4 batch of 64")  # fmt: skip
     print(f"\ncluster start-up: 1 worker {start1:.1f} s, 2 workers {start2:.1f} s (not in the "
           f"times above; a first sweep on fresh workers also loads the compiled kernels)")  # fmt: skip
 

@@ -22,7 +22,7 @@ from ..errors import InputError
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run on the existing dask cluster at ADDRESS (e.g. tcp://10.0.0.5:8786).")
 @click.option("--chunk-size", default=None, type=int, metavar="K",
-              help="Cells per dask task for batched tasks [default: the batch over 2x workers, <= 64].")
+              help="Cells per dask task for batched tasks [default: the batch over the workers, <= 64].")
 @click.option("--retry-failed", is_flag=True, help="Run the cells that failed before again.")
 @click.option("--runs-dir", default=None, metavar="DIR",
               help="train-network: folder of the run folders [default: PATH-runs].")
