@@ -289,8 +289,8 @@ def test_remote_scheduler_and_worker_processes(tmp_path):
         assert np.array_equal(ds["x"].sel(eps=0.05, seed=1).values,
                               _one_by_one("birth-death", 0.05, 1)["x"].values)  # fmt: skip
         bad = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store",
-                                        str(tmp_path / "x.zarr"), "--scheduler",
-                                        "tcp://127.0.0.1:1"])  # fmt: skip
+                                        str(tmp_path / "x.zarr"), "--eps", "0.1",
+                                        "--scheduler", "tcp://127.0.0.1:1"])  # fmt: skip
         assert bad.exit_code == 2 and "cannot reach the dask scheduler" in bad.output
     finally:
         for p in reversed(procs):
