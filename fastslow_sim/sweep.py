@@ -820,7 +820,6 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     if t.needs_out:
         runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
     cells = make_cells(t, grid, fixed, runs_dir)
-    _create_store(store)  # only now: bad input leaves nothing behind
     cells_dir = store / CELLS
     if retry_failed:
         for _, key, _ in cells:
@@ -830,31 +829,31 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
     run_id = uuid.uuid4().hex[:12]
     attrs = {**(attrs or {}), "run_id": run_id}
-    consolidate(store, t, grid, fixed, cells, attrs)
     summary = {"store": str(store), "n_cells": len(cells), "n_skipped": len(cells) - len(todo),
                "n_run": 0, "n_failed": 0, "dashboard": None}  # fmt: skip
-    if todo:
-        n_workers = workers
+    here = workers == 0 and scheduler is None and client is None
+    if workers is None and scheduler is None and client is None:
+        workers = os.cpu_count() or 1
+    with contextlib.ExitStack() as stack:
+        # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
+        c = None if here or not todo else stack.enter_context(_client(workers, scheduler, client,
+                                                                       threads))  # fmt: skip
+        _create_store(store)
+        consolidate(store, t, grid, fixed, cells, attrs)
         try:
-            if workers == 0 and scheduler is None and client is None:
-                size = chunk_size or 64
-                _drive(t, _chunks(t, todo, size), cells_dir, run_id, None, progress, summary,
-                       on_chunk)  # fmt: skip
+            if c is None:
+                _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None, progress,
+                       summary, on_chunk)  # fmt: skip
             else:
-                if n_workers is None and scheduler is None and client is None:
-                    n_workers = os.cpu_count() or 1
-                with _client(n_workers, scheduler, client, threads) as c:
-                    nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (n_workers or 1))
-                    size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
-                    summary["dashboard"] = _dashboard(c)
-                    log(f"dask: {nw} workers at {c.scheduler.address}"
-                        + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
-                    _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
-                           on_chunk)  # fmt: skip
+                nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (workers or 1))
+                size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
+                summary["dashboard"] = _dashboard(c)
+                log(f"dask: {nw} workers at {c.scheduler.address}"
+                    + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
+                _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
+                       on_chunk)  # fmt: skip
         finally:
             summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
-    else:
-        summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
     ds = summary["dataset"]
     summary["n_failed"] = int(ds.attrs["n_failed"])
     summary["n_pending"] = int(ds.attrs["n_pending"])

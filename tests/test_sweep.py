@@ -292,6 +292,7 @@ def test_remote_scheduler_and_worker_processes(tmp_path):
                                         str(tmp_path / "x.zarr"), "--eps", "0.1",
                                         "--scheduler", "tcp://127.0.0.1:1"])  # fmt: skip
         assert bad.exit_code == 2 and "cannot reach the dask scheduler" in bad.output
+        assert not (tmp_path / "x.zarr").exists()
     finally:
         for p in reversed(procs):
             p.terminate()
