@@ -102,7 +102,9 @@ def test_pooling_and_upsampling_gradcheck():
     torch.testing.assert_close(pooled[:, 1], x[:, 4:8].mean(1))
 
 
-@pytest.mark.parametrize("T_len,P_len", [(1, 1), (3, 4), (4, 4), (7, 8), (11, 4), (23, 4), (24, 8), (25, 8)])
+@pytest.mark.parametrize(
+    "T_len,P_len", [(1, 1), (3, 4), (4, 4), (7, 8), (11, 4), (23, 4), (24, 8), (25, 8)]
+)
 def test_fused_add_completed_equals_building_the_upsampled_tensor(T_len, P_len):
     """The fused slow-path output `x + u` against the plain form that builds `u`: the forward
     is the same additions (bitwise equal); the backward sums the same numbers in possibly

@@ -176,7 +176,9 @@ def add_completed(x: torch.Tensor, padded: torch.Tensor, P: int) -> torch.Tensor
     over `x` (forward) and one reduction over blocks (backward)."""
     B, T, C = x.shape
     if padded.shape != (B, T // P + 1, C):
-        raise ValueError(f"padded states of shape {tuple(padded.shape)}; expected {(B, T // P + 1, C)}.")
+        raise ValueError(
+            f"padded states of shape {tuple(padded.shape)}; expected {(B, T // P + 1, C)}."
+        )
     return _AddCompleted.apply(x, padded, P)
 
 
