@@ -1,6 +1,17 @@
 """Benchmark: the fast-slow network's cost against the dense baseline, side by side.
 
-Run: python scripts/bench_network.py [--rounds N] [--quick]
+Run: python scripts/bench_network.py [--rounds N] [--quick] [--only-training-loop]
+       [--device cpu|cuda] [--autocast]
+
+0. The training loop (forward, backward, gradient clipping, AdamW step, as in
+   fastslow_sim.training) of the dense and coupled arms at the `reproduce` defaults
+   (TrainConfig: batch 8, L=4, d=128, 4 heads, P=8; the me corpus's 8 symbols) at T = 256 and
+   1024, interleaved (every round runs one iteration of each arm, in a rotating order), with
+   the coupled arm also run with the plain slow path (`SlowPath.forward_reference`, the
+   implementation before the fused upsampling) as a baseline row. The wall-clock ratio
+   coupled/dense (median of the per-round ratios) beside the FLOP ratio of
+   fastslow_sim.bridge.cost; the thread-CPU-time ratio too, which other processes on a shared
+   machine disturb less. Target (issue 15): the wall ratio within 0.03 of the FLOP ratio.
 
 1. Forward plus backward time per step, dense and coupled interleaved in the same run (each
    round runs one step of each), medians and their ratio, for L=4, d=128, 4 heads, batch 8,
@@ -26,7 +37,10 @@ import numpy as np
 import torch
 
 from fastslow_sim.bridge import BridgeConfig, FastSlowLM, flops_per_token, mfu
+from fastslow_sim.bridge.cost import peak_flops
 from fastslow_sim.bridge.model import SlowPath, block_mean_pool
+from fastslow_sim.me_corpus import MECorpusConfig
+from fastslow_sim.training import TrainConfig, make_optimizer
 
 NANOGPT_ANCHOR = {(256, 8): 9560.0, (1024, 2): 6780.0}
 
@@ -94,6 +108,93 @@ def table_dense_vs_coupled(Ts, batch, rounds, device, autocast=False):
     return ratios
 
 
+def training_loop_table(Ts, rounds, device, autocast=False, warmup=2):
+    """Per-iteration wall and thread CPU time of the training loop, dense / coupled / coupled with
+    the reference slow path, interleaved; returns {T: (wall ratio, FLOP ratio)}."""
+    base = TrainConfig()
+    vocab = MECorpusConfig().n_states
+    dt = "bf16 autocast" if autocast else "fp32"
+    print(f"\n## training loop (forward, backward, clip, AdamW step) at the reproduce defaults "
+          f"({device.type}, {dt}, batch {base.batch_size}, L={base.n_layer}, d={base.n_embd}, "
+          f"P={base.P}, vocabulary {vocab}; {rounds} interleaved rounds, medians)")  # fmt: skip
+    mfu_cols = device.type == "cuda"
+    name = torch.cuda.get_device_name(device) if mfu_cols else ""
+    peak = peak_flops(name, "bf16" if autocast else "fp32") if mfu_cols else None
+    if mfu_cols and peak is None:
+        print(f"(no peak known for {name!r} in fastslow_sim.bridge.cost.PEAK_FLOPS: MFU not shown)")
+    print("| T | dense ms | coupled ms | coupled/dense wall | FLOP ratio | wall - FLOP | "
+          "coupled/dense CPU time | reference slow path: coupled ms | reference coupled/dense wall |"
+          + (" MFU dense | MFU coupled |" if peak else ""))  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if peak else ""))
+    out = {}
+    for T in Ts:
+        arms, cfgs = {}, {}
+        for arm in ("dense", "coupled", "coupled-reference"):
+            variant = arm.split("-")[0]
+            cfg = TrainConfig(**{**base.__dict__, "variant": variant, "block_size": T})
+            torch.manual_seed(0)
+            cfgs[arm] = cfg.model_config(vocab)
+            model = FastSlowLM(cfgs[arm]).to(device).train()
+            if arm == "coupled-reference":
+                for sp in model.slow:
+                    sp.forward = sp.forward_reference
+            opt = make_optimizer(model, cfg)
+            gen = torch.Generator().manual_seed(1)
+            idx = torch.randint(0, vocab, (cfg.batch_size, T + 1), generator=gen).to(device)
+
+            def it(model=model, opt=opt, idx=idx, clip=cfg.grad_clip):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    _, loss = model(idx[:, :-1], idx[:, 1:])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+
+            arms[arm] = it
+        for fn in arms.values():
+            for _ in range(warmup):
+                fn()
+        wall = {k: [] for k in arms}
+        cpu = {k: [] for k in arms}
+        names = list(arms)
+        for r in range(rounds):
+            for k in names[r % 3 :] + names[: r % 3]:  # rotate the order: no arm always first
+                sync(device)
+                c0, t0 = time.thread_time(), time.perf_counter()
+                arms[k]()
+                sync(device)
+                wall[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.thread_time() - c0)
+        w = {k: np.array(v) for k, v in wall.items()}
+        c = {k: np.array(v) for k, v in cpu.items()}
+        ratio = float(np.median(w["coupled"] / w["dense"]))
+        ratio_ref = float(np.median(w["coupled-reference"] / w["dense"]))
+        ratio_cpu = float(np.median(c["coupled"] / c["dense"]))
+        flop = (
+            flops_per_token(cfgs["coupled"], T)["train"]
+            / flops_per_token(cfgs["dense"], T)["train"]
+        )
+        row = (f"| {T} | {1e3 * np.median(w['dense']):.1f} | {1e3 * np.median(w['coupled']):.1f} | "
+               f"{ratio:.3f} | {flop:.3f} | {ratio - flop:+.3f} | {ratio_cpu:.3f} | "
+               f"{1e3 * np.median(w['coupled-reference']):.1f} | {ratio_ref:.3f} |")  # fmt: skip
+        if peak:
+            tokens = base.batch_size * T
+            m_d = flops_per_token(cfgs["dense"], T)["train"] * tokens / np.median(w["dense"]) / peak
+            m_c = (
+                flops_per_token(cfgs["coupled"], T)["train"]
+                * tokens
+                / np.median(w["coupled"])
+                / peak
+            )
+            row += f" {m_d:.1%} | {m_c:.1%} |"
+        print(row)
+        out[T] = (ratio, flop)
+    print("target: coupled/dense training-loop wall ratio within 0.03 of the FLOP ratio: " + "; ".join(
+        f"T={T} {'met' if r - f <= 0.03 else 'NOT met'} ({r:.3f} vs {f:.3f}, {r - f:+.3f})"
+        for T, (r, f) in out.items()))  # fmt: skip
+    return out
+
+
 def slow_attention_scaling(Ts, batch, rounds, device):
     print(f"\n## slow-path attention alone (pooled tokens, forward+backward), batch {batch}")
     print("| T | pooled tokens T/P | time (ms) |")
@@ -144,10 +245,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="T = 256, 1024 only, 3 rounds")
+    parser.add_argument(
+        "--only-training-loop", action="store_true", help="the training-loop table (0.) alone"
+    )
+    parser.add_argument(
+        "--loop-rounds", type=int, default=None, help="rounds of the training-loop table [--rounds]"
+    )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the tables run [cpu]; cuda adds MFU against the device's peak")  # fmt: skip
+    parser.add_argument("--autocast", action="store_true", help="bf16 autocast (on cuda)")
+    parser.add_argument(
+        "--Ts", default=None, help="comma-separated T of table 1 on cuda [1024,4096,8192]"
+    )
     args = parser.parse_args()
+    if args.rounds < 1 or (args.loop_rounds is not None and args.loop_rounds < 1):
+        parser.error("--rounds and --loop-rounds must be positive integers")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
     rounds = 3 if args.quick else args.rounds
     print(f"# bench_network: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"python {platform.python_version()}")  # fmt: skip
+    device = torch.device(args.device)
+    training_loop_table([256, 1024], args.loop_rounds or rounds, device, autocast=args.autocast)
+    if args.only_training_loop:
+        return
+    if device.type == "cuda":
+        Ts = [int(t) for t in args.Ts.split(",")] if args.Ts else [1024, 4096, 8192]
+        print(f"\n# CUDA: {torch.cuda.get_device_name()}")
+        table_dense_vs_coupled(Ts, 8, rounds, device, autocast=args.autocast)
+        return
     cpu = torch.device("cpu")
     Ts = [256, 1024] if args.quick else [256, 1024, 4096]
     ratios = table_dense_vs_coupled(Ts, 8, rounds, cpu)
