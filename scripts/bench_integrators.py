@@ -308,6 +308,37 @@ def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
     judge_diffrax(rows_g, t_g, len(z0_g), err_g, f"rodas4 ({args.accelerator_device})")
 
 
+def gpu_section(args, configs, dfx_skip):
+    """rodas4 at `--gpu-batch` trajectories on CUDA (median of `--gpu-rounds` calls), then the
+    diffrax rows on the same GPU and initial conditions where JAX has CUDA."""
+    acc = torch.device(args.accelerator_device)
+    if acc.type == "cuda" and not torch.cuda.is_available():
+        print("\n(no CUDA device here: the GPU rows are not measured)")
+        return
+    where = (
+        f"CUDA {torch.cuda.get_device_name(acc)}"
+        if acc.type == "cuda"
+        else f"{acc} (a test of the GPU path)"
+    )
+    sys_g, z0_g = problem(args.gpu_batch, seed=1)
+    run_rodas4(sys_g, z0_g[: min(64, args.gpu_batch)], acc)  # warm-up
+    times_g = []
+    for _ in range(args.gpu_rounds):
+        t, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, acc))
+        times_g.append(t)
+    t_g = float(np.median(times_g))
+    idx_g = np.linspace(0, args.gpu_batch - 1, min(32, args.gpu_batch)).astype(int)
+    ref_g = reference(sys_g, z0_g, idx_g)
+    err_g = np.max(np.abs(z_g[idx_g] - ref_g))
+    print(
+        f"\n{where}: rodas4, {args.gpu_batch} trajectories in {t_g:.2f} s (median of "
+        f"{args.gpu_rounds}; {args.gpu_batch / t_g:,.0f} trajectories/s), max error on "
+        f"{len(idx_g)} of them {err_g:.1e}, {int((status_g == 0).sum())}/{args.gpu_batch} success; "
+        f"steps {int(st_g['naccept'].sum()):,} accepted, {int(st_g['nreject'].sum()):,} rejected"
+    )
+    gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip)
+
+
 def main():
     global ATOL  # --atol changes it for every method
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -348,6 +379,9 @@ def main():
         default=None,
         help="as --diffrax-trajectories, for the diffrax rows on CUDA (default: all of --gpu-batch)",
     )
+    parser.add_argument(
+        "--gpu-only", action="store_true", help="only the GPU rows (rodas4 and diffrax on CUDA)"
+    )
     parser.add_argument("--gpu-rounds", type=int, default=3, help="timed rodas4 calls on CUDA [3]")
     parser.add_argument(
         "--accelerator-device",
@@ -372,6 +406,9 @@ def main():
     for name in ("diffrax_trajectories", "gpu_diffrax_trajectories"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    dfx_skip = "--skip-diffrax was given" if args.skip_diffrax else diffrax_missing()
+    if args.gpu_only:
+        return gpu_section(args, configs, dfx_skip)
     system, z0 = problem(args.batch)
     idx = np.linspace(0, args.batch - 1, min(args.reference, args.batch)).astype(int)
     print(
@@ -430,7 +467,6 @@ def main():
     if not args.skip_lsoda:
         t_ls, (z_l, st_l) = timed(lambda: run_lsoda(system, z0))
         rows.append(("scipy LSODA loop, analytic Jacobian", t_ls, z_l, f"nfev {st_l['nfev']:,}"))
-    dfx_skip = "--skip-diffrax was given" if args.skip_diffrax else diffrax_missing()
     dfx_rows = []
     if dfx_skip is None:
         jax = jax_setup(torch.get_num_threads())
@@ -477,32 +513,7 @@ def main():
             f"compiling and then solving the batch once, took {t_compile:.1f} s (torch caches "
             f"compiled code on disk, so a later process may take less)"
         )
-    acc = torch.device(args.accelerator_device)
-    if acc.type == "cuda" and not torch.cuda.is_available():
-        print("\n(no CUDA device here: the GPU rows are not measured)")
-        return
-    where = (
-        f"CUDA {torch.cuda.get_device_name(acc)}"
-        if acc.type == "cuda"
-        else f"{acc} (a test of the GPU path)"
-    )
-    sys_g, z0_g = problem(args.gpu_batch, seed=1)
-    run_rodas4(sys_g, z0_g[: min(64, args.gpu_batch)], acc)  # warm-up
-    times_g = []
-    for _ in range(args.gpu_rounds):
-        t, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, acc))
-        times_g.append(t)
-    t_g = float(np.median(times_g))
-    idx_g = np.linspace(0, args.gpu_batch - 1, min(32, args.gpu_batch)).astype(int)
-    ref_g = reference(sys_g, z0_g, idx_g)
-    err_g = np.max(np.abs(z_g[idx_g] - ref_g))
-    print(
-        f"\n{where}: rodas4, {args.gpu_batch} trajectories in {t_g:.2f} s (median of "
-        f"{args.gpu_rounds}; {args.gpu_batch / t_g:,.0f} trajectories/s), max error on "
-        f"{len(idx_g)} of them {err_g:.1e}, {int((status_g == 0).sum())}/{args.gpu_batch} success; "
-        f"steps {int(st_g['naccept'].sum()):,} accepted, {int(st_g['nreject'].sum()):,} rejected"
-    )
-    gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip)
+    gpu_section(args, configs, dfx_skip)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,20 @@ def test_pooling_and_upsampling_gradcheck():
     torch.testing.assert_close(pooled[:, 1], x[:, 4:8].mean(1))
 
 
+@pytest.mark.parametrize("P_len", [1, 3, 7, 8])
+def test_block_mean_pool_is_the_mean_bit_for_bit(P_len):
+    """Pooling as sum / P (cheaper backward) is `mean` over each block exactly, whether or not P
+    divides T, and so is its gradient."""
+    for T_len in (4 * P_len, 4 * P_len + P_len // 2):
+        x = torch.randn(2, T_len, 5, dtype=torch.float64, requires_grad=True)
+        nb = T_len // P_len
+        ref = x[:, : nb * P_len].reshape(2, nb, P_len, 5).mean(dim=2)
+        out = block_mean_pool(x, P_len)
+        assert torch.equal(out, ref)
+        w = torch.randn(ref.shape, dtype=torch.float64)
+        assert torch.equal(torch.autograd.grad(out, x, w)[0], torch.autograd.grad(ref, x, w)[0])
+
+
 @pytest.mark.parametrize(
     "T_len,P_len", [(1, 1), (3, 4), (4, 4), (7, 8), (11, 4), (23, 4), (24, 8), (25, 8)]
 )
@@ -370,3 +384,18 @@ def test_bad_tokens():
         model.generate(torch.zeros(1, 30, dtype=torch.long), 5)
     with torch.no_grad():
         assert np.isfinite(float(model(torch.zeros(1, 32, dtype=torch.long))[0].sum()))
+
+
+def test_peak_table_is_keyed_by_exact_device_names():
+    """MFU uses the named device's own peak; an unknown name (or a near miss) has none."""
+    from fastslow_sim.bridge import mfu, peak_flops
+
+    assert peak_flops("NVIDIA H200") == 989e12 and peak_flops("NVIDIA H200 NVL") == 836e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    for name in ("NVIDIA H20", "NVIDIA H200X", "cpu", "NVIDIA GeForce RTX 4090", ""):
+        assert peak_flops(name) is None
+    cfg = BridgeConfig(vocab_size=8, block_size=256, variant="coupled")
+    assert mfu(cfg, 1e6, "NVIDIA GeForce RTX 4090") is None
+    want = flops_per_token(cfg, 256)["train"] * 1e6 / 989e12
+    assert mfu(cfg, 1e6, "NVIDIA H200", "bf16", 256) == pytest.approx(want, rel=1e-12)

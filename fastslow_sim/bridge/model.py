@@ -105,7 +105,9 @@ def block_mean_pool(x: torch.Tensor, P: int) -> torch.Tensor:
     `jP .. jP+P-1`; an incomplete final block is dropped (no token may read it yet)."""
     B, T, C = x.shape
     nb = T // P
-    return x[:, : nb * P].reshape(B, nb, P, C).mean(dim=2)
+    # sum / P is `mean` bit for bit, and its backward divides the small (B, nb, C) gradient
+    # before broadcasting it (mean's divides the full-length one); no slice when P divides T
+    return (x if nb * P == T else x[:, : nb * P]).reshape(B, nb, P, C).sum(dim=2) / P
 
 
 def completed_block_index(T: int, P: int, device=None) -> torch.Tensor:
@@ -276,7 +278,9 @@ class SlowPath(nn.Module):
 
     def slow_states(self, x):
         """`(B, T, C) -> (B, T//P, C)`: the slow variable after attention and phi_theta."""
-        s = block_mean_pool(x, self.P)
+        return self._slow(block_mean_pool(x, self.P))
+
+    def _slow(self, s):
         if s.shape[1] == 0:
             return s
         s = s + self.attn(self.ln_a(s))  # square (pooled over pooled): is_causal is right here
@@ -290,9 +294,11 @@ class SlowPath(nn.Module):
         return add_completed(x, padded, self.P), z
 
     def forward_reference(self, x):
-        """The straightforward form of `forward` (the upsampled tensor built, then added): the
-        baseline of tests/test_bridge.py and scripts/bench_network.py."""
-        z = self.slow_states(x)
+        """The straightforward form of `forward` (pooling as slice and mean, the upsampled tensor
+        built, then added): the baseline of tests/test_bridge.py and scripts/bench_network.py."""
+        B, T, C = x.shape
+        nb = T // self.P
+        z = self._slow(x[:, : nb * self.P].reshape(B, nb, self.P, C).mean(dim=2))
         g = self.gate()
         return x + upsample_completed(g * z, g * self.null, self.P, x.shape[1]), z
 
