@@ -133,14 +133,11 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2):
     peak = peak_flops(name, "bf16" if autocast else "fp32") if name else None
     if name and peak is None:
         print(f"(no peak known for {name!r} in fastslow_sim.bridge.cost.PEAK_FLOPS: no MFU)")
-    print("| T | dense ms | coupled ms | coupled/dense wall | FLOP ratio | wall - FLOP | "
-          "FLOP ratio, causal half-square | coupled/dense CPU time | ratio of fastest rounds | fwd+bwd ratio | "
-          "clip+AdamW ms dense / coupled | reference slow path: coupled ms | reference "
-          "coupled/dense wall |" + (" MFU dense | MFU coupled |" if peak else ""))  # fmt: skip
-    print(
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        + ("---:|---:|" if peak else "")
-    )
+    cols = ["T", "dense ms", "coupled ms", "coupled/dense wall", "FLOP ratio", "wall - FLOP",
+            "FLOP ratio, causal half-square", "coupled/dense CPU time", "ratio of fastest rounds",
+            "fwd+bwd ratio", "clip+AdamW ms dense / coupled", "reference slow path: coupled ms",
+            "reference coupled/dense wall"] + (["MFU dense", "MFU coupled"] if peak else [])  # fmt: skip
+    print("| " + " | ".join(cols) + " |\n|" + "---:|" * len(cols))
     out = {}
     for T in Ts:
         arms, cfgs = {}, {}
