@@ -98,6 +98,16 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
 
 
+def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
+    """The training loop's AdamW: weight decay on matrices and embeddings only, betas (0.9, beta2)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, cfg.beta2),
+    )  # fmt: skip
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -292,12 +302,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     torch.manual_seed(cfg.seed)
     model = FastSlowLM(mcfg).to(device)
     raw_model = model
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, cfg.beta2),
-    )  # fmt: skip
+    opt = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     steps = max(1, cfg.tokens // (cfg.batch_size * cfg.block_size * world))
     logs = {"loss": [], "lr": [], "tokens_per_s": [], "gates": [], "eval_step": [], "val_loss": []}
