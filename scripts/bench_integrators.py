@@ -11,9 +11,9 @@ g = c.x - y), eps = 1e-4, t in [0, 10], rtol = 1e-6, atol = 1e-9; x0 uniform on 
   (c) fastslow-sim's RODAS4 in torch, all trajectories in one batch: with the Jacobian as an
       arrow-tridiagonal matrix (the default for neighbour chains) and the step's hot loops
       (arrow solves, stage sums, error norm) as compiled CPU kernels (numba; the default), the
-      same with those loops as torch vector operations (`linalg.CPU_KERNELS = "torch"`), with
-      the Jacobian dense (batched LAPACK LU), and with the step compiled by `torch.compile`
-      (its compile time is printed apart); on CUDA too if present.
+      same with those loops as torch vector operations (`linear_solver="arrow-torch"`), and with
+      the Jacobian dense (batched LAPACK LU, `linear_solver="dense"`); on CUDA too if present.
+      (A `torch.compile` row was dropped with the solver's compile option: it no longer won.)
 Largest error at t = 10 against a tight reference (scipy Radau, rtol 1e-10, atol 1e-13, analytic
 Jacobian) on an evenly spaced subset of the batch (running it on all 1024 would take minutes).
 The LSODA loop runs once (about 40 s); the RODAS4 variants and scipy BDF run back to back in
@@ -52,9 +52,7 @@ from scipy.integrate import solve_ivp
 from scipy.sparse import block_diag, csr_matrix
 
 import fastslow_sim as fs
-from fastslow_sim import linalg
-from fastslow_sim.integrators import torch_functions
-from fastslow_sim.rosenbrock import rodas4_solve
+from fastslow_sim.rosenbrock import solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
 
 N_STATES, EPS, T_END, RTOL, ATOL = 16, 1e-4, 10.0, 1e-6, 1e-9
@@ -90,16 +88,11 @@ def run_bdf_stacked(system, z0):
     return sol.y[:, -1].reshape(B, d), {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}
 
 
-def run_rodas4(system, z0, device, structured=True, compile=False, kernel="auto"):
-    fun, jac = torch_functions(system, torch.float64, device, structured=structured)
+def run_rodas4(system, z0, device, linear_solver="auto"):
+    field = system.torch_functions(torch.float64, device)
     z = torch.as_tensor(z0, dtype=torch.float64, device=device)
-    linalg.CPU_KERNELS, before = kernel, linalg.CPU_KERNELS
-    try:
-        out, status, stats = rodas4_solve(
-            fun, jac, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL, compile=compile
-        )
-    finally:
-        linalg.CPU_KERNELS = before
+    out, status, stats = solve(field, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL,
+                               linear_solver=linear_solver)  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (
@@ -379,11 +372,6 @@ def main():
     parser.add_argument(
         "--atol", type=float, default=ATOL, help="absolute tolerance of every method (default 1e-9)"
     )
-    parser.add_argument(
-        "--skip-compile",
-        action="store_true",
-        help="skip the torch.compile row (minutes to compile)",
-    )
     parser.add_argument("--skip-diffrax", action="store_true", help="skip the diffrax rows")
     parser.add_argument(
         "--diffrax-configs",
@@ -454,19 +442,14 @@ def main():
 
     run_rodas4(system, z0[:8], cpu)  # warm-up
     variants = {
-        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, numba kernels)": {"kernel": "numba"},
-        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, torch vector operations)": {
-            "kernel": "torch"
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, numba kernels)": {
+            "linear_solver": "arrow-numba"
         },
-        "rodas4 (torch, cpu, dense Jacobian, LAPACK LU)": {"structured": False},
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, torch vector operations)": {
+            "linear_solver": "arrow-torch"
+        },
+        "rodas4 (torch, cpu, dense Jacobian, LAPACK LU)": {"linear_solver": "dense"},
     }
-    t_compile = None
-    if not args.skip_compile:
-        # the first call compiles; on the full batch, because a graph compiled on a small batch
-        # carries a size guard (2 <= b <= 16 after a warm-up with 8) and the full batch would
-        # compile again inside the first timed round
-        t_compile, _ = timed(lambda: run_rodas4(system, z0, cpu, compile=True))
-        variants["rodas4 (torch, cpu, arrow-tridiagonal, torch.compile, warm)"] = {"compile": True}
     # every torch variant and the faster baseline back to back in each round; medians, and the
     # per-round ratios (a pair run back to back shares the machine's speed of the moment)
     times = {name: [] for name in variants}
@@ -541,15 +524,6 @@ def main():
                               f"rodas4 at rtol {rtol_m:.3g}, atol {atol_m:.3g}")  # fmt: skip
     else:
         print(f"(diffrax rows skipped: {dfx_skip})")
-    if t_compile is not None:
-        rc = float(
-            np.median(round_ratios["rodas4 (torch, cpu, arrow-tridiagonal, torch.compile, warm)"])
-        )
-        print(
-            f"torch.compile: {rc:.2f}x once compiled (median per-round ratio); its first call, "
-            f"compiling and then solving the batch once, took {t_compile:.1f} s (torch caches "
-            f"compiled code on disk, so a later process may take less)"
-        )
     gpu_section(args, configs, dfx_skip)
 
 

@@ -40,8 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import InputError
+from .variants import VARIANTS
 
-VARIANTS = ("dense", "coupled", "frozen-gate", "frozen-slow")
 GATES = ("scalar", "channel")
 
 
