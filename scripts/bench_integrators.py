@@ -213,11 +213,15 @@ def run_diffrax(fn, z0):
     return tuple(np.asarray(o) for o in out)
 
 
-def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj):
+def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj, companions=None):
     """Time every diffrax configuration on `n_traj` of the trajectories (all of them by default;
     an evenly spaced subset that contains the reference subset otherwise): the first call
     (compile and solve) apart from the warm calls (median of `rounds`), and the error on the
-    reference subset. Returns rows `(name, warm s, first s, error, accepted, rejected, ok, B)`."""
+    reference subset. `companions(error)` may return `{name: (fn, error)}` of rodas4 runs on all
+    `B` trajectories: each is timed right before and right after every warm diffrax call, so the
+    ratio diffrax/rodas4 per trajectory is taken from calls that shared the machine's speed of
+    the moment. Returns rows `(name, warm s, first s, error, accepted, rejected, ok, n, paired)`
+    with `paired = {companion: (median ratio, its error)}`."""
     B = len(z0)
     sub = np.arange(B)
     if n_traj < B:
@@ -226,15 +230,21 @@ def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj):
     rows = []
     for solver, pcoeff, icoeff in configs:
         fn = diffrax_solver(system, solver, pcoeff, icoeff)
-        t_first, _ = timed(lambda: run_diffrax(fn, z0[sub]))
-        times = []
+        t_first, (z, acc, rej, ok) = timed(lambda: run_diffrax(fn, z0[sub]))
+        err = float(np.max(np.abs(z[pos] - ref)))
+        comps = companions(err) if companions else {}
+        times, ratios = [], {k: [] for k in comps}
         for _ in range(rounds):
+            before = {k: timed(f)[0] for k, (f, _) in comps.items()}
             t, (z, acc, rej, ok) = timed(lambda: run_diffrax(fn, z0[sub]))
             times.append(t)
-        err = float(np.max(np.abs(z[pos] - ref)))
+            for k, (f, _) in comps.items():
+                t_c = (before[k] + timed(f)[0]) / 2
+                ratios[k].append((t / len(sub)) / (t_c / B))
         name = f"diffrax {solver}, PIDController(pcoeff={pcoeff:g}, icoeff={icoeff:g})"
+        paired = {k: (float(np.median(v)), comps[k][1]) for k, v in ratios.items()}
         rows.append((name, float(np.median(times)), t_first, err, int(acc.sum()), int(rej.sum()),
-                     int(ok.sum()), len(sub)))  # fmt: skip
+                     int(ok.sum()), len(sub), paired))  # fmt: skip
         print(f"  ({name}: first call {t_first:.1f} s, warm {float(np.median(times)):.1f} s on "
               f"{len(sub)} trajectories)", flush=True)  # fmt: skip
     return rows
@@ -259,7 +269,7 @@ def parse_diffrax_configs(text: str) -> list:
 
 def print_diffrax_rows(dfx_rows, B, baseline):
     """Rows in the main table's format; walls scaled to `B` trajectories where a subset ran."""
-    for name, warm, first, err, acc, rej, ok, n in dfx_rows:
+    for name, warm, first, err, acc, rej, ok, n, _ in dfx_rows:
         wall = warm * B / n
         label = name if n == B else f"{name} (wall scaled from {n} trajectories)"
         print(f"| {label} | {wall:.2f} | {baseline / wall:.2f}x | {err:.2e} | first call (compile "
@@ -270,7 +280,7 @@ def print_diffrax_rows(dfx_rows, B, baseline):
 def judge_diffrax(dfx_rows, t_rodas, B, err_rodas, label):
     """Target (issue 15): rodas4 >= 20x faster than diffrax's fastest row, at equal or better error
     (walls per trajectory, so a diffrax subset compares fairly)."""
-    name, warm, _, err, *_, n = min(dfx_rows, key=lambda r: r[1] / r[7])
+    name, warm, _, err, *_, n, _ = min(dfx_rows, key=lambda r: r[1] / r[7])
     speed = (warm / n) / (t_rodas / B)
     met = speed >= 20 and err_rodas <= err
     print(f"target: {label} >= 20x faster than diffrax's fastest row ({name}) at equal or better "
@@ -281,7 +291,8 @@ def judge_diffrax(dfx_rows, t_rodas, B, err_rodas, label):
 def rodas4_at_error(system, z0, idx, ref, target_err, rounds):
     """rodas4 through the public `fastslow_sim.integrate` (default options) with rtol and atol
     halved together until its largest error on the reference subset is at most `target_err`:
-    `(rtol, atol, median wall of rounds, error, accepted, rejected)`, or None after 8 halvings.
+    `(rtol, atol, median wall of rounds, error, accepted, rejected, the solve)`, or None after 8
+    halvings.
     The wall includes building the result dataset, so it is if anything against rodas4."""
     n = system.n_fast
 
@@ -297,8 +308,18 @@ def rodas4_at_error(system, z0, idx, ref, target_err, rounds):
         err = float(np.max(np.abs(z[idx] - ref)))
         if err <= target_err:
             walls = [timed(lambda: solve(rtol, atol))[0] for _ in range(rounds)]
-            return rtol, atol, float(np.median(walls)), err, acc, rej
+            return rtol, atol, float(np.median(walls)), err, acc, rej, lambda: solve(rtol, atol)
     return None
+
+
+def judge_paired(dfx_rows):
+    """The 20x target on the paired ratios of diffrax's fastest row (see `diffrax_rows`)."""
+    name, _, _, err, *_, paired = min(dfx_rows, key=lambda r: r[1] / r[7])
+    for comp, (speed, err_c) in paired.items():
+        met = speed >= 20 and err_c <= err
+        print(f"target (paired rounds): {comp} >= 20x faster than diffrax's fastest row ({name}) "
+              f"at equal or better error: {'met' if met else 'NOT met'} ({speed:.1f}x per "
+              f"trajectory, median of the paired ratios; error {err_c:.1e} against {err:.1e})")  # fmt: skip
 
 
 def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
@@ -320,7 +341,7 @@ def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
                               args.gpu_diffrax_trajectories or len(z0_g))  # fmt: skip
     print("| method | wall (s) | max error (subset) | statistics |\n|---|---:|---:|---|")
     print(f"| rodas4 (torch, {args.accelerator_device}) | {t_g:.2f} | {err_g:.2e} | |")
-    for name, warm, first, err, acc, rej, ok, n in rows_g:
+    for name, warm, first, err, acc, rej, ok, n, _ in rows_g:
         print(f"| {name} | {warm * len(z0_g) / n:.2f} | {err:.2e} | first call {first:.1f} s; "
               f"steps {acc:,} accepted, {rej:,} rejected on {n}; {ok}/{n} success |")  # fmt: skip
     judge_diffrax(rows_g, t_g, len(z0_g), err_g, f"rodas4 ({args.accelerator_device})")
@@ -479,9 +500,20 @@ def main():
     if dfx_skip is None:
         jax = jax_setup(torch.get_num_threads())
         print(f"diffrax rows (jax {jax.__version__}, CPU):", flush=True)
+        first = next(iter(variants))
+        err_first = float(np.max(np.abs(results[first][0][idx] - ref)))
+
+        def companions(err):
+            comps = {"rodas4 (default solver)": (lambda: run_rodas4(system, z0, cpu), err_first)}
+            if err_first > err:  # and rodas4 tightened until it is as accurate
+                m = rodas4_at_error(system, z0, idx, ref, err, 1)
+                if m is not None:
+                    comps[f"rodas4 at rtol {m[0]:.3g}, atol {m[1]:.3g}"] = (m[6], m[3])
+            return comps
+
         with jax.default_device(jax.devices("cpu")[0]):
             dfx_rows = diffrax_rows(system, z0, idx, ref, configs, args.diffrax_rounds,
-                                    args.diffrax_trajectories or args.batch)  # fmt: skip
+                                    args.diffrax_trajectories or args.batch, companions)  # fmt: skip
     baseline = min(t for name, t, *_ in rows if name.startswith("scipy"))
     print(
         f"reference: scipy Radau (rtol 1e-10, atol 1e-13) on {len(idx)} trajectories, {t_ref:.1f} s\n"
@@ -516,12 +548,13 @@ def main():
             if m is None:
                 print("rodas4 did not reach diffrax's error within 8 halvings of rtol and atol")
             else:
-                rtol_m, atol_m, t_m, err_m, acc_m, rej_m = m
+                rtol_m, atol_m, t_m, err_m, acc_m, rej_m, _ = m
                 print(f"rodas4 at matched error (fastslow_sim.integrate, rtol {rtol_m:.3g}, atol "
                       f"{atol_m:.3g}): {t_m:.2f} s (median of {args.rounds}), error {err_m:.2e}, "
                       f"steps {acc_m:,} accepted, {rej_m:,} rejected")  # fmt: skip
                 judge_diffrax(dfx_rows, t_m, args.batch, err_m,
                               f"rodas4 at rtol {rtol_m:.3g}, atol {atol_m:.3g}")  # fmt: skip
+        judge_paired(dfx_rows)
     else:
         print(f"(diffrax rows skipped: {dfx_skip})")
     gpu_section(args, configs, dfx_skip)

@@ -64,8 +64,8 @@ def test_jax_vector_field_is_the_systems_rhs(bench):
 
 
 def test_judge_diffrax_uses_per_trajectory_walls_and_the_error(bench, capsys):
-    # (name, warm s, first s, error, accepted, rejected, ok, trajectories)
-    rows = [("a", 10.0, 12.0, 1e-8, 1, 0, 4, 4), ("b", 30.0, 31.0, 5e-8, 1, 0, 16, 16)]
+    # (name, warm s, first s, error, accepted, rejected, ok, trajectories, paired)
+    rows = [("a", 10.0, 12.0, 1e-8, 1, 0, 4, 4, {}), ("b", 30.0, 31.0, 5e-8, 1, 0, 16, 16, {})]
     bench.judge_diffrax(rows, t_rodas=1.0, B=64, err_rodas=2e-8, label="r")  # a: 2.5 s/traj
     out = capsys.readouterr().out
     assert "(b)" in out and ": met (120.0x" in out  # b: faster per trajectory (1.9 s), looser
