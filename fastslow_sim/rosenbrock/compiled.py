@@ -167,8 +167,8 @@ def _solve(n, inv, pm, g, wv, vv, inv_sigma, tmp, x):
 
 
 @numba.njit(**_JIT)
-def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, l, down, w, c, b, a, kappa, A, C, M,
-                 E, D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl,
+def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C,
+                 M, E, D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl,
                  rtol, atol, max_steps, out, status, steps_out, accepted_out):  # fmt: skip
     """March trajectories `lo..hi-1` in `_LANES` lanes; writes `out (K, B, N)` at the output
     times, `status` (an index into `march.STATUS`), the steps and the accepted steps."""
@@ -209,7 +209,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, l, down, w, c, b, a, 
             if j >= 0 and steps[q] == 0:
                 r = inv_eps[j] if inv_eps.shape[0] > 1 else inv_eps[0]
                 for i in range(n - 1):
-                    kr[i, q], lr[i, q], dr[i, q] = k[i] * r, l[i] * r, down[i] * r
+                    kr[i, q], lr[i, q], dr[i, q] = k[i] * r, lin[i] * r, down[i] * r
                 for i in range(N):
                     y[i, q] = z0[j, i]
                 t[q], h[q], k_next[q], t_out[q] = t0, h0[j], 1, t_eval[1]
@@ -321,7 +321,8 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, l, down, w, c, b, a, 
                                 d0 += D[0, jj] * ks[jj, r, q]
                                 d1 += D[1, jj] * ks[jj, r, q]
                             out[kk, j, r] = (1 - sk) * y[r, q] + sk * (
-                                y_new[r, q] + (1 - sk) * (d0 + sk * d1))
+                                y_new[r, q] + (1 - sk) * (d0 + sk * d1)
+                            )
                     kk += 1
                 k_next[q] = kk
                 t_out[q] = t_eval[min(kk, K - 1)]
@@ -349,18 +350,18 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, l, down, w, c, b, a, 
 
 
 @numba.njit(parallel=True, **_JIT)
-def _march_all(chunks, z0, t_eval, h0, inv_eps, k, beta, l, down, w, c, b, a, kappa, A, C, M, E,
+def _march_all(chunks, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C, M, E,
                D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl, rtol,
                atol, max_steps, out, status, steps, accepted):  # fmt: skip
     for p in prange(chunks.shape[0] - 1):
-        _march_block(chunks[p], chunks[p + 1], z0, t_eval, h0, inv_eps, k, beta, l, down, w, c,
+        _march_block(chunks[p], chunks[p + 1], z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c,
                      b, a, kappa, A, C, M, E, D, gamma, from_previous, stiffly_accurate,
                      plain_error, dense_output, ctl, rtol, atol, max_steps, out, status, steps,
                      accepted)  # fmt: skip
 
 
 @numba.njit(**_JIT)
-def _rhs_all(z0, inv_eps, k, beta, l, down, w, c, b, a, kappa, out):
+def _rhs_all(z0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, out):
     """`f(z0)` of every trajectory, `(B, N)`, lane by lane."""
     B, N = z0.shape
     n = N - 1
@@ -374,7 +375,7 @@ def _rhs_all(z0, inv_eps, k, beta, l, down, w, c, b, a, kappa, out):
             j = min(j0 + q, B - 1)
             r = inv_eps[j] if inv_eps.shape[0] > 1 else inv_eps[0]
             for i in range(n - 1):
-                kr[i, q], lr[i, q], dr[i, q] = k[i] * r, l[i] * r, down[i] * r
+                kr[i, q], lr[i, q], dr[i, q] = k[i] * r, lin[i] * r, down[i] * r
             for i in range(N):
                 z[i, q] = z0[j, i]
         _rhs(z, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, f)
@@ -435,7 +436,9 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
     inv_eps = chain.get("inv_eps", 1.0) if eps is None else 1.0 / np.asarray(eps, dtype=np.float64)
     inv_eps = np.ascontiguousarray(np.atleast_1d(np.asarray(inv_eps, dtype=np.float64)))
     if inv_eps.shape[0] not in (1, B):
-        raise InputError(f"eps must be one number or one per trajectory ({B}); got {inv_eps.shape}.")
+        raise InputError(
+            f"eps must be one number or one per trajectory ({B}); got {inv_eps.shape}."
+        )
     arr = {key: np.ascontiguousarray(np.asarray(chain[key], dtype=np.float64)) for key in
            ("k", "l", "down", "w", "c")}  # fmt: skip
     sc = {key: float(chain[key]) for key in ("beta", "b", "a", "kappa")}
