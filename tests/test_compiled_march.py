@@ -164,3 +164,14 @@ def test_compiled_march_bad_input():
         compiled.march_chain(ch, torch.zeros(2, 5), torch.tensor([0.0, 1.0]), eps=[1e-3] * 3)
     with pytest.raises(InputError, match="lack"):
         compiled.march_chain({"k": ch["k"]}, torch.zeros(2, 5), torch.tensor([0.0, 1.0]))
+
+
+def test_lanes_are_independent():
+    # a trajectory's arithmetic does not depend on its lane neighbours or on the lane count:
+    # bit for bit the same with 1, 5 and 32 lanes
+    system = fs.make_system("birth-death", eps=1e-3, states=6)
+    z0, t = _z0(system, 23, seed=8), torch.tensor([0.0, 0.2, 1.0])
+    runs = [compiled.march_chain(system.chain_arrays(), z0, t, lanes=L) for L in (1, 5, 32)]
+    for z, status, stats in runs[1:]:
+        assert torch.equal(z, runs[0][0]) and torch.equal(status, runs[0][1])
+        assert torch.equal(stats["naccept"], runs[0][2]["naccept"])

@@ -40,24 +40,27 @@ CHAIN_KEYS = ("k", "beta", "l", "down", "w", "c", "b", "a", "kappa")
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
-# Trajectories march in lanes: a block holds `_LANES` of them side by side, every array
-# `(..., _LANES)`, so that the loops over a chain's states (the eliminations are recurrences
-# along the chain) run over independent lanes and vectorise. Each lane makes its own decisions;
+# Trajectories march in lanes: a block holds up to `_LANES` of them side by side, every array
+# `(..., lanes)`, so that the loops over a chain's states (the eliminations are recurrences
+# along the chain) run over independent lanes and vectorise (a run-time lane count: with a
+# constant one LLVM unrolls the lanes into scalar code; 32 lanes were 1.3-2x faster than 8 at
+# 8-64 states here). Each lane makes its own decisions;
 # a lane whose trajectory ends takes the next one of its block's share at once.
-_LANES = 8
+_LANES = 32
 
 
 @numba.njit(**_JIT)
 def _rates(y, kr, beta, lr, up, dup, e, derivative):
     """`up_i = kr_i e^{beta y} + lr_i y` (rates scaled by `1/eps`), `dup_i = d up_i / dy`."""
-    for q in range(_LANES):
+    L = e.shape[0]
+    for q in range(L):
         e[q] = np.exp(beta * y[q])
     for i in range(kr.shape[0]):
-        for q in range(_LANES):
+        for q in range(L):
             up[i, q] = kr[i, q] * e[q] + lr[i, q] * y[q]
     if derivative:
         for i in range(kr.shape[0]):
-            for q in range(_LANES):
+            for q in range(L):
                 dup[i, q] = beta * kr[i, q] * e[q] + lr[i, q]
 
 
@@ -66,28 +69,29 @@ def _rhs(z, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, out):
     """`out = [Q(y)^T x / eps, g(x, y)]`: `dx_i/dt = flux_{i-1} - flux_i`, `flux_i = up_i x_i
     - down_i x_{i+1}` with `up_i = kr_i e^{beta y} + lr_i y`; `g = w.x + b - a y + kappa y
     (c.x)` (`c.x` only where `kappa != 0`)."""
+    L = tmp.shape[1]
     y = z[n]
     e, prev, wx, cx = tmp[0], tmp[1], tmp[2], tmp[3]
-    for q in range(_LANES):
+    for q in range(L):
         e[q] = np.exp(beta * y[q])
         prev[q] = 0.0
         wx[q] = 0.0
         cx[q] = 0.0
     for i in range(n - 1):
-        for q in range(_LANES):
+        for q in range(L):
             flux = (kr[i, q] * e[q] + lr[i, q] * y[q]) * z[i, q] - dr[i, q] * z[i + 1, q]
             out[i, q] = prev[q] - flux
             prev[q] = flux
-    for q in range(_LANES):
+    for q in range(L):
         out[n - 1, q] = prev[q]
     for i in range(n):
-        for q in range(_LANES):
+        for q in range(L):
             wx[q] += w[i] * z[i, q]
     if kappa != 0.0:
         for i in range(n):
-            for q in range(_LANES):
+            for q in range(L):
                 cx[q] += c[i] * z[i, q]
-    for q in range(_LANES):
+    for q in range(L):
         out[n, q] = wx[q] + b - a * y[q] + kappa * y[q] * cx[q]
 
 
@@ -97,16 +101,17 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
     """Factor `s I - J` at `z`: `inv = 1/den`, `pm = sub/den`, `g = sup/den` of `s I - T`, the
     border column `wv = (s I - T)^{-1} u`, `vv = dg/dx` and `inv_sigma = 1/sigma`, `sigma = s -
     d - v.w` (`cpu_kernels.arrow_factor`'s arithmetic)."""
+    L = tmp.shape[1]
     y = z[n]
     e, prev, cx = tmp[0], tmp[1], tmp[3]
     _rates(y, kr, beta, lr, up, dup, e, True)
     # T[i, i-1] = up_{i-1}, T[i, i+1] = down_i, T[i, i] = -(up_i + down_{i-1})
-    for q in range(_LANES):
+    for q in range(L):
         inv[0, q] = 1.0 / (s[q] - (-up[0, q]))
         pm[0, q] = 0.0
         g[0, q] = dr[0, q] * inv[0, q]
     for i in range(1, n):
-        for q in range(_LANES):
+        for q in range(L):
             diag = -dr[i - 1, q]
             if i < n - 1:
                 diag = -up[i, q] - dr[i - 1, q]
@@ -115,68 +120,69 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
             pm[i, q] = sub * inv[i, q]
             g[i, q] = (dr[i, q] if i < n - 1 else 0.0) * inv[i, q]
     # u_i = d(Q^T x)_i/dy / eps = dflux_{i-1} - dflux_i, dflux_i = dup_i x_i; solved into wv
-    for q in range(_LANES):
+    for q in range(L):
         flux = dup[0, q] * z[0, q]
         wv[0, q] = (0.0 - flux) * inv[0, q]
         prev[q] = flux
     for i in range(1, n):
-        for q in range(_LANES):
+        for q in range(L):
             flux = dup[i, q] * z[i, q] if i < n - 1 else 0.0
             wv[i, q] = (prev[q] - flux) * inv[i, q] + pm[i, q] * wv[i - 1, q]
             prev[q] = flux
     for i in range(n - 2, -1, -1):
-        for q in range(_LANES):
+        for q in range(L):
             wv[i, q] += g[i, q] * wv[i + 1, q]
-    for q in range(_LANES):
+    for q in range(L):
         cx[q] = 0.0
     for i in range(n):
-        for q in range(_LANES):
+        for q in range(L):
             cx[q] += c[i] * z[i, q]
-    for q in range(_LANES):
+    for q in range(L):
         inv_sigma[q] = s[q] - (-a + kappa * cx[q])
     for i in range(n):
-        for q in range(_LANES):
+        for q in range(L):
             vv[i, q] = w[i] + kappa * y[q] * c[i]
             inv_sigma[q] -= vv[i, q] * wv[i, q]
-    for q in range(_LANES):
+    for q in range(L):
         inv_sigma[q] = 1.0 / inv_sigma[q]
 
 
 @numba.njit(**_JIT)
 def _solve(n, inv, pm, g, wv, vv, inv_sigma, tmp, x):
     """`x <- (s I - J)^{-1} x` in place (`cpu_kernels.arrow_solve`)."""
+    L = tmp.shape[1]
     xn = tmp[0]
-    for q in range(_LANES):
+    for q in range(L):
         xn[q] = x[n, q]
         x[0, q] = x[0, q] * inv[0, q]
     for i in range(1, n):
-        for q in range(_LANES):
+        for q in range(L):
             x[i, q] = x[i, q] * inv[i, q] + pm[i, q] * x[i - 1, q]
     for i in range(n - 2, -1, -1):
-        for q in range(_LANES):
+        for q in range(L):
             x[i, q] += g[i, q] * x[i + 1, q]
     for i in range(n):
-        for q in range(_LANES):
+        for q in range(L):
             xn[q] += vv[i, q] * x[i, q]
-    for q in range(_LANES):
+    for q in range(L):
         xn[q] *= inv_sigma[q]
         x[n, q] = xn[q]
     for i in range(n):
-        for q in range(_LANES):
+        for q in range(L):
             x[i, q] += wv[i, q] * xn[q]
 
 
 @numba.njit(**_JIT)
 def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C,
                  M, E, D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl,
-                 rtol, atol, max_steps, out, status, steps_out, accepted_out):  # fmt: skip
-    """March trajectories `lo..hi-1` in `_LANES` lanes; writes `out (K, B, N)` at the output
+                 rtol, atol, max_steps, out, status, steps_out, accepted_out, lanes):  # fmt: skip
+    """March trajectories `lo..hi-1` in `lanes` lanes side by side; writes `out (K, B, N)` at the output
     times, `status` (an index into `march.STATUS`), the steps and the accepted steps."""
     N = z0.shape[1]
     n = N - 1
     S = M.shape[0]
     K = t_eval.shape[0]
-    L = _LANES
+    L = lanes
     safety, fac_min, fac_max, nonfinite = ctl[0], ctl[1], ctl[2], ctl[3]
     err_floor, expo, ulps, tiny = ctl[4], ctl[5], ctl[6], ctl[7]
     t0, t_end = t_eval[0], t_eval[K - 1]
@@ -215,6 +221,9 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
                 t[q], h[q], k_next[q], t_out[q] = t0, h0[j], 1, t_eval[1]
                 target[q] = t_end if dense_output else t_eval[1]
         for q in range(L):
+            if traj[q] < 0:  # an empty lane computes on harmless numbers
+                hh[q], inv_h[q], s[q], clip[q] = 1.0, 1.0, 1.0 / gamma, False
+                continue
             steps[q] += 1
             room = target[q] - t[q]
             clip[q] = h[q] >= room  # this step lands on the target
@@ -352,12 +361,12 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
 @numba.njit(parallel=True, **_JIT)
 def _march_all(chunks, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C, M, E,
                D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl, rtol,
-               atol, max_steps, out, status, steps, accepted):  # fmt: skip
+               atol, max_steps, out, status, steps, accepted, lanes):  # fmt: skip
     for p in prange(chunks.shape[0] - 1):
         _march_block(chunks[p], chunks[p + 1], z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c,
                      b, a, kappa, A, C, M, E, D, gamma, from_previous, stiffly_accurate,
                      plain_error, dense_output, ctl, rtol, atol, max_steps, out, status, steps,
-                     accepted)  # fmt: skip
+                     accepted, lanes)  # fmt: skip
 
 
 @numba.njit(**_JIT)
@@ -366,7 +375,7 @@ def _rhs_all(z0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, out):
     B, N = z0.shape
     n = N - 1
     m1 = max(n - 1, 1)
-    L = _LANES
+    L = _LANES  # (the first derivatives only)
     kr, lr, dr = np.zeros((m1, L)), np.zeros((m1, L)), np.zeros((m1, L))
     up, dup, tmp = np.zeros((m1, L)), np.zeros((m1, L)), np.zeros((4, L))
     z, f = np.zeros((N, L)), np.zeros((N, L))
@@ -405,11 +414,11 @@ def _tableau_arrays(tab, dense_output):
 
 
 def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol=1e-6, atol=1e-9,
-                max_steps=100_000, h0=None, dense_output=True):  # fmt: skip
+                max_steps=100_000, h0=None, dense_output=True, lanes=None):  # fmt: skip
     """`march.solve` for a neighbour-chain master-equation system given as numbers (`chain`,
     from `MasterEquationSystem.chain_arrays`, with its `inv_eps`; `eps (B,)` overrides it per
     trajectory), compiled: the same arguments and the same return value, `(z_out (K, B, N),
-    status (B,), stats)` as torch tensors."""
+    status (B,), stats)` as torch tensors. `lanes`: trajectories per block marched side by side."""
     import torch
 
     from .control import StepControl
@@ -461,11 +470,13 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
     steps = np.zeros(B, dtype=np.int64)
     accepted = np.zeros(B, dtype=np.int64)
     # the batch in contiguous shares, a few per thread (trajectories differ in their steps)
-    parts = max(1, min(-(-B // _LANES), 4 * numba.get_num_threads()))
+    threads = numba.get_num_threads()
+    lanes = max(1, min(_LANES, -(-B // threads))) if lanes is None else int(lanes)
+    parts = max(1, min(-(-B // lanes), 4 * threads))
     chunks = np.linspace(0, B, parts + 1).round().astype(np.int64)
     _march_all(chunks, z_np, t_np, h, inv_eps, *physics, *_tableau_arrays(tab, dense_output),
                bool(dense_output), ctl, float(rtol), float(atol), int(max_steps), out, status,
-               steps, accepted)  # fmt: skip
+               steps, accepted, lanes)  # fmt: skip
     steps_t, s_stages = torch.from_numpy(steps), tab.stages
     stats = {
         "nfev": s_stages * steps_t,
