@@ -23,7 +23,9 @@ exp one operation: the factorisation of `I/(h gamma) - J` with the Jacobian (27n
 right-hand side per stage (9n + 4 for the linear slow law), one arrow solve per stage (9n - 4),
 the stage states and stage right-hand sides (2 i N each for stage i, N for a stage taken from the
 previous one), the new state (N), and the error norm (8N). GFLOP/s = that times the steps taken
-(accepted and rejected) over the wall time. Targets: c2 at least 30x faster than bdf at 16
+(accepted and rejected) over the wall time. A second table gives the process CPU seconds (all
+threads) and their ratios, which a shared machine that gives a run less than a core disturbs
+less than the wall time. Targets: c2 at least 30x faster than bdf at 16
 states and 10x at 8 states (batch 1024), error <= 1e-5.
 """
 
@@ -123,6 +125,7 @@ def main():
     run_compiled(system, z0, 1), run_torch(system, z0)
 
     times = {(c, m): [] for c in cells for m in methods}
+    cpu = {(c, m): [] for c in cells for m in methods}  # process CPU seconds, all threads
     results, steps = {}, {}
     skipped = [c for c in cells if c[1] * (c[0] + 1) > args.bdf_max]
     for r in range(args.rounds):
@@ -134,9 +137,10 @@ def main():
             for m in methods:
                 if m == "bdf" and c in skipped:
                     continue
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 z, nsteps = runs[m]()
                 times[(c, m)].append(time.perf_counter() - t0)
+                cpu[(c, m)].append(time.process_time() - c0)
                 results[(c, m)] = z
                 if nsteps is not None:
                     steps[(c, m)] = nsteps
@@ -179,6 +183,27 @@ def main():
     if skipped:
         print(f"bdf skipped above {args.bdf_max} stacked unknowns: "
               + ", ".join(f"n={n} batch={B}" for n, B in skipped))  # fmt: skip
+    # CPU seconds (of this process, all its threads): what each method costs where the shared
+    # machine gives it less than a core, as it did here
+    print("\nCPU seconds (medians) and CPU-time ratios; GF/cpu-s: the work over c1's CPU time")
+    head2 = (f"{'n':>3} {'batch':>6} {'bdf cpu':>8} {'torch cpu':>9} {'c1 cpu':>7} {'c2 cpu':>7} "
+             f"{'bdf/c1':>7} {'torch/c1':>8} {'GF/cpu-s c1':>11}")  # fmt: skip
+    print(head2 + "\n" + "-" * len(head2))
+    for c in cells:
+        n, B = c
+
+        def cmed(m):
+            return float(np.median(cpu[(c, m)])) if cpu[(c, m)] else float("nan")
+
+        def cratio(num):
+            if not cpu[(c, num)]:
+                return float("nan")
+            return float(np.median(np.array(cpu[(c, num)]) / np.array(cpu[(c, "c1")])))
+
+        work = flops_per_step(n) * steps[(c, "c1")]
+        print(f"{n:>3} {B:>6} {cmed('bdf'):>8.3f} {cmed('torch'):>9.3f} {cmed('c1'):>7.3f} "
+              f"{cmed('c2'):>7.3f} {cratio('bdf'):>7.1f} {cratio('torch'):>8.1f} "
+              f"{work / cmed('c1') / 1e9:>11.2f}")  # fmt: skip
     print(f"error: max |z(10) - Radau(rtol 1e-10, atol 1e-13)| on {args.reference} trajectories "
           f"per cell; steps: accepted + rejected of all trajectories (equal for c1, c2, torch)")  # fmt: skip
     for n, B, target in ((16, 1024, 30.0), (8, 1024, 10.0)):
