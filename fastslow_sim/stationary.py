@@ -31,10 +31,10 @@ __all__ = [
     "stationary_derivative",
     "fundamental_matrix",
     "closed_classes",
-    "METHODS",
+    "STATIONARY_METHODS",
 ]
 
-METHODS = ("gth", "lu", "svd")
+STATIONARY_METHODS = ("gth", "lu", "svd")
 
 
 def _is_torch(a) -> bool:
@@ -358,8 +358,10 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
     floating dtype (float64 for integer input) for torch input, differentiable in `Q`.
     Raises `ReducibleGeneratorError` naming the closed classes when `p` is not unique.
     """
-    if method not in METHODS:
-        raise InputError(f"unknown stationary method {method!r}; expected one of {list(METHODS)}.")
+    if method not in STATIONARY_METHODS:
+        raise InputError(
+            f"unknown stationary method {method!r}; expected one of {list(STATIONARY_METHODS)}."
+        )
     if _is_torch(Q):
         import torch
 

@@ -98,6 +98,16 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
 
 
+def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
+    """The training loop's AdamW: weight decay on matrices and embeddings only, betas (0.9, beta2)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, cfg.beta2),
+    )  # fmt: skip
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -292,12 +302,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     torch.manual_seed(cfg.seed)
     model = FastSlowLM(mcfg).to(device)
     raw_model = model
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, cfg.beta2),
-    )  # fmt: skip
+    opt = make_optimizer(model, cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     steps = max(1, cfg.tokens // (cfg.batch_size * cfg.block_size * world))
     logs = {"loss": [], "lr": [], "tokens_per_s": [], "gates": [], "eval_step": [], "val_loss": []}
@@ -546,12 +551,19 @@ def _comparison_pairs(arms) -> list:
 
 
 def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: dict | None = None,
-              margin: float = 0.01, log=print) -> dict:  # fmt: skip
+              margin: float = 0.01, log=print, workers: int = 0, scheduler: str | None = None,
+              client=None) -> dict:  # fmt: skip
     """Train every arm for every seed (arms of one seed share the data order, and the arms that
-    share the dense architecture share its initialisation); returns the ablation table."""
+    share the dense architecture share its initialisation); returns the ablation table.
+
+    The arms x seeds grid runs as a sweep (`fastslow_sim.sweep`) into `out/sweep.zarr`, with one
+    run folder `out/ARM-seedS` per cell: `workers=0` in this process, `workers=N` on a local
+    dask cluster, `scheduler` (or `client`) on an existing one. The table is computed from the
+    store; re-running skips the cells (and reuses the run folders) it already has."""
     import xarray as xr
 
     from .io import save_dataset
+    from .sweep import SweepError, run_sweep
 
     if seeds < 1:
         raise InputError(f"--seeds must be a positive integer; got {seeds}.")
@@ -559,19 +571,30 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         raise InputError(f"--margin must be a positive number of nats; got {margin}.")
     base = dict(base or {})
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
-    configs = {arm: arm_config(arm, base, corpus.vocab_size) for arm in arms}
-    runs = {arm: [] for arm in arms}
-    for seed in range(seeds):
-        for arm in arms:  # interleaved, so slow drifts of the machine hit every arm
-            cfg = TrainConfig(corpus=corpus_spec, tokens=tokens, seed=seed,
-                              out=str(Path(out) / f"{arm}-seed{seed}"), **configs[arm])  # fmt: skip
-            s = _finished_run(cfg)
-            reused = s is not None
-            s = s or train(cfg, corpus)
-            log(f"  {arm:<13} seed {seed}: {'(reused) ' if reused else ''}val {s['val_loss']:.4f}, gates "
-                f"{[round(abs(g), 4) if isinstance(g, float) else 'ch' for g in s['gates']]}, "
+    options = {k: v for k, v in base.items() if k not in ("progress", "out")}
+    options.update(corpus=corpus_spec, tokens=str(tokens))
+    res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
+                    Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler, client=client,
+                    runs_dir=out, progress=base.get("progress", True), log=log,
+                    attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
+                                                    "seeds": seeds, "margin": margin})})  # fmt: skip
+    sw = res["dataset"]
+    bad = [(a, s, str(sw["message"].values[i, j])) for i, a in enumerate(arms) for j, s in
+           enumerate(range(seeds)) if sw["status"].values[i, j] != "done"]  # fmt: skip
+    if bad:
+        a, s, msg = bad[0]
+        raise SweepError(f"{len(bad)} of {len(arms) * seeds} runs did not finish; {a} seed {s}: "
+                         f"{msg or 'pending'} (store {res['store']}).")  # fmt: skip
+    runs = _runs_from_sweep(sw, arms, seeds)
+    fresh = set(map(tuple, np.argwhere(sw["run_id"].values == sw.attrs["run_id"]).tolist())) \
+        if "run_id" in sw else set()
+    for j in range(seeds):
+        for i, arm in enumerate(arms):
+            s = runs[arm][j]
+            reused = (i, j) not in fresh or bool(sw["reused"].values[i, j])
+            log(f"  {arm:<13} seed {j}: {'(reused) ' if reused else ''}val {s['val_loss']:.4f}, gates "
+                f"{[round(abs(g), 4) for g in s['gates']]}, "
                 f"{s['wall_time_s']:.1f} s, {s['tokens_per_s']:,.0f} tok/s")  # fmt: skip
-            runs[arm].append(s)
     table = ablation_table(runs, margin)
     table["references"] = _references(corpus, base.get("block_size", 256))
     L = max(len(r[0]["gates"]) for r in runs.values())
@@ -598,10 +621,29 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         attrs={"title": f"ablation on {corpus_spec}", "corpus": corpus_spec, "tokens": tokens,
                "margin": margin, "corpus_summary": json.dumps(corpus.summary(), default=float),
                "table": json.dumps(table, default=float), "base_config": json.dumps(base),
-               "fastslow_sim_version": __version__},
+               "sweep_store": str(res["store"]), "fastslow_sim_version": __version__},
     )  # fmt: skip
     save_dataset(ds, Path(out) / "ablation.nc")
     return table
+
+
+def _runs_from_sweep(sw, arms, seeds) -> dict:
+    """`{arm: [summary per seed]}` with the fields `ablation_table` reads, from the sweep store
+    (gates of a channel gate are their mean per layer; padding beyond `n_layer` dropped)."""
+    runs = {}
+    for i, arm in enumerate(arms):
+        runs[arm] = []
+        for j in range(seeds):
+            v = {k: sw[k].values[i, j] for k in ("val_loss", "train_wall_time_s", "tokens_per_s",
+                                                  "params", "flops_per_token_train", "n_layer")}  # fmt: skip
+            runs[arm].append({
+                "val_loss": float(v["val_loss"]), "wall_time_s": float(v["train_wall_time_s"]),
+                "tokens_per_s": float(v["tokens_per_s"]), "params": int(v["params"]),
+                "flops_per_token_train": float(v["flops_per_token_train"]),
+                "n_layer": int(v["n_layer"]),
+                "gates": [float(g) for g in sw["gate"].values[i, j, : int(v["n_layer"])]],
+            })  # fmt: skip
+    return runs
 
 
 def _finished_run(cfg: TrainConfig) -> dict | None:

@@ -11,20 +11,38 @@ g = c.x - y), eps = 1e-4, t in [0, 10], rtol = 1e-6, atol = 1e-9; x0 uniform on 
   (c) fastslow-sim's RODAS4 in torch, all trajectories in one batch: with the Jacobian as an
       arrow-tridiagonal matrix (the default for neighbour chains) and the step's hot loops
       (arrow solves, stage sums, error norm) as compiled CPU kernels (numba; the default), the
-      same with those loops as torch vector operations (`linalg.CPU_KERNELS = "torch"`), with
-      the Jacobian dense (batched LAPACK LU), and with the step compiled by `torch.compile`
-      (its compile time is printed apart); on CUDA too if present.
+      same with those loops as torch vector operations (`linear_solver="arrow-torch"`), and with
+      the Jacobian dense (batched LAPACK LU, `linear_solver="dense"`); on CUDA too if present.
+      (A `torch.compile` row was dropped with the solver's compile option: it no longer won.)
 Largest error at t = 10 against a tight reference (scipy Radau, rtol 1e-10, atol 1e-13, analytic
 Jacobian) on an evenly spaced subset of the batch (running it on all 1024 would take minutes).
 The LSODA loop runs once (about 40 s); the RODAS4 variants and scipy BDF run back to back in
 each of five rounds (`--rounds`): medians are shown, and the target is judged on the median of
 the per-round ratios, which the shared machine's drifting speed disturbs least. Target: RODAS4
 at least 10x faster than the faster of (a) and (b), largest error at most 1e-5.
+
+(d) diffrax (JAX, the `bench` extra: pip install '.[bench]'; the rows are skipped with the
+reason printed where it is absent): `jit(vmap(diffeqsolve))` over the same initial conditions,
+float64, the same rtol/atol in a `PIDController` with the stiff settings of diffrax's
+documentation, Kvaerno3 and Kvaerno5 (`--diffrax-configs`), on as many CPU threads as torch
+uses. The first call (compile and solve) is shown apart from the warm wall; the error is
+against the same reference; steps accepted/rejected are summed over trajectories. A diffrax
+call takes about a minute, so it runs `--diffrax-rounds` (1) warm calls after the rodas4 rounds,
+not interleaved with them; `--diffrax-trajectories N` solves an evenly spaced subset of N (plus
+the reference subset) and scales its wall to the full batch (per-trajectory normalisation: a
+vmapped solve costs about the same per trajectory at any batch, as its steps run in lockstep).
+Target (issue 15): rodas4 at least 20x faster than diffrax's fastest row, at an equal or
+smaller error; where rodas4's error at the common tolerances is larger than that row's, rodas4
+is run again with rtol and atol halved until it is not (through `fastslow_sim.integrate`), and
+the target is judged on that run too. On CUDA, rodas4 at `--gpu-batch` trajectories and, where JAX has CUDA, the diffrax
+rows on the same GPU and the same initial conditions.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -34,9 +52,7 @@ from scipy.integrate import solve_ivp
 from scipy.sparse import block_diag, csr_matrix
 
 import fastslow_sim as fs
-from fastslow_sim import linalg
-from fastslow_sim.integrators import torch_functions
-from fastslow_sim.rosenbrock import rodas4_solve
+from fastslow_sim.rosenbrock import solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
 
 N_STATES, EPS, T_END, RTOL, ATOL = 16, 1e-4, 10.0, 1e-6, 1e-9
@@ -72,16 +88,11 @@ def run_bdf_stacked(system, z0):
     return sol.y[:, -1].reshape(B, d), {"nfev": sol.nfev, "njev": sol.njev, "nlu": sol.nlu}
 
 
-def run_rodas4(system, z0, device, structured=True, compile=False, kernel="auto"):
-    fun, jac = torch_functions(system, torch.float64, device, structured=structured)
+def run_rodas4(system, z0, device, linear_solver="auto"):
+    field = system.torch_functions(torch.float64, device)
     z = torch.as_tensor(z0, dtype=torch.float64, device=device)
-    linalg.CPU_KERNELS, before = kernel, linalg.CPU_KERNELS
-    try:
-        out, status, stats = rodas4_solve(
-            fun, jac, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL, compile=compile
-        )
-    finally:
-        linalg.CPU_KERNELS = before
+    out, status, stats = solve(field, z, torch.tensor([0.0, T_END]), rtol=RTOL, atol=ATOL,
+                               linear_solver=linear_solver)  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (
@@ -113,6 +124,239 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
+# ------------------------------------------------------------------------------------------
+# diffrax (JAX) as a peer: separate functions, so the rows above stay as they are
+
+
+def diffrax_missing() -> str | None:
+    """Why the diffrax rows cannot run here (None when JAX and diffrax import)."""
+    try:
+        import diffrax  # noqa: F401
+        import jax  # noqa: F401
+    except ImportError as err:
+        return f"{err.name} is not installed (pip install '.[bench]' adds jax and diffrax)"
+    return None
+
+
+def jax_setup(threads: int):
+    """Import JAX with float64 enabled; on the CPU with as many threads as torch uses (XLA_FLAGS
+    only takes effect before the first import of jax)."""
+    if threads == 1 and "jax" not in sys.modules:
+        os.environ.setdefault(
+            "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def jax_vector_field(system):
+    """The benchmark system's `dz/dt` in JAX for one trajectory `z = [x, y]` (17 unknowns):
+    `eps dx_i/dt = u x_{i-1} + d x_{i+1} - (u [i < n-1] + d [i > 0]) x_i`, `u = up e^{beta (y -
+    y_mid)}`, `dy/dt = c . x + b - a y` (the birth-death chain and linear slow law of `problem`)."""
+    import jax.numpy as jnp
+
+    gen, law, eps = system.generator, system.slow_law, system.eps
+    n = gen.n_states
+    c = jnp.asarray(law.c, dtype=jnp.float64)
+    zero = jnp.zeros(1, dtype=jnp.float64)
+
+    def vf(t, z, args):
+        x, y = z[:n], z[n]
+        u = gen.up * jnp.exp(gen.beta * (y - gen.y_mid))
+        up_flux, down_flux = u * x[:-1], gen.down * x[1:]  # i -> i+1 and i+1 -> i
+        dx = (
+            jnp.concatenate([zero, up_flux]) + jnp.concatenate([down_flux, zero])
+            - jnp.concatenate([up_flux, zero]) - jnp.concatenate([zero, down_flux])
+        ) / eps  # fmt: skip
+        dy = c @ x + law.b - law.a * y
+        return jnp.concatenate([dx, dy[None]])
+
+    return vf
+
+
+def diffrax_solver(system, solver: str, pcoeff: float, icoeff: float, max_steps: int = 65536):
+    """`jit(vmap(diffeqsolve))` over initial conditions `(B, 17)`: the final state, steps
+    accepted and rejected, and success, per trajectory. Stiff settings as diffrax's documentation
+    advises: an implicit ESDIRK (`Kvaerno3`/`Kvaerno5`, whose Newton iterations take the
+    controller's tolerances), float64, `PIDController(rtol, atol, pcoeff, icoeff)` (its docstring
+    suggests `pcoeff=0.3, icoeff=0.3` among the settings for mildly stiff problems; `pcoeff=0,
+    icoeff=1` is its default) and the automatic initial step (`dt0=None`)."""
+    import diffrax
+    import jax
+
+    term = diffrax.ODETerm(jax_vector_field(system))
+    method = getattr(diffrax, solver)()
+    controller = diffrax.PIDController(rtol=RTOL, atol=ATOL, pcoeff=pcoeff, icoeff=icoeff)
+
+    def one(z0):
+        sol = diffrax.diffeqsolve(
+            term, method, 0.0, T_END, None, z0, saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=controller, max_steps=max_steps, throw=False,
+        )  # fmt: skip
+        return (
+            sol.ys[-1],
+            sol.stats["num_accepted_steps"],
+            sol.stats["num_rejected_steps"],
+            sol.result == diffrax.RESULTS.successful,
+        )
+
+    return jax.jit(jax.vmap(one))
+
+
+def run_diffrax(fn, z0):
+    """One call of a `diffrax_solver` function, waited for; numpy results."""
+    import jax
+
+    out = jax.block_until_ready(fn(jax.numpy.asarray(z0)))
+    return tuple(np.asarray(o) for o in out)
+
+
+def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj):
+    """Time every diffrax configuration on `n_traj` of the trajectories (all of them by default;
+    an evenly spaced subset that contains the reference subset otherwise): the first call
+    (compile and solve) apart from the warm calls (median of `rounds`), and the error on the
+    reference subset. Returns rows `(name, warm s, first s, error, accepted, rejected, ok, B)`."""
+    B = len(z0)
+    sub = np.arange(B)
+    if n_traj < B:
+        sub = np.unique(np.concatenate([idx, np.linspace(0, B - 1, n_traj).astype(int)]))
+    pos = np.searchsorted(sub, idx)  # where the reference trajectories sit in the subset
+    rows = []
+    for solver, pcoeff, icoeff in configs:
+        fn = diffrax_solver(system, solver, pcoeff, icoeff)
+        t_first, _ = timed(lambda: run_diffrax(fn, z0[sub]))
+        times = []
+        for _ in range(rounds):
+            t, (z, acc, rej, ok) = timed(lambda: run_diffrax(fn, z0[sub]))
+            times.append(t)
+        err = float(np.max(np.abs(z[pos] - ref)))
+        name = f"diffrax {solver}, PIDController(pcoeff={pcoeff:g}, icoeff={icoeff:g})"
+        rows.append((name, float(np.median(times)), t_first, err, int(acc.sum()), int(rej.sum()),
+                     int(ok.sum()), len(sub)))  # fmt: skip
+        print(f"  ({name}: first call {t_first:.1f} s, warm {float(np.median(times)):.1f} s on "
+              f"{len(sub)} trajectories)", flush=True)  # fmt: skip
+    return rows
+
+
+def parse_diffrax_configs(text: str) -> list:
+    """`"Kvaerno3:0.3:0.3,Kvaerno5:0.3:0.3"` -> `[("Kvaerno3", 0.3, 0.3), ...]`."""
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or not parts[0]:
+            raise ValueError(f"--diffrax-configs: {item!r} is not SOLVER:PCOEFF:ICOEFF")
+        try:
+            pcoeff, icoeff = float(parts[1]), float(parts[2])
+        except ValueError:
+            raise ValueError(
+                f"--diffrax-configs: {item!r} has a coefficient that is not a number"
+            ) from None
+        out.append((parts[0], pcoeff, icoeff))
+    return out
+
+
+def print_diffrax_rows(dfx_rows, B, baseline):
+    """Rows in the main table's format; walls scaled to `B` trajectories where a subset ran."""
+    for name, warm, first, err, acc, rej, ok, n in dfx_rows:
+        wall = warm * B / n
+        label = name if n == B else f"{name} (wall scaled from {n} trajectories)"
+        print(f"| {label} | {wall:.2f} | {baseline / wall:.2f}x | {err:.2e} | first call (compile "
+              f"+ solve) {first:.1f} s, so compile about {first - warm:.1f} s; steps {acc:,} "
+              f"accepted, {rej:,} rejected on {n}; {ok}/{n} success |")  # fmt: skip
+
+
+def judge_diffrax(dfx_rows, t_rodas, B, err_rodas, label):
+    """Target (issue 15): rodas4 >= 20x faster than diffrax's fastest row, at equal or better error
+    (walls per trajectory, so a diffrax subset compares fairly)."""
+    name, warm, _, err, *_, n = min(dfx_rows, key=lambda r: r[1] / r[7])
+    speed = (warm / n) / (t_rodas / B)
+    met = speed >= 20 and err_rodas <= err
+    print(f"target: {label} >= 20x faster than diffrax's fastest row ({name}) at equal or better "
+          f"error: {'met' if met else 'NOT met'} ({speed:.1f}x per trajectory; error "
+          f"{err_rodas:.1e} against {err:.1e})")  # fmt: skip
+
+
+def rodas4_at_error(system, z0, idx, ref, target_err, rounds):
+    """rodas4 through the public `fastslow_sim.integrate` (default options) with rtol and atol
+    halved together until its largest error on the reference subset is at most `target_err`:
+    `(rtol, atol, median wall of rounds, error, accepted, rejected)`, or None after 8 halvings.
+    The wall includes building the result dataset, so it is if anything against rodas4."""
+    n = system.n_fast
+
+    def solve(rtol, atol):
+        ds = fs.integrate(system, (0.0, T_END), z0[:, :n], z0[:, n:], method="rodas4",
+                          rtol=rtol, atol=atol, t_eval=[0.0, T_END])  # fmt: skip
+        z = np.concatenate([ds["x"].values[:, -1], ds["y"].values[:, -1]], axis=1)
+        return z, int(ds["stat_naccept"].sum()), int(ds["stat_nreject"].sum())
+
+    for k in range(1, 9):
+        rtol, atol = RTOL / 2**k, ATOL / 2**k
+        z, acc, rej = solve(rtol, atol)
+        err = float(np.max(np.abs(z[idx] - ref)))
+        if err <= target_err:
+            walls = [timed(lambda: solve(rtol, atol))[0] for _ in range(rounds)]
+            return rtol, atol, float(np.median(walls)), err, acc, rej
+    return None
+
+
+def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
+    """The diffrax rows on the GPU (JAX with CUDA) on the CUDA row's initial conditions."""
+    if dfx_skip is not None:
+        print(f"(diffrax on the GPU skipped: {dfx_skip})")
+        return
+    jax = jax_setup(torch.get_num_threads())
+    platform = "cpu" if args.accelerator_device == "cpu" else "gpu"
+    try:
+        dev = jax.devices(platform)
+    except RuntimeError as err:
+        print(f"(diffrax on the GPU skipped: JAX has no {platform} backend here: "
+              f"{str(err).splitlines()[0]}; install jax[cuda12])")  # fmt: skip
+        return
+    print(f"diffrax rows on {dev[0]}:", flush=True)
+    with jax.default_device(dev[0]):
+        rows_g = diffrax_rows(sys_g, z0_g, idx_g, ref_g, configs, args.diffrax_rounds,
+                              args.gpu_diffrax_trajectories or len(z0_g))  # fmt: skip
+    print("| method | wall (s) | max error (subset) | statistics |\n|---|---:|---:|---|")
+    print(f"| rodas4 (torch, {args.accelerator_device}) | {t_g:.2f} | {err_g:.2e} | |")
+    for name, warm, first, err, acc, rej, ok, n in rows_g:
+        print(f"| {name} | {warm * len(z0_g) / n:.2f} | {err:.2e} | first call {first:.1f} s; "
+              f"steps {acc:,} accepted, {rej:,} rejected on {n}; {ok}/{n} success |")  # fmt: skip
+    judge_diffrax(rows_g, t_g, len(z0_g), err_g, f"rodas4 ({args.accelerator_device})")
+
+
+def gpu_section(args, configs, dfx_skip):
+    """rodas4 at `--gpu-batch` trajectories on CUDA (median of `--gpu-rounds` calls), then the
+    diffrax rows on the same GPU and initial conditions where JAX has CUDA."""
+    acc = torch.device(args.accelerator_device)
+    if acc.type == "cuda" and not torch.cuda.is_available():
+        print("\n(no CUDA device here: the GPU rows are not measured)")
+        return
+    where = (
+        f"CUDA {torch.cuda.get_device_name(acc)}"
+        if acc.type == "cuda"
+        else f"{acc} (a test of the GPU path)"
+    )
+    sys_g, z0_g = problem(args.gpu_batch, seed=1)
+    run_rodas4(sys_g, z0_g[: min(64, args.gpu_batch)], acc)  # warm-up
+    times_g = []
+    for _ in range(args.gpu_rounds):
+        t, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, acc))
+        times_g.append(t)
+    t_g = float(np.median(times_g))
+    idx_g = np.linspace(0, args.gpu_batch - 1, min(32, args.gpu_batch)).astype(int)
+    ref_g = reference(sys_g, z0_g, idx_g)
+    err_g = np.max(np.abs(z_g[idx_g] - ref_g))
+    print(
+        f"\n{where}: rodas4, {args.gpu_batch} trajectories in {t_g:.2f} s (median of "
+        f"{args.gpu_rounds}; {args.gpu_batch / t_g:,.0f} trajectories/s), max error on "
+        f"{len(idx_g)} of them {err_g:.1e}, {int((status_g == 0).sum())}/{args.gpu_batch} success; "
+        f"steps {int(st_g['naccept'].sum()):,} accepted, {int(st_g['nreject'].sum()):,} rejected"
+    )
+    gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip)
+
+
 def main():
     global ATOL  # --atol changes it for every method
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -128,13 +372,56 @@ def main():
     parser.add_argument(
         "--atol", type=float, default=ATOL, help="absolute tolerance of every method (default 1e-9)"
     )
+    parser.add_argument("--skip-diffrax", action="store_true", help="skip the diffrax rows")
     parser.add_argument(
-        "--skip-compile",
-        action="store_true",
-        help="skip the torch.compile row (minutes to compile)",
+        "--diffrax-configs",
+        default="Kvaerno3:0.3:0.3,Kvaerno5:0.3:0.3",
+        help="comma-separated SOLVER:PCOEFF:ICOEFF (PIDController coefficients) of the diffrax "
+        "rows [Kvaerno3:0.3:0.3,Kvaerno5:0.3:0.3]; SOLVER:0:1 is diffrax's default controller",
+    )
+    parser.add_argument("--diffrax-rounds", type=int, default=1, help="warm diffrax calls [1]")
+    parser.add_argument(
+        "--diffrax-trajectories",
+        type=int,
+        default=None,
+        help="solve only an evenly spaced subset of this many with diffrax (default: all)",
+    )
+    parser.add_argument(
+        "--gpu-diffrax-trajectories",
+        type=int,
+        default=None,
+        help="as --diffrax-trajectories, for the diffrax rows on CUDA (default: all of --gpu-batch)",
+    )
+    parser.add_argument(
+        "--gpu-only", action="store_true", help="only the GPU rows (rodas4 and diffrax on CUDA)"
+    )
+    parser.add_argument("--gpu-rounds", type=int, default=3, help="timed rodas4 calls on CUDA [3]")
+    parser.add_argument(
+        "--accelerator-device",
+        default="cuda",
+        help="torch device of the GPU rows [cuda]; 'cpu' runs the same code on the CPU (a test)",
     )
     args = parser.parse_args()
     ATOL = args.atol
+    if args.accelerator_device not in ("cuda", "cpu") and not args.accelerator_device.startswith(
+        "cuda:"
+    ):
+        parser.error(
+            f"--accelerator-device must be cuda, cuda:N or cpu; got {args.accelerator_device!r}"
+        )
+    try:
+        configs = parse_diffrax_configs(args.diffrax_configs)
+    except ValueError as err:
+        parser.error(str(err))
+    for name in ("batch", "reference", "gpu_batch", "rounds", "diffrax_rounds", "gpu_rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    for name in ("diffrax_trajectories", "gpu_diffrax_trajectories"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    dfx_skip = "--skip-diffrax was given" if args.skip_diffrax else diffrax_missing()
+    if args.gpu_only:
+        return gpu_section(args, configs, dfx_skip)
     system, z0 = problem(args.batch)
     idx = np.linspace(0, args.batch - 1, min(args.reference, args.batch)).astype(int)
     print(
@@ -155,19 +442,14 @@ def main():
 
     run_rodas4(system, z0[:8], cpu)  # warm-up
     variants = {
-        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, numba kernels)": {"kernel": "numba"},
-        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, torch vector operations)": {
-            "kernel": "torch"
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, numba kernels)": {
+            "linear_solver": "arrow-numba"
         },
-        "rodas4 (torch, cpu, dense Jacobian, LAPACK LU)": {"structured": False},
+        "rodas4 (torch, cpu, arrow-tridiagonal Jacobian, torch vector operations)": {
+            "linear_solver": "arrow-torch"
+        },
+        "rodas4 (torch, cpu, dense Jacobian, LAPACK LU)": {"linear_solver": "dense"},
     }
-    t_compile = None
-    if not args.skip_compile:
-        # the first call compiles; on the full batch, because a graph compiled on a small batch
-        # carries a size guard (2 <= b <= 16 after a warm-up with 8) and the full batch would
-        # compile again inside the first timed round
-        t_compile, _ = timed(lambda: run_rodas4(system, z0, cpu, compile=True))
-        variants["rodas4 (torch, cpu, arrow-tridiagonal, torch.compile, warm)"] = {"compile": True}
     # every torch variant and the faster baseline back to back in each round; medians, and the
     # per-round ratios (a pair run back to back shares the machine's speed of the moment)
     times = {name: [] for name in variants}
@@ -193,6 +475,13 @@ def main():
     if not args.skip_lsoda:
         t_ls, (z_l, st_l) = timed(lambda: run_lsoda(system, z0))
         rows.append(("scipy LSODA loop, analytic Jacobian", t_ls, z_l, f"nfev {st_l['nfev']:,}"))
+    dfx_rows = []
+    if dfx_skip is None:
+        jax = jax_setup(torch.get_num_threads())
+        print(f"diffrax rows (jax {jax.__version__}, CPU):", flush=True)
+        with jax.default_device(jax.devices("cpu")[0]):
+            dfx_rows = diffrax_rows(system, z0, idx, ref, configs, args.diffrax_rounds,
+                                    args.diffrax_trajectories or args.batch)  # fmt: skip
     baseline = min(t for name, t, *_ in rows if name.startswith("scipy"))
     print(
         f"reference: scipy Radau (rtol 1e-10, atol 1e-13) on {len(idx)} trajectories, {t_ref:.1f} s\n"
@@ -204,6 +493,7 @@ def main():
     for name, t, z, info in rows:
         err = np.max(np.abs(z[idx] - ref))
         print(f"| {name} | {t:.2f} | {baseline / t:.2f}x | {err:.2e} | {info} |")
+    print_diffrax_rows(dfx_rows, args.batch, baseline)
     err_r = np.max(np.abs(rows[0][2][idx] - ref))
     print()
     for name, rr in round_ratios.items():
@@ -218,29 +508,23 @@ def main():
         f"({ratio:.2f}x, default solver, median per-round ratio); max error <= 1e-5: "
         f"{'met' if err_r <= 1e-5 else 'NOT met'} ({err_r:.1e})"
     )
-    if t_compile is not None:
-        rc = float(
-            np.median(round_ratios["rodas4 (torch, cpu, arrow-tridiagonal, torch.compile, warm)"])
-        )
-        print(
-            f"torch.compile: {rc:.2f}x once compiled (median per-round ratio); its first call, "
-            f"compiling and then solving the batch once, took {t_compile:.1f} s (torch caches "
-            f"compiled code on disk, so a later process may take less)"
-        )
-    if torch.cuda.is_available():
-        gpu = torch.device("cuda")
-        sys_g, z0_g = problem(args.gpu_batch, seed=1)
-        run_rodas4(sys_g, z0_g[:64], gpu)
-        t_g, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, gpu))
-        idx_g = np.linspace(0, args.gpu_batch - 1, 32).astype(int)
-        err_g = np.max(np.abs(z_g[idx_g] - reference(sys_g, z0_g, idx_g)))
-        print(
-            f"\nCUDA {torch.cuda.get_device_name()}: {args.gpu_batch} trajectories in {t_g:.2f} s "
-            f"({args.gpu_batch / t_g:,.0f} trajectories/s), max error on 32 of them {err_g:.1e}, "
-            f"{int((status_g == 0).sum())}/{args.gpu_batch} success"
-        )
+    if dfx_rows:
+        judge_diffrax(dfx_rows, rows[0][1], args.batch, err_r, "rodas4 (default solver, cpu)")
+        best = min(dfx_rows, key=lambda r: r[1] / r[7])
+        if err_r > best[3]:  # compare at matched accuracy: tighten rodas4 until it is as accurate
+            m = rodas4_at_error(system, z0, idx, ref, best[3], args.rounds)
+            if m is None:
+                print("rodas4 did not reach diffrax's error within 8 halvings of rtol and atol")
+            else:
+                rtol_m, atol_m, t_m, err_m, acc_m, rej_m = m
+                print(f"rodas4 at matched error (fastslow_sim.integrate, rtol {rtol_m:.3g}, atol "
+                      f"{atol_m:.3g}): {t_m:.2f} s (median of {args.rounds}), error {err_m:.2e}, "
+                      f"steps {acc_m:,} accepted, {rej_m:,} rejected")  # fmt: skip
+                judge_diffrax(dfx_rows, t_m, args.batch, err_m,
+                              f"rodas4 at rtol {rtol_m:.3g}, atol {atol_m:.3g}")  # fmt: skip
     else:
-        print("\n(no CUDA device here: the GPU row is not measured)")
+        print(f"(diffrax rows skipped: {dfx_skip})")
+    gpu_section(args, configs, dfx_skip)
 
 
 if __name__ == "__main__":

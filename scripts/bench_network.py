@@ -1,6 +1,20 @@
 """Benchmark: the fast-slow network's cost against the dense baseline, side by side.
 
-Run: python scripts/bench_network.py [--rounds N] [--quick]
+Run: python scripts/bench_network.py [--rounds N] [--quick] [--only-training-loop]
+       [--device cpu|cuda] [--autocast]
+
+0. The training loop (forward, backward, gradient clipping, AdamW step, as in
+   fastslow_sim.training) of the dense and coupled arms at the `reproduce` defaults
+   (TrainConfig: batch 8, L=4, d=128, 4 heads, P=8; the me corpus's 8 symbols) at T = 256 and
+   1024, interleaved (every round runs one iteration of each arm, in a rotating order), with
+   the coupled arm also run with the plain slow path (`SlowPath.forward_reference`, the
+   implementation before the fused upsampling) as a baseline row. The wall-clock ratio
+   coupled/dense (median of the per-round ratios) beside the FLOP ratio of
+   fastslow_sim.bridge.cost (and with attention at half its square, as a causal kernel does
+   it); beside it the thread-CPU-time ratio and the ratio of each arm's fastest round (both
+   disturbed less by other processes on a shared machine), the forward+backward ratio, and the
+   clip+AdamW time per arm (the coupled arm has about twice the parameters). Target (issue 15):
+   the wall ratio within 0.03 of the FLOP ratio.
 
 1. Forward plus backward time per step, dense and coupled interleaved in the same run (each
    round runs one step of each), medians and their ratio, for L=4, d=128, 4 heads, batch 8,
@@ -26,7 +40,10 @@ import numpy as np
 import torch
 
 from fastslow_sim.bridge import BridgeConfig, FastSlowLM, flops_per_token, mfu
+from fastslow_sim.bridge.cost import peak_flops
 from fastslow_sim.bridge.model import SlowPath, block_mean_pool
+from fastslow_sim.me_corpus import MECorpusConfig
+from fastslow_sim.training import TrainConfig, make_optimizer
 
 NANOGPT_ANCHOR = {(256, 8): 9560.0, (1024, 2): 6780.0}
 
@@ -94,6 +111,99 @@ def table_dense_vs_coupled(Ts, batch, rounds, device, autocast=False):
     return ratios
 
 
+def causal_train_flops(cfg, T) -> float:
+    """Training FLOPs per token with attention at half its square (what a causal kernel does)."""
+    f = flops_per_token(cfg, T)
+    half = sum(m["train"] for k, m in f["modules"].items() if "scores+values" in k) / 2
+    return f["train"] - half
+
+
+def training_loop_table(Ts, rounds, device, autocast=False, warmup=2):
+    """The training loop's iteration, dense / coupled / coupled with the reference slow path,
+    interleaved: wall (and thread CPU time), split into forward+backward and clip+AdamW step;
+    returns {T: (wall ratio, FLOP ratio)}."""
+    base = TrainConfig()
+    vocab = MECorpusConfig().n_states
+    dt = "bf16 autocast" if autocast else "fp32"
+    print(f"\n## training loop (forward, backward, clip, AdamW step) at the reproduce defaults "
+          f"({device.type}, {dt}, batch {base.batch_size}, L={base.n_layer}, d={base.n_embd}, "
+          f"P={base.P}, vocabulary {vocab}; {rounds} interleaved rounds; ratios are medians of "
+          f"the per-round ratios)")  # fmt: skip
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    peak = peak_flops(name, "bf16" if autocast else "fp32") if name else None
+    if name and peak is None:
+        print(f"(no peak known for {name!r} in fastslow_sim.bridge.cost.PEAK_FLOPS: no MFU)")
+    cols = ["T", "dense ms", "coupled ms", "coupled/dense wall", "FLOP ratio", "wall - FLOP",
+            "FLOP ratio, causal half-square", "coupled/dense CPU time", "ratio of fastest rounds",
+            "fwd+bwd ratio", "clip+AdamW ms dense / coupled", "reference slow path: coupled ms",
+            "reference coupled/dense wall"] + (["MFU dense", "MFU coupled"] if peak else [])  # fmt: skip
+    print("| " + " | ".join(cols) + " |\n|" + "---:|" * len(cols))
+    out = {}
+    for T in Ts:
+        arms, cfgs = {}, {}
+        for arm in ("dense", "coupled", "coupled-reference"):
+            cfg = TrainConfig(**{**base.__dict__, "variant": arm.split("-")[0], "block_size": T})
+            torch.manual_seed(0)
+            cfgs[arm] = cfg.model_config(vocab)
+            model = FastSlowLM(cfgs[arm]).to(device).train()
+            if arm == "coupled-reference":
+                for sp in model.slow:
+                    sp.forward = sp.forward_reference
+            opt = make_optimizer(model, cfg)
+            gen = torch.Generator().manual_seed(1)
+            idx = torch.randint(0, vocab, (cfg.batch_size, T + 1), generator=gen).to(device)
+
+            def it(model=model, opt=opt, idx=idx, clip=cfg.grad_clip):
+                """One iteration as in fastslow_sim.training.train; (wall, CPU, fwd+bwd, opt) s."""
+                sync(device)
+                c0, t0 = time.thread_time(), time.perf_counter()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    _, loss = model(idx[:, :-1], idx[:, 1:])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                sync(device)
+                t1 = time.perf_counter()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+                sync(device)
+                t2 = time.perf_counter()
+                return t2 - t0, time.thread_time() - c0, t1 - t0, t2 - t1
+
+            arms[arm] = it
+        for fn in arms.values():
+            for _ in range(warmup):
+                fn()
+        rec = {k: [] for k in arms}
+        names = list(arms)
+        for r in range(rounds):
+            for k in names[r % 3 :] + names[: r % 3]:  # rotate the order: no arm always first
+                rec[k].append(arms[k]())
+        a = {k: np.array(v) for k, v in rec.items()}  # (rounds, 4): wall, cpu, fwd+bwd, opt
+        med = {k: np.median(v, axis=0) for k, v in a.items()}
+        ratios = np.median(a["coupled"] / a["dense"], axis=0)
+        ratio, ratio_cpu, ratio_fb = (float(v) for v in ratios[:3])
+        ratio_ref = float(np.median(a["coupled-reference"][:, 0] / a["dense"][:, 0]))
+        ratio_min = float(a["coupled"][:, 0].min() / a["dense"][:, 0].min())  # least disturbed
+        flop_d = flops_per_token(cfgs["dense"], T)["train"]
+        flop_c = flops_per_token(cfgs["coupled"], T)["train"]
+        flop = flop_c / flop_d
+        causal = causal_train_flops(cfgs["coupled"], T) / causal_train_flops(cfgs["dense"], T)
+        row = (f"| {T} | {1e3 * med['dense'][0]:.1f} | {1e3 * med['coupled'][0]:.1f} | {ratio:.3f} | "
+               f"{flop:.3f} | {ratio - flop:+.3f} | {causal:.3f} | {ratio_cpu:.3f} | {ratio_min:.3f} | {ratio_fb:.3f} | "
+               f"{1e3 * med['dense'][3]:.1f} / {1e3 * med['coupled'][3]:.1f} | "
+               f"{1e3 * med['coupled-reference'][0]:.1f} | {ratio_ref:.3f} |")  # fmt: skip
+        if peak:
+            tokens = base.batch_size * T
+            row += (f" {flop_d * tokens / med['dense'][0] / peak:.1%} |"
+                    f" {flop_c * tokens / med['coupled'][0] / peak:.1%} |")  # fmt: skip
+        print(row, flush=True)
+        out[T] = (ratio, flop)
+    print("target: coupled/dense training-loop wall ratio within 0.03 of the FLOP ratio: " + "; ".join(
+        f"T={T} {'met' if r - f <= 0.03 else 'NOT met'} ({r:.3f} vs {f:.3f}, {r - f:+.3f})"
+        for T, (r, f) in out.items()))  # fmt: skip
+    return out
+
+
 def slow_attention_scaling(Ts, batch, rounds, device):
     print(f"\n## slow-path attention alone (pooled tokens, forward+backward), batch {batch}")
     print("| T | pooled tokens T/P | time (ms) |")
@@ -144,10 +254,46 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="T = 256, 1024 only, 3 rounds")
+    parser.add_argument(
+        "--only-training-loop", action="store_true", help="the training-loop table (0.) alone"
+    )
+    parser.add_argument(
+        "--loop-rounds", type=int, default=None, help="rounds of the training-loop table [--rounds]"
+    )
+    parser.add_argument(
+        "--loop-Ts",
+        default="256,1024",
+        help="comma-separated T of the training-loop table [256,1024]",
+    )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the tables run [cpu]; cuda adds MFU against the device's peak")  # fmt: skip
+    parser.add_argument("--autocast", action="store_true", help="bf16 autocast (on cuda)")
+    parser.add_argument(
+        "--Ts", default=None, help="comma-separated T of table 1 on cuda [1024,4096,8192]"
+    )
     args = parser.parse_args()
+    if args.rounds < 1 or (args.loop_rounds is not None and args.loop_rounds < 1):
+        parser.error("--rounds and --loop-rounds must be positive integers")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
+    try:
+        loop_Ts = [int(t) for t in args.loop_Ts.split(",")]
+        Ts_gpu = [int(t) for t in args.Ts.split(",")] if args.Ts else [1024, 4096, 8192]
+    except ValueError:
+        parser.error("--loop-Ts and --Ts take comma-separated integers")
+    if min(loop_Ts + Ts_gpu) < 8:
+        parser.error("every T must be at least the pooling ratio P = 8")
     rounds = 3 if args.quick else args.rounds
     print(f"# bench_network: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"python {platform.python_version()}")  # fmt: skip
+    device = torch.device(args.device)
+    training_loop_table(loop_Ts, args.loop_rounds or rounds, device, autocast=args.autocast)
+    if args.only_training_loop:
+        return
+    if device.type == "cuda":
+        print(f"\n# CUDA: {torch.cuda.get_device_name()}")
+        table_dense_vs_coupled(Ts_gpu, 8, rounds, device, autocast=args.autocast)
+        return
     cpu = torch.device("cpu")
     Ts = [256, 1024] if args.quick else [256, 1024, 4096]
     ratios = table_dense_vs_coupled(Ts, 8, rounds, cpu)

@@ -91,10 +91,13 @@ expect runs/train/train.nc runs/train/summary.json
 run reproduce --corpus me "${tiny[@]}" --seeds 1 --variants dense,coupled --out runs/reproduce-me
 expect runs/reproduce-me/ablation.nc
 run phi-vs-pst runs/reproduce-me/coupled-seed0
+run sweep integrate --grid eps=0.1,0.05 --grid seed=0:1 --store runs/sweep.zarr --workers 2 \
+  --t-end 0.5 --n-eval 5
+expect runs/sweep.zarr/zarr.json
 run training-figures --runs runs --out-dir figures
 expect figures/training-gates.png figures/training-val-loss.png figures/training-wall-clock.png
-run figures --out-dir figures --results-dir results
+run figures --only ode --out figures --results-dir results
 expect figures/integrate-birth-death.png figures/equilibrium-manifold.png \
-  figures/convergence.png figures/nonlinear-branches.png
+  figures/convergence.png figures/nonlinear-branches.png figures/multirate-map.pdf
 cd "$ROOT"
 say "passed in $((SECONDS - start)) s"

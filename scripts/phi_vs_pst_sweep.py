@@ -7,38 +7,16 @@ Token sweep: 125k, 500k and 2M tokens on `me:tokens=2400000` (2.16M training tok
 the longest run sees every token less than once). P sweep: P = 4, 8, 16 at 500k tokens on the
 default `me` corpus (its block length is P, so each P is its own corpus). Every other setting is
 `reproduce`'s default. Runs are resumable: a finished run folder is reused. Prints one table,
-saves every result to OUT/phi_vs_pst_sweep.json (the figure reads it).
+saves every result to OUT/phi_vs_pst_sweep.json (the figure reads it). The sweep itself is
+`fastslow_sim.gallery.phi_sweep` (which `fastslow-sim figures` calls where the file is missing).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from fastslow_sim.probe import phi_vs_pst
-from fastslow_sim.training import TrainConfig, arm_config, train
-
-ARMS = ("coupled", "dense-matched")
-TOKEN_CORPUS = "me:tokens=2400000"
-
-
-def _run(out: Path, corpus: str, arm: str, tokens: int, P: int, seed: int) -> Path:
-    from fastslow_sim.corpora import load_corpus
-
-    folder = out / f"{arm}-{'tok' if corpus != 'me' else 'P'}{P}-{tokens}-seed{seed}"
-    summary = folder / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("finished"):
-        return folder
-    base = {"P": P, "progress": False}
-    c = load_corpus(corpus, P=P)
-    cfg = TrainConfig(corpus=corpus, tokens=tokens, seed=seed, out=str(folder),
-                      **arm_config(arm, base, c.vocab_size))  # fmt: skip
-    s = train(cfg, c)
-    print(
-        f"  trained {folder.name}: val {s['val_loss']:.4f} in {s['wall_time_s']:.0f} s", flush=True
-    )
-    return folder
+from fastslow_sim.gallery import FULL, phi_sweep, sweep_plan
 
 
 def main():
@@ -46,19 +24,7 @@ def main():
     ap.add_argument("--out", default="runs/phi-sweep")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    out = Path(args.out)
-    plan = [
-        ("tokens", TOKEN_CORPUS, arm, tok, 8)
-        for tok in (125_000, 500_000, 2_000_000)
-        for arm in ARMS
-    ]
-    plan += [("P", "me", arm, 500_000, P) for P in (4, 8, 16) for arm in ARMS]
-    rows = []
-    for sweep, corpus, arm, tokens, P in plan:
-        folder = _run(out, corpus, arm, tokens, P, args.seed)
-        r = phi_vs_pst(folder)
-        rows.append({"sweep": sweep, **{k: v for k, v in r.items() if k != "binned"}})
-    (out / "phi_vs_pst_sweep.json").write_text(json.dumps(rows, indent=1))
+    rows = phi_sweep(Path(args.out), sweep_plan(FULL), seed=args.seed, log=lambda m: print(m, flush=True))
     cols = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
             "corpus frequencies")  # fmt: skip
     print(

@@ -17,7 +17,7 @@ from fastslow_sim.bridge import (
     measured_flops_per_token,
     upsample_completed,
 )
-from fastslow_sim.bridge.model import CausalSelfAttention
+from fastslow_sim.bridge.model import CausalSelfAttention, SlowPath, add_completed
 
 P = 4
 T = 23  # not a multiple of P
@@ -100,6 +100,79 @@ def test_pooling_and_upsampling_gradcheck():
     pooled = block_mean_pool(x, 4)
     assert pooled.shape == (2, 2, 3)
     torch.testing.assert_close(pooled[:, 1], x[:, 4:8].mean(1))
+
+
+@pytest.mark.parametrize("P_len", [1, 3, 7, 8])
+def test_block_mean_pool_is_the_mean_bit_for_bit(P_len):
+    """Pooling as sum / P (cheaper backward) is `mean` over each block exactly, whether or not P
+    divides T, and so is its gradient."""
+    for T_len in (4 * P_len, 4 * P_len + P_len // 2):
+        x = torch.randn(2, T_len, 5, dtype=torch.float64, requires_grad=True)
+        nb = T_len // P_len
+        ref = x[:, : nb * P_len].reshape(2, nb, P_len, 5).mean(dim=2)
+        out = block_mean_pool(x, P_len)
+        assert torch.equal(out, ref)
+        w = torch.randn(ref.shape, dtype=torch.float64)
+        assert torch.equal(torch.autograd.grad(out, x, w)[0], torch.autograd.grad(ref, x, w)[0])
+
+
+@pytest.mark.parametrize(
+    "T_len,P_len", [(1, 1), (3, 4), (4, 4), (7, 8), (11, 4), (23, 4), (24, 8), (25, 8)]
+)
+def test_fused_add_completed_equals_building_the_upsampled_tensor(T_len, P_len):
+    """The fused slow-path output `x + u` against the plain form that builds `u`: the forward
+    is the same additions (bitwise equal); the backward sums the same numbers in possibly
+    another order, so gradients agree to float64 rounding (a few ulps of their size)."""
+    g = torch.Generator().manual_seed(T_len * 10 + P_len)
+    x = torch.randn(3, T_len, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    z = torch.randn(3, T_len // P_len, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    null = torch.randn(5, dtype=torch.float64, generator=g, requires_grad=True)
+    ref = x + upsample_completed(z, null, P_len, T_len)
+    out = add_completed(x, torch.cat([null.expand(3, 1, 5), z], 1), P_len)
+    assert torch.equal(out, ref)
+    w = torch.randn(ref.shape, dtype=torch.float64, generator=g)
+    g_ref = torch.autograd.grad(ref, (x, z, null), w)
+    g_out = torch.autograd.grad(out, (x, z, null), w)
+    for a, b in zip(g_out, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14 * float(w.abs().sum()))
+    assert torch.autograd.gradcheck(lambda a, b: add_completed(a, b, P_len),
+                                    (x, torch.cat([null.expand(3, 1, 5), z], 1).detach().requires_grad_()))  # fmt: skip
+
+
+@pytest.mark.parametrize("gate", ["scalar", "channel"])
+def test_optimised_slow_path_equals_the_reference_implementation(gate, monkeypatch):
+    """The whole network, loss and every parameter's gradient, with SlowPath.forward against
+    SlowPath.forward_reference (float64, gates open): equal to float64 rounding."""
+    model = randomise_gates(make("coupled", gate=gate)).train()
+    idx = torch.randint(0, 17, (3, T + 1), generator=torch.Generator().manual_seed(5))
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    loss, grads = run()
+    monkeypatch.setattr(SlowPath, "forward", SlowPath.forward_reference)
+    loss_ref, grads_ref = run()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-14, atol=0)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        scale = float(grads_ref[name].abs().max())
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-12, atol=1e-13 * scale,
+                                   msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip
+    assert any(float(g.abs().max()) > 0 for n, g in grads.items() if n.startswith("slow."))
+
+
+def test_layer_norm_is_torchs_and_parameter_names_are_kept():
+    """torch.nn.LayerNorm (bias=False needs torch >= 2.1) keeps the checkpoint names of the
+    former custom module: `weight` only without bias, `weight` and `bias` with it."""
+    names = set(make("coupled").state_dict())
+    assert {"transformer.h.0.ln_1.weight", "transformer.ln_f.weight", "slow.0.ln_a.weight"} <= names
+    assert not any(n.endswith("ln_1.bias") or n.endswith("ln_f.bias") for n in names)
+    with_bias = make("coupled", bias=True)
+    assert isinstance(with_bias.transformer.ln_f, torch.nn.LayerNorm)
+    assert "transformer.ln_f.bias" in with_bias.state_dict()
 
 
 def test_all_variants_agree_at_initialisation():
@@ -311,3 +384,18 @@ def test_bad_tokens():
         model.generate(torch.zeros(1, 30, dtype=torch.long), 5)
     with torch.no_grad():
         assert np.isfinite(float(model(torch.zeros(1, 32, dtype=torch.long))[0].sum()))
+
+
+def test_peak_table_is_keyed_by_exact_device_names():
+    """MFU uses the named device's own peak; an unknown name (or a near miss) has none."""
+    from fastslow_sim.bridge import mfu, peak_flops
+
+    assert peak_flops("NVIDIA H200") == 989e12 and peak_flops("NVIDIA H200 NVL") == 836e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    for name in ("NVIDIA H20", "NVIDIA H200X", "cpu", "NVIDIA GeForce RTX 4090", ""):
+        assert peak_flops(name) is None
+    cfg = BridgeConfig(vocab_size=8, block_size=256, variant="coupled")
+    assert mfu(cfg, 1e6, "NVIDIA GeForce RTX 4090") is None
+    want = flops_per_token(cfg, 256)["train"] * 1e6 / 989e12
+    assert mfu(cfg, 1e6, "NVIDIA H200", "bf16", 256) == pytest.approx(want, rel=1e-12)

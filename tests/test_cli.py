@@ -239,16 +239,15 @@ def test_mapping_command():
     assert md.startswith("| ODE object |") and md.count("\n") == len(rows) + 2  # header, rule, rows
 
 
-def test_figures_command_regenerates_every_ode_figure(tmp_path):
-    res = run(
-        ["figures", "--out-dir", str(tmp_path / "figs"), "--results-dir", str(tmp_path / "res")]
-    )
+def test_figures_command_writes_the_figures_it_is_asked_for(tmp_path):
+    # every figure and its data: tests/test_gallery.py; here the command's options and output
+    names = ("integrate-birth-death", "equilibrium-manifold")
+    res = run(["figures", "--only", ",".join(names), "--out-dir", str(tmp_path / "figs"),
+               "--results-dir", str(tmp_path / "res")])  # fmt: skip
     assert res.exit_code == 0, res.output
-    for name in (
-        "integrate-birth-death",
-        "equilibrium-manifold",
-        "convergence",
-        "nonlinear-branches",
-    ):
-        assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 10_000
-    assert len(list((tmp_path / "res").glob("*.nc"))) >= 5
+    for name in names:
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "figs" / f"{name}.{ext}").stat().st_size > 10_000
+        assert name in res.output
+    assert len(list((tmp_path / "res").glob("*.nc"))) == 5  # one trajectory, three eps, h0/h1
+    assert "(computed)" in res.output and "total" in res.output

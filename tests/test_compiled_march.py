@@ -175,3 +175,21 @@ def test_lanes_are_independent():
     for z, status, stats in runs[1:]:
         assert torch.equal(z, runs[0][0]) and torch.equal(status, runs[0][1])
         assert torch.equal(stats["naccept"], runs[0][2]["naccept"])
+
+
+def test_rodas3_runs_compiled_from_its_table_alone():
+    # a new tableau needs no new code: RODAS3 (4 stages, no continuous extension) from its table
+    from fastslow_sim.rosenbrock import RODAS3
+
+    system = fs.make_system("two-state", eps=1e-3)
+    runs = _both(system, _z0(system, 17), [0.0, 0.5, 1.0], rtol=1e-6, atol=1e-9, tableau=RODAS3,
+                 dense_output=False)  # fmt: skip
+    _assert_same(*runs)
+    with pytest.raises(InputError, match="continuous extension"):
+        compiled.march_chain(system.chain_arrays(), _z0(system, 2), torch.tensor([0.0, 1.0]),
+                             tableau=RODAS3)  # fmt: skip
+    x0, y0 = fs.random_initial_conditions(system, 8, 1)
+    kw = {"method": "rodas3", "rtol": 1e-6, "atol": 1e-9, "n_eval": 3}
+    a = fs.integrate(system, (0.0, 1.0), x0, y0, march="torch", **kw)
+    b = fs.integrate(system, (0.0, 1.0), x0, y0, **kw)
+    assert b.attrs["march"] == "compiled" and float(abs(a.x - b.x).max()) <= 1e-10

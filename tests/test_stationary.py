@@ -8,13 +8,13 @@ import torch
 
 import fastslow_sim as fs
 from fastslow_sim.generators import from_off_diagonal
-from fastslow_sim.stationary import METHODS, closed_classes
+from fastslow_sim.stationary import STATIONARY_METHODS, closed_classes
 
 CLOSED = [fs.TwoState(beta=1.7), fs.BirthDeath(n=12, beta=3.0), fs.MichaelisMenten(N=6, k1=2.0)]
 
 
 @pytest.mark.parametrize("gen", CLOSED, ids=lambda g: g.name)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_closed_form_stationary_distributions(gen, method):
     y = np.linspace(0.05, 2.0, 25)
     p = fs.stationary_distribution(gen.rates(y), method)
@@ -26,7 +26,7 @@ def test_closed_form_stationary_distributions(gen, method):
 
 def test_methods_agree_on_random_chains():
     Q = fs.random_generators(500, 16, seed=0)
-    p = {m: fs.stationary_distribution(Q, m) for m in METHODS}
+    p = {m: fs.stationary_distribution(Q, m) for m in STATIONARY_METHODS}
     np.testing.assert_allclose(p["lu"], p["gth"], rtol=1e-9, atol=1e-13)
     np.testing.assert_allclose(p["svd"], p["gth"], rtol=1e-9, atol=1e-13)
     assert np.all(p["gth"] > 0)
@@ -46,7 +46,7 @@ def test_gth_keeps_relative_accuracy_on_nearly_decomposable_chain():
     assert exact[-1] / exact[0] < 1e-38
     rel = {
         m: np.max(np.abs(fs.stationary_distribution(gen.rates(0.0), m) - exact) / exact)
-        for m in METHODS
+        for m in STATIONARY_METHODS
     }
     assert rel["gth"] <= 1e-12
     # the subtracting methods lose all relative accuracy in the tail (this is why GTH is default)
@@ -56,7 +56,7 @@ def test_gth_keeps_relative_accuracy_on_nearly_decomposable_chain():
 def test_input_is_not_modified():
     Q = fs.BirthDeath(n=6).rates(0.3)
     before = Q.copy()
-    for m in METHODS:
+    for m in STATIONARY_METHODS:
         fs.stationary_distribution(Q, m)
     np.testing.assert_array_equal(Q, before)
 
@@ -67,7 +67,7 @@ def test_reducible_chain_names_closed_classes():
     off[2, 3] = off[3, 2] = 2.0  # closed class {2, 3}
     off[4, 0] = 1.0  # 4 is transient
     Q = from_off_diagonal(off)
-    for method in METHODS:
+    for method in STATIONARY_METHODS:
         with pytest.raises(
             fs.ReducibleGeneratorError, match=r"closed classes \[\[0, 1\], \[2, 3\]\]"
         ) as info:
@@ -122,7 +122,7 @@ def test_dp_dy_identity_against_finite_differences(gen):
     np.testing.assert_allclose(dp.sum(-2), 0.0, atol=1e-12)  # probability stays normalised
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_torch_autograd_matches_finite_differences(method):
     Q = torch.tensor(fs.random_generators(2, 5, seed=4), requires_grad=True)
     assert torch.autograd.gradcheck(
@@ -164,7 +164,7 @@ def test_torch_input_returns_torch_of_same_dtype():
     assert p32.dtype == torch.float32
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_unichain_whose_first_state_is_transient(method):
     # 0 -> 1 <-> 2: state 0 is transient, and GTH meets a zero pivot on the way
     off = np.zeros((3, 3))
@@ -175,7 +175,7 @@ def test_unichain_whose_first_state_is_transient(method):
     np.testing.assert_allclose(p, [0.0, 0.75, 0.25], atol=1e-15)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_every_method_validates(method):
     bad = fs.BirthDeath(n=4).rates(0.2)
     bad[1, 2] = -0.5
@@ -319,7 +319,7 @@ def test_numpy_input_never_imports_torch():
         "import fastslow_sim.stationary as st\n"
         "from fastslow_sim.generators import BirthDeath, random_generators, from_off_diagonal\n"
         "sys.modules['torch'] = None\n"
-        "for m in st.METHODS:\n"
+        "for m in st.STATIONARY_METHODS:\n"
         "    p = st.stationary_distribution(random_generators(20, 6, seed=1), m)\n"
         "    assert p.shape == (20, 6)\n"
         "p = st.stationary_distribution(BirthDeath(n=260, up=20.0, beta=0.0).rates(0.0))\n"

@@ -9,72 +9,74 @@ from __future__ import annotations
 
 import numpy as np
 
+from .palette import ARM_LINESTYLES, WIDTH, arm_color
 from .plots import figure_axes
 
-ARM_STYLE = {"coupled": ("C1", "--"), "dense-matched": ("C4", "-."), "dense": ("C0", ":"),
-             "frozen-slow": ("C3", (0, (3, 1, 1, 1))), "frozen-gate": ("C2", (0, (1, 1)))}  # fmt: skip
+ARM_STYLE = {arm: (arm_color(arm), ls) for arm, ls in ARM_LINESTYLES.items()}  # old name
 
 
 def plot_phi_vs_pst(results: dict, ax=None):
-    """`phi_theta(y)` against `p_st(y)` as curves per state, binned by `y` (quantile bins).
+    """`phi_theta(y)` against `p_st(y)`, one panel per state `i`: curves of the probability of
+    state `i` against `y`, binned by `y` (quantile bins of the validation blocks).
 
-    `results`: `{label: phi_vs_pst result}`. Left: the model's head readout of each run (and the
-    Bayes filter read out the same way, the best a head can do); right: the slow-state probes.
-    Solid: `p_st,i(y)` (what `y` known gives); each state `i` has its colour.
+    `results`: `{label: phi_vs_pst result}` (one run per arm). Black: `p_st,i(y)` (what `y`
+    known gives); grey dotted: the Bayes filter read out like the head (the best a head can
+    do); solid, in the arm's colour: the model's head readout; dashed: the probe of the gated
+    slow state (slow-path arms whose gate is not pinned at zero). `ax`: one Axes per state, or
+    None for a new figure. Returns the Figure.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = figure_axes(ax, 2, ncols=2, figsize=(12, 4.6), sharey=True)
     first = next(iter(results.values()))
     y = np.array(first["binned"]["y"])
     truth = np.array(first["binned"]["y known"])  # (bins, n)
     n = truth.shape[1]
-    colors = plt.cm.viridis(np.linspace(0.0, 0.95, n))
-    panels = (("model head", "head readout (late in the block)"),
-              ("slow-state probe", "probe of the gated slow state"))  # fmt: skip
-    for ax, (key, title) in zip(axes, panels):
-        for i in range(n):
-            ax.plot(
-                y,
-                truth[:, i],
-                color=colors[i],
-                lw=2.0,
-                label=f"state {i}" if key == "model head" else None,
-            )
-        if key == "model head":
-            filt = np.array(first["binned"]["Bayes filter, head readout"])
-            for i in range(n):
-                ax.plot(y, filt[:, i], color=colors[i], lw=0.8, ls=(0, (1, 2)))
-            ax.plot([], [], color="k", lw=0.8, ls=(0, (1, 2)), label="Bayes filter, same readout")
+    ncols = min(4, n)
+    nrows = -(-n // ncols)
+    fig, axes = figure_axes(ax, n, nrows=nrows, ncols=ncols, figsize=(WIDTH, 2.35 * nrows + 0.9),
+                            sharex=True)  # fmt: skip
+    filt = np.array(first["binned"]["Bayes filter, head readout"])
+    for i, ax in enumerate(axes):
+        ax.plot(y, truth[:, i], color="k", lw=2.2, label=r"$p_{st}(y)$ (y known)")
+        ax.plot(y, filt[:, i], color="0.45", lw=1.2, ls=":", label="Bayes filter, head readout")
         for label, r in results.items():
-            if key not in r["binned"]:
-                continue
-            color, ls = ARM_STYLE.get(r["arm"], ("k", "--"))
-            est = np.array(r["binned"][key])
-            for i in range(n):
-                ax.plot(y, est[:, i], color=colors[i], lw=1.1, ls=ls)
-            tv = r["tv"][key]
-            ax.plot([], [], color="k", lw=1.1, ls=ls,
-                    label=f"{label} (TV {tv['mean']:.3f} ± {tv['se']:.3f})")  # fmt: skip
-        ax.set_xlabel("slow variable y of the predicted block (bin means)")
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, ncol=2, loc="upper center")
-    axes[0].set_ylabel(r"probability of state $i$; solid: $p_{st,i}(y)$")
-    fig.suptitle(r"$\phi_\theta(y)$ against $p_{st}(y)$ on the me corpus (validation blocks)",
-                 fontsize=11)  # fmt: skip
+            color = arm_color(r["arm"])
+            tv = r["tv"]["model head"]
+            ax.plot(y, np.array(r["binned"]["model head"])[:, i], color=color, lw=1.2,
+                    label=f"{label}: head (TV {tv['mean']:.3f})")  # fmt: skip
+            if "slow-state probe" in r["binned"] and r["arm"] != "frozen-gate":
+                tv = r["tv"]["slow-state probe"]
+                ax.plot(y, np.array(r["binned"]["slow-state probe"])[:, i], color=color, lw=1.0,
+                        ls="--", label=f"{label}: slow-state probe (TV {tv['mean']:.3f})")  # fmt: skip
+        ax.set_title(f"state {i}", fontsize=9.5)
+        if i % ncols == 0:
+            ax.set_ylabel("probability")
+        if i >= n - ncols:
+            ax.set_xlabel("slow variable y")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.suptitle(r"$\phi_\theta(y)$ against $p_{st}(y)$ on the me corpus (validation blocks, "
+                 r"binned by $y$; TV: mean distance to $p_{st}(y_b)$)")  # fmt: skip
+    fig.tight_layout(rect=(0, 0.12 if len(labels) > 6 else 0.08, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, fontsize=8)
     return fig
+
+
+def _count(n) -> str:
+    """125000 -> "125k", 2000000 -> "2M", 8 -> "8"."""
+    for div, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
 
 
 def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the attainable floors of each readout (the Bayes filter read out the same way)."""
-    fig, axes = figure_axes(ax, 2, ncols=2, figsize=(11, 4.2))
+    fig, axes = figure_axes(ax, 2, ncols=2, figsize=(WIDTH, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
         sel = [r for r in rows if r["sweep"] == sweep]
         for arm in sorted({r["arm"] for r in sel}):
             rs = sorted((r for r in sel if r["arm"] == arm), key=lambda r: r[xkey])
-            color, _ = ARM_STYLE.get(arm, ("k", "-"))
+            color = arm_color(arm)
             x = [r[xkey] for r in rs]
             for key, marker in (("model head", "o-"), ("slow-state probe", "s--")):
                 if all(key in r["tv"] for r in rs):
@@ -91,8 +93,16 @@ def plot_tv_sweep(rows: list, ax=None):
             ax.plot(x, [r["tv"]["corpus frequencies"]["mean"] for r in rs], color="0.6",
                     label="corpus frequencies")  # fmt: skip
         ax.set_xscale("log", base=2 if sweep == "P" else 10)
+        if sel:
+            ticks = sorted({r[xkey] for r in sel})
+            ax.set_xticks(ticks, [_count(t) for t in ticks])
+            ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(r"mean TV distance to $p_{st}(y_b)$")
-        ax.legend(fontsize=7)
-    fig.suptitle("how close phi_theta gets to p_st", fontsize=11)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(r"how close $\phi_\theta$ gets to $p_{st}$: against training tokens and against P")
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, fontsize=8)
     return fig

@@ -15,6 +15,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .palette import WIDTH, eps_color, state_colors
+
 
 def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
@@ -22,9 +24,12 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     from fastslow_sim.io import atomic_path
 
     path = Path(path)
+    fmt = path.suffix.lstrip(".") or "png"
+    # no creation date in a PDF: the same figure gives the same bytes (clean diffs in figures/)
+    meta = {"CreationDate": None} if fmt == "pdf" else None
     try:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", metadata=meta)
     finally:
         if close:
             plt.close(fig)
@@ -63,10 +68,10 @@ def plot_trajectory(ds, *, ax=None):
     `ax`: two Axes `(for x, for y)`, or None for a new figure. Returns the Figure.
     """
     t = ds["time"].values
-    fig, (ax_x, ax_y) = figure_axes(ax, 2, nrows=2, ncols=1, figsize=(7.5, 6.0), sharex=True,
+    fig, (ax_x, ax_y) = figure_axes(ax, 2, nrows=2, ncols=1, figsize=(0.8 * WIDTH, 6.0), sharex=True,
                                     gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
     n = ds.sizes["state"]
-    colors = plt.cm.viridis(np.linspace(0.0, 0.95, n))
+    colors = state_colors(n)
     for i in range(n):
         ax_x.plot(t, ds["x"].values[:, i], color=colors[i], lw=1.4, label=f"$x_{{{i}}}$")
         if "p_st" in ds:
@@ -79,7 +84,7 @@ def plot_trajectory(ds, *, ax=None):
         f"{ds.attrs.get('system', '')}: eps = {eps:g}, method {ds.attrs.get('method', '')}, "
         f"status {ds.attrs.get('status', '')}"
     )
-    ax_x.legend(ncol=min(n + 1, 5), fontsize=8, loc="upper right")
+    ax_x.legend(ncol=3, fontsize=8, loc="center right")
     for k in range(ds.sizes["slow"]):
         ax_y.plot(t, ds["y"].values[:, k], lw=1.5, label=f"$y_{{{k}}}$")
     ax_y.set_xlabel(axis_label(ds["time"], "slow time t"))
@@ -100,7 +105,7 @@ def plot_convergence(ds, *, ax=None):
         "err_h1": r"$\max|x - h_0(y) - \varepsilon h_1(y)|$",
         "err_y": r"$\max|y - y_{\rm reduced}|$",
     }
-    fig, (ax,) = figure_axes(ax, 1, figsize=(6.5, 4.8))
+    fig, (ax,) = figure_axes(ax, 1, figsize=(0.75 * WIDTH, 5.0))
     for key, marker in zip(labels, "osd"):
         err = ds[key].values
         ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {slopes[key]:.2f}")
@@ -109,7 +114,7 @@ def plot_convergence(ds, *, ax=None):
     ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
     ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")
-    ax.legend(fontsize=8)
+    ax.legend(loc="lower right")
     ax.grid(True, which="both", alpha=0.3)
     return fig
 
@@ -124,9 +129,9 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
     n = curve.sizes["state"]
     states = list(range(n)) if states is None else list(states)
     fig, axes = figure_axes(ax, len(states), nrows=1, ncols=len(states),
-                            figsize=(4.2 * len(states), 4.2))  # fmt: skip
+                            figsize=(WIDTH * min(1.0, len(states) / 3), 3.8))  # fmt: skip
     y_grid = curve["y_grid"].values
-    colors = plt.cm.plasma(np.linspace(0.0, 0.8, len(runs)))
+    colors = [eps_color(ds.attrs["eps"]) for ds in runs]
     for ax, i in zip(axes, states):
         ax.plot(y_grid, curve["h0"].values[:, i], color="k", lw=2.0, label=r"$h_0(y) = p_{st}(y)$")
         for ds, col in zip(runs, colors):
@@ -139,11 +144,11 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
         ax.set_ylabel(f"$x_{{{i}}}$" + _units(curve["h0"]))
         ax.set_title(f"state {i}")
     axes[0].plot([], [], color="gray", ls="--", label=r"$h_0 + \varepsilon h_1$")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(
-        "trajectories leave x0 through the initial layer, then follow the critical manifold",
-        fontsize=10,
-    )
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
+               bbox_to_anchor=(0.5, -0.06))  # fmt: skip
+    fig.suptitle("trajectories leave x0 through the initial layer, then follow the critical manifold")
+    fig.tight_layout()
     return fig
 
 
@@ -157,7 +162,7 @@ def plot_branches(ds, *, ax=None):
     """
     has_osc = "osc_y" in ds
     fig, axes = figure_axes(ax, 2 if has_osc else 1, nrows=1, ncols=2 if has_osc else 1,
-                            figsize=(11 if has_osc else 6.5, 4.6))  # fmt: skip
+                            figsize=(WIDTH if has_osc else 0.7 * WIDTH, 4.3))  # fmt: skip
     ax = axes[0]
     y, mean, stab, bid = (
         ds[k].values for k in ("curve_y", "curve_mean", "curve_stability", "branch_id")
@@ -176,10 +181,10 @@ def plot_branches(ds, *, ax=None):
                 label=f"full system, eps = {ds.attrs['osc_eps']:g}")  # fmt: skip
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+    ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="center right")
     ax.set_xlabel(axis_label(ds["curve_y"], "slow variable y"))
     ax.set_ylabel(axis_label(ds["curve_mean"], r"mean state $c \cdot x$"))
-    ax.set_title(f"kappa = {ds.attrs['kappa']:g}: gap to the linear identity {ds.attrs['gap']:.3f}")
+    ax.set_title(f"kappa = {ds.attrs['kappa']:g}: gap to the identity {ds.attrs['gap']:.3f}")
     if has_osc:
         ax2 = axes[1]
         ax2.plot(ds["osc_time"].values, ds["osc_y"].values, color="C2")
@@ -187,5 +192,45 @@ def plot_branches(ds, *, ax=None):
             ax2.axhline(f["y"], color="k", lw=0.7, ls=":")
         ax2.set_xlabel(axis_label(ds["osc_time"], "slow time t"))
         ax2.set_ylabel(axis_label(ds["osc_y"], "y"))
-        ax2.set_title("relaxation oscillation, g = 1/2 - c.x (dotted: folds)")
+        ax2.set_title("relaxation oscillation (dotted: folds)")
+    return fig
+
+
+def plot_multirate(ds, *, ax=None):
+    """The multirate map against the ODE: its error at a fixed block length `H` against `eps`
+    (left) and against `H` for several `eps` (right), with the fitted order in `H`.
+
+    `ds`: `err_y(eps, H)` and `err_x(eps, H)` (max over block ends of `|y_map - y_ode|`, and of
+    `|x_map - x_ode|_inf` after the first block) and `attrs["H_fixed"]`. `ax`: two Axes, or None
+    for a new figure. Returns the Figure.
+    """
+    eps = ds["eps"].values
+    H = ds["H"].values
+    H_fixed = float(ds.attrs["H_fixed"])
+    j = int(np.argmin(np.abs(H - H_fixed)))
+    fig, (ax_e, ax_h) = figure_axes(ax, 2, nrows=1, ncols=2, figsize=(WIDTH, 4.0))
+    for key, marker, label in (("err_y", "o", r"slow $\max_k |y_k - y(kH)|$"),
+                               ("err_x", "s", r"fast $\max_k |x_k - x(kH)|_\infty$")):  # fmt: skip
+        ax_e.loglog(eps, ds[key].values[:, j], marker=marker, color="0.25",
+                    ls="-" if key == "err_y" else "--", label=label)  # fmt: skip
+    for i, e in enumerate(eps):
+        ax_e.plot(e, ds["err_y"].values[i, j], "o", color=eps_color(e), ms=7, zorder=3)
+    ax_e.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
+    ax_e.set_ylabel("error against the ODE at block ends")
+    ax_e.set_title(f"fixed H = {H_fixed:g}: the error does not grow as eps -> 0")
+    ax_e.invert_xaxis()
+    ax_e.legend(loc="upper right")
+    orders = json.loads(ds.attrs["orders"])
+    for i, e in enumerate(eps):
+        ax_h.loglog(H, ds["err_y"].values[i], marker="o", ms=4, color=eps_color(e),
+                    label=rf"$\varepsilon$ = {e:g} (order {orders[i]:.2f})")  # fmt: skip
+    ref = ds["err_y"].values[-1]
+    ax_h.loglog(H, ref[-1] * H / H[-1], color="0.5", ls=":", lw=1, label="slope 1")
+    ax_h.set_xlabel(axis_label(ds["H"], "slow time per block H"))
+    ax_h.set_ylabel(r"slow error $\max_k |y_k - y(kH)|$")
+    ax_h.set_title("first order in H at every eps")
+    ax_h.legend(loc="lower right", fontsize=7.5)
+    for a in (ax_e, ax_h):
+        a.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
     return fig

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from fastslow_sim.bridge.variants import ARMS
+
+from .palette import ARM_COLORS, WIDTH, arm_color
 from .plots import axis_label, figure_axes
 
-ARMS = ("dense", "dense-matched", "coupled", "frozen-gate", "frozen-slow")
-COLORS = {"dense": "C0", "dense-matched": "C4", "coupled": "C1", "frozen-gate": "C2",
-          "frozen-slow": "C3"}  # fmt: skip
+COLORS = ARM_COLORS  # the palette's, kept under the old name
+GATED = ("coupled", "frozen-slow", "frozen-gate")  # the arms that have a gate
 
 
 def _runs(ablation_dir):
@@ -26,31 +28,46 @@ def _runs(ablation_dir):
     return out
 
 
-def plot_gates(ablation_dirs: dict, *, ax=None):
-    """|tanh(alpha)| per layer during training, one panel per (corpus, arm), seeds overlaid.
+def _layer_shades(color, n):
+    """`n` shades of `color`, light (layer 0) to dark (last layer)."""
+    from matplotlib.colors import to_rgb
 
-    `ax`: `len(ablation_dirs) x 4` Axes (rows: corpora, columns: arms), or None for a new
-    figure. Returns the Figure.
+    rgb = np.array(to_rgb(color))
+    white = np.ones(3)
+    # layer 0: halfway to white; the last layer: the colour darkened by a quarter
+    mix = np.linspace(0.5, -0.25, n)
+    return [tuple(np.clip(rgb + m * (white - rgb) if m >= 0 else rgb * (1 + m), 0, 1))
+            for m in mix]  # fmt: skip
+
+
+def plot_gates(ablation_dirs: dict, *, ax=None):
+    """|tanh(alpha)| per layer during training, one panel per corpus: for each gated arm
+    (coupled, frozen-slow, frozen-gate) the mean over seeds per layer (shade: layer, light to
+    dark) with the seeds' min-max band. The dense arms have no gate.
+
+    `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
     """
     corpora = list(ablation_dirs)
-    fig, axes = figure_axes(ax, len(corpora) * len(ARMS), nrows=len(corpora), ncols=len(ARMS),
-                            figsize=(3.6 * len(ARMS), 3.0 * len(corpora)), sharex="row")  # fmt: skip
-    for r, corpus in enumerate(corpora):
+    fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
+                            figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.9))  # fmt: skip
+    for ax, corpus in zip(axes, corpora):
         runs = _runs(ablation_dirs[corpus])
-        for c, arm in enumerate(ARMS):
-            ax = axes[r * len(ARMS) + c]
-            for seed, ds in enumerate(runs.get(arm, [])):
-                for layer in ds["layer"].values:
-                    ax.plot(ds["step"].values, ds["gate"].values[:, layer], color=f"C{layer}",
-                            lw=1.0, ls=["-", "--", ":"][seed % 3],
-                            label=f"layer {layer}" if seed == 0 else None)  # fmt: skip
-            ax.set_title(f"{corpus}: {arm}", fontsize=9)
-            ax.set_xlabel("step")
-            if c == 0:
-                ax.set_ylabel(r"$|\tanh\alpha|$")  # the long_name is too long for a panel
-            if r == 0 and c == 1:
-                ax.legend(fontsize=7)
-    fig.suptitle("gates per layer during training (line style: seed)", fontsize=10)
+        for arm in GATED:
+            if arm not in runs:
+                continue
+            steps = runs[arm][0]["step"].values
+            g = np.array([ds["gate"].values for ds in runs[arm]])  # (seeds, steps, layers)
+            shades = _layer_shades(arm_color(arm), g.shape[2])
+            for layer in range(g.shape[2]):
+                ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
+                        label=f"{arm} ({len(g)} seeds)" if layer == g.shape[2] - 1 else None)  # fmt: skip
+                ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
+                                color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
+        ax.set_title(f"{corpus}: gates per layer (darker: deeper)")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(r"$|\tanh\alpha|$ (mean over seeds)")
+        ax.legend(loc="upper left")
+    fig.tight_layout()
     return fig
 
 
@@ -62,7 +79,7 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
     """
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
-                            figsize=(6 * len(corpora), 4.2))  # fmt: skip
+                            figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 4.0))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
         runs = _runs(ablation_dirs[corpus])
         for arm in ARMS:
@@ -70,17 +87,21 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
                 continue
             steps = runs[arm][0]["eval_step"].values
             v = np.array([ds["val_loss"].values for ds in runs[arm]])
-            ax.plot(steps, v.mean(0), color=COLORS[arm], label=f"{arm} ({len(v)} seeds)")
-            ax.fill_between(steps, v.min(0), v.max(0), color=COLORS[arm], alpha=0.2)
-        for name, value in (references or {}).get(corpus, {}).items():
+            ax.plot(steps, v.mean(0), color=arm_color(arm), label=f"{arm} ({len(v)} seeds)")
+            ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
+        refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
+        for k, (name, value) in enumerate(refs):
             ax.axhline(value, color="k", lw=0.8, ls=":")
-            ax.text(steps[0], value, f" {name} {value:.3f}", fontsize=7, va="bottom")
-        ax.set_xlabel("step")
+            # the lowest label below its line, the others above, so that close lines stay legible
+            ax.text(steps[0], value, f" {name} {value:.3f}", fontsize=7.5,
+                    va="top" if k == 0 and len(refs) > 1 else "bottom", ha="left")  # fmt: skip
+        ax.set_xlabel("training step")
         first = next(iter(runs.values()), [None])[0]
         default = "validation loss (nats/token)"
         ax.set_ylabel(default if first is None else axis_label(first["val_loss"], default))
         ax.set_title(corpus)
-        ax.legend(fontsize=8)
+        ax.legend(loc="best")
+    fig.tight_layout()
     return fig
 
 
@@ -93,17 +114,97 @@ def plot_wall_clock(ablation_dirs: dict, *, ax=None):
 
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
-                            figsize=(5.5 * len(corpora), 3.8))  # fmt: skip
+                            figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.8))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
         ds = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
         arms = list(ds["arm"].values)
         wall = ds["wall_time_s"].values
         ax.bar(
-            range(len(arms)), wall.mean(1), color=[COLORS.get(a, "gray") for a in arms], alpha=0.7
+            range(len(arms)), wall.mean(1), color=[arm_color(a) for a in arms], alpha=0.7
         )
         for i in range(len(arms)):
             ax.plot(np.full(wall.shape[1], i), wall[i], "k.", ms=5)
-        ax.set_xticks(range(len(arms)), arms, rotation=15)
+        ax.set_xticks(range(len(arms)), arms, rotation=20)
         ax.set_ylabel(axis_label(ds["wall_time_s"], "wall-clock per run (s)"))
         ax.set_title(f"{corpus}: {int(ds.attrs['tokens']):,} tokens per run")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ablation(ablations: dict, *, ax=None):
+    """Paired differences of the validation loss, `a - b` per seed (dots) with their mean and
+    t-based 95% interval (bar), one row per comparison and one panel per corpus; the margin
+    of equivalence shaded, zero dotted. Colour: the arm `a`.
+
+    `ablations`: `{corpus: ablation dataset}` (`reproduce`'s ablation.nc: `val_loss(arm, seed)`
+    and the table in `attrs["table"]`). `ax`: one Axes per corpus, or None. Returns the Figure.
+    """
+    import json
+
+    corpora = list(ablations)
+    fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
+                            figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.9))  # fmt: skip
+    for ax, corpus in zip(axes, corpora):
+        ds = ablations[corpus]
+        table = json.loads(ds.attrs["table"])
+        margin = float(table["margin"])
+        comps = table["comparisons"]
+        arms = list(ds["arm"].values)
+        for row, c in enumerate(comps):
+            d = ds["val_loss"].values[arms.index(c["a"])] - ds["val_loss"].values[arms.index(c["b"])]
+            color = arm_color(c["a"])
+            lo, hi = c["ci95"]
+            ax.plot([lo, hi], [row, row], color=color, lw=3, solid_capstyle="butt")
+            ax.plot(c["mean_diff"], row, "o", color=color, ms=7, mec="k", mew=0.6)
+            ax.plot(d, np.full(len(d), row + 0.22), "|", color=color, ms=6, alpha=0.8)
+        ax.axvspan(-margin, margin, color="0.85", zorder=0, label=f"margin ±{margin:g}")
+        ax.axvline(0, color="k", lw=0.8, ls=":")
+        ax.set_yticks(range(len(comps)), [f"{c['a']} − {c['b']}" for c in comps])
+        ax.set_ylim(len(comps) - 0.4, -0.6)
+        ax.set_xlabel("difference in validation loss [nats/token]")
+        n_seeds = ds.sizes["seed"]
+        ax.set_title(f"{corpus}: paired by seed ({n_seeds} seeds), mean and 95% t interval",
+                     fontsize=9.5)  # fmt: skip
+        ax.legend(loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_cost(ds, *, ax=None):
+    """Cost per token against the context length `T`: measured wall-clock of one training
+    step (forward + backward) per token (left) and the FLOP model's training FLOPs per token
+    (right), for the dense network and the coupled one at several `P` (colour: `eps = 1/P`).
+
+    `ds`: `wall_per_token(config, T)` and `flops_per_token(config, T)`, with `variant(config)`
+    and `P(config)` (0 for dense). `ax`: two Axes, or None. Returns the Figure.
+    """
+    from .palette import P_color
+
+    T = ds["T"].values
+    fig, (ax_w, ax_f) = figure_axes(ax, 2, nrows=1, ncols=2, figsize=(WIDTH, 4.0))
+    for k in range(ds.sizes["config"]):
+        variant, P = str(ds["variant"].values[k]), int(ds["P"].values[k])
+        color = arm_color("dense") if variant == "dense" else P_color(P)
+        ls = ":" if variant == "dense" else "-"
+        marker = "o" if variant == "dense" else "s"
+        label = "dense" if variant == "dense" else f"coupled, P = {P}"
+        wall = ds["wall_per_token"].values[k]
+        ax_w.loglog(T, wall * 1e6, ls=ls, marker=marker, ms=4, color=color, label=label)
+        if "wall_q25" in ds:
+            ax_w.fill_between(T, ds["wall_q25"].values[k] * 1e6, ds["wall_q75"].values[k] * 1e6,
+                              color=color, alpha=0.15, lw=0)  # fmt: skip
+        ax_f.loglog(T, ds["flops_per_token"].values[k] / 1e6, ls=ls, marker=marker, ms=4,
+                    color=color, label=label)  # fmt: skip
+    ax_w.set_ylabel("wall-clock per token [µs]")
+    ax_w.set_title(f"measured: {ds.attrs.get('device', '')}, batch {ds.attrs.get('batch', '')}",
+                   fontsize=9.5)  # fmt: skip
+    ax_f.set_ylabel("training FLOPs per token [MFLOP]")
+    ax_f.set_title(r"FLOP model: dense $6N + 12LCT$, slow path $\approx 6N_s/P + 12LCT/P^2$",
+                   fontsize=9.5)  # fmt: skip
+    for a in (ax_w, ax_f):
+        a.set_xscale("log", base=2)
+        a.set_xlabel(axis_label(ds["T"], "context length T [tokens]"))
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(loc="upper left")
+    fig.tight_layout()
     return fig

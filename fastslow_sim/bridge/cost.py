@@ -24,23 +24,34 @@ from .model import BridgeConfig
 
 __all__ = ["flops_per_token", "measured_flops_per_token", "mfu", "peak_flops", "PEAK_FLOPS"]
 
-# dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets; fp32 without tensor cores
+# Dense (no 2:4 sparsity) peaks in FLOP/s from the vendors' data sheets, keyed by the exact
+# name `torch.cuda.get_device_name()` reports: bf16 on the tensor cores, fp32 without them.
+# A name not in the table has no peak, and no MFU is reported for it (DESIGN 4: never assume an
+# A100). One name covers two boards: an H200 NVL (600 W, about 836e12 bf16) reports itself as
+# "NVIDIA H200" too, so the SXM figure below overstates its peak by about 18%; scripts/
+# device_check.sh logs `nvidia-smi`'s power limit so a reader can tell them apart.
 PEAK_FLOPS = {
-    ("NVIDIA H100", "bf16"): 989e12,
-    ("NVIDIA H200", "bf16"): 989e12,
-    ("NVIDIA A100", "bf16"): 312e12,
-    ("NVIDIA H100", "fp32"): 67e12,
+    ("NVIDIA H200", "bf16"): 989e12,  # H200 SXM: 1,979 TFLOPS with sparsity
     ("NVIDIA H200", "fp32"): 67e12,
-    ("NVIDIA A100", "fp32"): 19.5e12,
-}
+    ("NVIDIA H200 NVL", "bf16"): 836e12,
+    ("NVIDIA H200 NVL", "fp32"): 60e12,
+    ("NVIDIA H100 80GB HBM3", "bf16"): 989e12,  # H100 SXM5
+    ("NVIDIA H100 80GB HBM3", "fp32"): 67e12,
+    ("NVIDIA H100 PCIe", "bf16"): 756e12,
+    ("NVIDIA H100 PCIe", "fp32"): 51e12,
+    ("NVIDIA H100 NVL", "bf16"): 835e12,
+    ("NVIDIA H100 NVL", "fp32"): 60e12,
+    **{(name, "bf16"): 312e12 for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
+                                            "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe")},
+    **{(name, "fp32"): 19.5e12 for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
+                                             "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe")},
+}  # fmt: skip
 
 
 def peak_flops(device_name: str, dtype: str = "bf16") -> float | None:
-    """The device's dense peak for `dtype`, or `None` where it is not known (e.g. CPUs)."""
-    for (name, dt), value in PEAK_FLOPS.items():
-        if name.lower() in device_name.lower() and dt == dtype:
-            return value
-    return None
+    """The dense peak of the device named exactly `device_name` (as `torch.cuda.get_device_name()`
+    reports it) for `dtype`, or `None` where it is not in `PEAK_FLOPS` (CPUs, other GPUs)."""
+    return PEAK_FLOPS.get((device_name.strip(), dtype))
 
 
 def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:

@@ -40,8 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import InputError
+from .variants import VARIANTS
 
-VARIANTS = ("dense", "coupled", "frozen-gate", "frozen-slow")
 GATES = ("scalar", "channel")
 
 
@@ -105,7 +105,9 @@ def block_mean_pool(x: torch.Tensor, P: int) -> torch.Tensor:
     `jP .. jP+P-1`; an incomplete final block is dropped (no token may read it yet)."""
     B, T, C = x.shape
     nb = T // P
-    return x[:, : nb * P].reshape(B, nb, P, C).mean(dim=2)
+    # sum / P is `mean` bit for bit, and its backward divides the small (B, nb, C) gradient
+    # before broadcasting it (mean's divides the full-length one); no slice when P divides T
+    return (x if nb * P == T else x[:, : nb * P]).reshape(B, nb, P, C).sum(dim=2) / P
 
 
 def completed_block_index(T: int, P: int, device=None) -> torch.Tensor:
@@ -129,20 +131,61 @@ def upsample_completed(z: torch.Tensor, null: torch.Tensor, P: int, T: int) -> t
     return repeated[:, 1 : T + 1]  # row s of `repeated` is padded[floor(s/P)]; token t is s = t+1
 
 
+def _completed_regions(T: int, P: int) -> tuple:
+    """Token ranges of `add_completed`: `h` head tokens read index 0, then `K` groups of `P`
+    tokens read indices `1..K`, then `r` tail tokens read index `K + 1`."""
+    h = min(P - 1, T)
+    K = (T - h) // P
+    return h, K, T - h - K * P
+
+
+class _AddCompleted(torch.autograd.Function):
+    """`x + upsample_completed(...)` in one pass: the upsampled tensor is never built."""
+
+    @staticmethod
+    def forward(ctx, x, padded, P):
+        B, T, C = x.shape
+        h, K, r = _completed_regions(T, P)
+        ctx.P = P
+        x = x.contiguous()
+        out = torch.empty(x.shape, dtype=torch.result_type(x, padded), device=x.device)
+        torch.add(x[:, :h], padded[:, :1], out=out[:, :h])
+        if K:
+            e = h + K * P
+            torch.add(x[:, h:e].view(B, K, P, C), padded[:, 1 : K + 1, None],
+                      out=out[:, h:e].view(B, K, P, C))  # fmt: skip
+        if r:
+            torch.add(x[:, T - r :], padded[:, K + 1 : K + 2], out=out[:, T - r :])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        B, T, C = grad.shape
+        P = ctx.P
+        h, K, r = _completed_regions(T, P)
+        grad = grad.contiguous()
+        parts = [grad[:, :h].sum(1, keepdim=True)]
+        if K:
+            parts.append(grad[:, h : h + K * P].view(B, K, P, C).sum(2))
+        if r:
+            parts.append(grad[:, T - r :].sum(1, keepdim=True))
+        return grad, torch.cat(parts, 1), None
+
+
+def add_completed(x: torch.Tensor, padded: torch.Tensor, P: int) -> torch.Tensor:
+    """`x + u` with `u[:, t] = padded[:, floor((t + 1)/P)]`, `padded = [null, z_0, z_1, ...]`
+    of shape `(B, T//P + 1, C)`: equal to `x + upsample_completed(z, null, P, T)`, in one pass
+    over `x` (forward) and one reduction over blocks (backward)."""
+    B, T, C = x.shape
+    if padded.shape != (B, T // P + 1, C):
+        raise ValueError(
+            f"padded states of shape {tuple(padded.shape)}; expected {(B, T // P + 1, C)}."
+        )
+    return _AddCompleted.apply(x, padded, P)
+
+
 # ----------------------------------------------------------------------------------------------
 # modules
-
-
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
-
-    def __init__(self, ndim, bias):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
 class CausalSelfAttention(nn.Module):
@@ -201,9 +244,9 @@ class Block(nn.Module):
 
     def __init__(self, config: BridgeConfig):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
     def forward(self, x):
@@ -221,9 +264,9 @@ class SlowPath(nn.Module):
     def __init__(self, config: BridgeConfig):
         super().__init__()
         self.P = config.P
-        self.ln_a = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_a = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
-        self.ln_phi = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_phi = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.phi = MLP(config, mult=config.phi_mult)  # phi_theta: the learned slow manifold
         # state of the tokens before the first complete block (the initial layer)
         self.null = nn.Parameter(torch.randn(config.n_embd) * 0.02)
@@ -235,7 +278,9 @@ class SlowPath(nn.Module):
 
     def slow_states(self, x):
         """`(B, T, C) -> (B, T//P, C)`: the slow variable after attention and phi_theta."""
-        s = block_mean_pool(x, self.P)
+        return self._slow(block_mean_pool(x, self.P))
+
+    def _slow(self, s):
         if s.shape[1] == 0:
             return s
         s = s + self.attn(self.ln_a(s))  # square (pooled over pooled): is_causal is right here
@@ -243,10 +288,19 @@ class SlowPath(nn.Module):
 
     def forward(self, x):
         z = self.slow_states(x)
+        B, _, C = z.shape
+        # the gate on the small (B, T//P + 1, C) states, then one fused pass over x
+        padded = self.gate() * torch.cat([self.null.expand(B, 1, C), z], dim=1)
+        return add_completed(x, padded, self.P), z
+
+    def forward_reference(self, x):
+        """The straightforward form of `forward` (pooling as slice and mean, the upsampled tensor
+        built, then added): the baseline of tests/test_bridge.py and scripts/bench_network.py."""
+        B, T, C = x.shape
+        nb = T // self.P
+        z = self._slow(x[:, : nb * self.P].reshape(B, nb, self.P, C).mean(dim=2))
         g = self.gate()
-        # gate the small (B, T//P, C) states before upsampling: one full-length pass fewer
-        u = upsample_completed(g * z, g * self.null, self.P, x.shape[1])
-        return x + u, z
+        return x + upsample_completed(g * z, g * self.null, self.P, x.shape[1]), z
 
     def step(self, x, cache, layer, t):
         """Token `t` (B, 1, C): accumulate the open block; when it completes, make its slow
@@ -274,7 +328,7 @@ class FastSlowLM(nn.Module):
                 wpe=nn.Embedding(config.block_size, config.n_embd),
                 drop=nn.Dropout(config.dropout),
                 h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                ln_f=LayerNorm(config.n_embd, bias=config.bias),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)

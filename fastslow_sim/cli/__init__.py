@@ -1,5 +1,6 @@
 """The `fastslow-sim` command line: a thin layer that parses, validates, calls the library,
-prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`, `figures`).
+prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`, `figures`,
+`sweep`).
 
 Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
-from . import figures, network, ode
+from . import figures, network, ode, sweep
 from .common import Group
 
 
@@ -28,7 +29,7 @@ def main():
 
 
 
-for _module in (ode, network, figures):
+for _module in (ode, network, figures, sweep):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

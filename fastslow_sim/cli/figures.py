@@ -1,96 +1,69 @@
-"""The figure commands: `figures` (the ODE figures) and `training-figures`."""
+"""The figure commands: `figures` (every figure, from `fastslow_sim.gallery`) and its alias
+`training-figures` (the training figures from saved runs, computing nothing)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
-import numpy as np
 
 from ..errors import InputError
-from .common import DEFAULT_RESULTS, ode_command, use_agg
+from .common import ode_command, use_agg
+
+
+def _print_figure_records(records):
+    """One line per figure: seconds, files, and the datasets behind it (reused or computed)."""
+    for r in records:
+        if "skipped" in r:
+            click.echo(f"{r['name']:<22} skipped: {r['skipped']}")
+            continue
+        data = ", ".join(f"{p} ({how})" for p, how in r["datasets"])
+        click.echo(f"{r['name']:<22} {r['seconds']:7.1f} s  {', '.join(r['files'])}")
+        click.echo(f"{'':<22} data: {data}")
+    click.echo(f"total {sum(r['seconds'] for r in records):.1f} s")
 
 
 @click.command()
-@click.option(
-    "--out-dir",
-    default="figures",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Folder for the figures.",
-)
-@click.option(
-    "--results-dir",
-    default=str(DEFAULT_RESULTS),
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Folder for the datasets behind them.",
-)
+@click.option("--quick", is_flag=True,
+              help="Short runs (a few minutes on two cores) under fastslow-results/quick/.")
+@click.option("--out", "--out-dir", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Folder for the figures [default: figures/; with --quick "
+                   "fastslow-results/quick/figures/].")
+@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              help="Folder for the ODE and cost datasets [default: fastslow-results/, with "
+                   "--quick fastslow-results/quick/].")
+@click.option("--runs", "runs_dir", default=None, type=click.Path(file_okay=False),
+              help="Folder of the training runs [default: runs/; with --quick "
+                   "fastslow-results/quick/runs/].")
+@click.option("--text", default=None, metavar="PATH",
+              help="Text corpus of the second ablation [default: ../shared/data/tinyshakespeare.txt; "
+                   "left out where the file is missing].")
+@click.option("--only", default=None, metavar="NAMES",
+              help="Comma-separated figure names or groups (ode, training, cost).")
 @ode_command
-def figures(out_dir, results_dir):
-    """Regenerate every figure of the ODE analysis (computing the datasets first).
+def figures(quick, out_dir, results_dir, runs_dir, text, only):
+    """Regenerate every figure, ODE and training alike, as PNG and PDF.
 
-    Writes integrate-birth-death.png, equilibrium-manifold.png, convergence.png and
-    nonlinear-branches.png; figures/README.md indexes them.
+    Each figure is drawn from a saved dataset; a missing one is computed first (a progress bar
+    says what): the full default reads the finished runs in runs/ (fastslow-sim reproduce,
+    scripts/phi_vs_pst_sweep.py) and trains what is missing (hours on a CPU); --quick trains
+    small networks briefly. figures/README.md lists the figures. Recipes: fastslow_sim.gallery.
+
+    \b
+    Examples:
+      fastslow-sim figures --quick
+      fastslow-sim figures --only ode
     """
     use_agg()
-    from ..analysis import (
-        plot_branches,
-        plot_convergence,
-        plot_equilibrium_manifold,
-        plot_trajectory,
-        save_figure,
-    )
-    from ..integrators import integrate as run_integrate
-    from ..io import load_dataset, save_dataset
-    from ..manifold import convergence as run_convergence
-    from ..manifold import manifold_curve
-    from ..nonlinear import family_for, manifold_dataset
-    from ..systems import make_system
+    from ..gallery import DEFAULT_TEXT, make_figures
 
-    out_dir, results_dir = Path(out_dir), Path(results_dir)
-    for d in (out_dir, results_dir):
-        if d.exists() and not d.is_dir():
-            raise InputError(f"{str(d)!r} exists and is not a folder.")
-        d.mkdir(parents=True, exist_ok=True)
-
-    def step(name, make, plot):
-        path = results_dir / f"{name}.nc"
-        save_dataset(make(), path)
-        save_figure(plot(load_dataset(path)), out_dir / f"{name}.png")
-        click.echo(f"wrote {out_dir / (name + '.png')} (data {path})")
-
-    step(
-        "integrate-birth-death",
-        lambda: run_integrate(make_system("birth-death", eps=0.125), (0, 5)),
-        plot_trajectory,
-    )
-    runs = []
-    for e in (0.1, 0.03, 0.01):
-        path = results_dir / f"equilibrium-manifold-eps{e:g}.nc"
-        save_dataset(run_integrate(make_system("birth-death", eps=e), (0, 3), n_eval=1201), path)
-        runs.append(load_dataset(path))
-    curve_path = results_dir / "equilibrium-manifold-curve.nc"
-    save_dataset(
-        manifold_curve(make_system("birth-death", eps=0.1), np.linspace(0.7, 1.0, 121)), curve_path
-    )
-    save_figure(
-        plot_equilibrium_manifold(runs, load_dataset(curve_path), states=[5, 6, 7]),
-        out_dir / "equilibrium-manifold.png",
-    )
-    click.echo(f"wrote {out_dir / 'equilibrium-manifold.png'}")
-    step(
-        "convergence",
-        lambda: run_convergence(make_system("birth-death", eps=0.01), [0.02, 0.01, 0.005, 0.0025]),
-        plot_convergence,
-    )
-    step(
-        "nonlinear-branches",
-        lambda: manifold_dataset(family_for("birth-death", 3.0), (-1.0, 1.5)),
-        plot_branches,
-    )
-
+    if text is not None and not Path(text).is_file():
+        raise InputError(f"--text {text!r} is not a file; expected a text corpus.")
+    if text is None and not Path(DEFAULT_TEXT).is_file():
+        click.echo(f"note: no {DEFAULT_TEXT} here, so the training figures show the me corpus only")
+    records = make_figures(out=out_dir, quick=quick, results=results_dir, runs=runs_dir,
+                           text=DEFAULT_TEXT if text is None else text, only=only)  # fmt: skip
+    _print_figure_records(records)
 
 
 @click.command("training-figures")
@@ -104,8 +77,8 @@ def figures(out_dir, results_dir):
 )
 @click.option("--out-dir", default="figures", show_default=True, type=click.Path(file_okay=False))
 def training_figures(runs_dir, out_dir):
-    """Figures of the ablation: gates per layer during training, validation loss per arm with
-    seed spread, wall-clock per arm, and phi_theta against p_st(y) (reads saved runs only).
+    """The training figures from the runs already saved (computes nothing): an alias of
+    `fastslow-sim figures --only training` that skips a figure whose runs are missing.
 
     \b
     Make the runs first:
@@ -115,45 +88,15 @@ def training_figures(runs_dir, out_dir):
       python scripts/phi_vs_pst_sweep.py   # runs/phi-sweep: TV against tokens and P
     """
     use_agg()
-    from ..analysis import (
-        plot_gates,
-        plot_phi_vs_pst,
-        plot_tv_sweep,
-        plot_val_loss,
-        plot_wall_clock,
-        save_figure,
-    )
-    from ..io import load_dataset
+    from ..gallery import make_figures
 
-    runs_dir, out_dir = Path(runs_dir), Path(out_dir)
-    dirs = {name: runs_dir / f"reproduce-{name}" for name in ("text", "me")}
-    dirs = {k: v for k, v in dirs.items() if (v / "ablation.nc").is_file()}
-    if not dirs:
+    records = make_figures(out=out_dir, runs=runs_dir, only="training", compute=False,
+                           progress=False)  # fmt: skip
+    if not any(r["files"] for r in records):
         raise InputError(
             f"no ablation results under {str(runs_dir)!r}; run fastslow-sim reproduce first."
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    refs = {}
-    if "me" in dirs:
-        summary = json.loads(load_dataset(dirs["me"] / "ablation.nc").attrs["corpus_summary"])
-        refs["me"] = {"oracle": summary["oracle_loss"], "Bayes floor": summary["bayes_floor_loss"],
-                      "ignore-y": summary["ignore_y_loss"]}  # fmt: skip
-    for name, draw in (("training-gates.png", lambda: plot_gates(dirs)),
-                       ("training-val-loss.png", lambda: plot_val_loss(dirs, refs)),
-                       ("training-wall-clock.png", lambda: plot_wall_clock(dirs))):  # fmt: skip
-        save_figure(draw(), out_dir / name)
-        click.echo(f"wrote {out_dir / name}")
-    if "me" in dirs:
-        results = {p.parent.name.rsplit("-seed", 1)[0]: json.loads(p.read_text())
-                   for p in sorted(dirs["me"].glob("*-seed0/phi_vs_pst.json"))}  # fmt: skip
-        if results:
-            save_figure(plot_phi_vs_pst(results), out_dir / "phi-vs-pst.png")
-            click.echo(f"wrote {out_dir / 'phi-vs-pst.png'}")
-    sweep = runs_dir / "phi-sweep" / "phi_vs_pst_sweep.json"
-    if sweep.is_file():
-        save_figure(plot_tv_sweep(json.loads(sweep.read_text())), out_dir / "phi-vs-pst-sweep.png")
-        click.echo(f"wrote {out_dir / 'phi-vs-pst-sweep.png'}")
-
+    _print_figure_records(records)
 
 
 COMMANDS = [figures, training_figures]

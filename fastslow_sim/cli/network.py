@@ -202,6 +202,10 @@ def train_network(
 )
 @click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--workers", default=0, show_default=True, type=int, metavar="N",
+              help="Run the arms x seeds grid on a local dask cluster of N processes; 0: here.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run the grid on the existing dask cluster at ADDRESS.")
 def reproduce(
     corpus_spec,
     tokens,
@@ -215,6 +219,8 @@ def reproduce(
     margin,
     out,
     as_json,
+    workers,
+    scheduler,
 ):
     """The ablation: every arm for every seed, each seed's arms on the same data order.
 
@@ -227,8 +233,9 @@ def reproduce(
     Prints parameters, training FLOPs per token, validation loss per seed (every aligned
     validation window), gates and throughput per arm; then paired per-seed differences with a
     t-based 95% interval (df = seeds - 1) and a verdict: "equivalent" when the interval lies
-    within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc
-    and one run folder per (arm, seed).
+    within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc,
+    the sweep store DIR/sweep.zarr (the table is computed from it; a re-run skips the runs it
+    has) and one run folder per (arm, seed). --workers/--scheduler run the grid on dask.
 
     \b
     Examples:
@@ -250,7 +257,14 @@ def reproduce(
     tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
     out = out or f"runs/reproduce-{tag}"
     log = (lambda *a: None) if as_json else click.echo
-    table = run_reproduce(corpus_spec, n_tokens, seeds, names, out, base, margin=margin, log=log)
+    from ..sweep import SweepError
+
+    try:
+        table = run_reproduce(corpus_spec, n_tokens, seeds, names, out, base, margin=margin,
+                              log=log, workers=workers, scheduler=scheduler)  # fmt: skip
+    except SweepError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
     if as_json:
         click.echo(json.dumps({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
                                "out": out}, default=float))  # fmt: skip

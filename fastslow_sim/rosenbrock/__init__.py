@@ -16,19 +16,41 @@ neighbour-chain systems that give their physics as numbers (`chain_arrays`); `in
 method="rodas4", march="auto"|"torch"|"compiled")` chooses.
 """
 
-from ..vector_field import VectorField, autograd_jacobian
-from .control import StepControl
-from .march import STATUS, rodas4_solve, solve
-from .tableau import RODAS4, TABLEAUS, RosenbrockTableau
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .tableau import RODAS3, RODAS4, TABLEAUS, RosenbrockTableau
+
+if TYPE_CHECKING:
+    from ..vector_field import VectorField, autograd_jacobian
+    from .control import StepControl
+    from .march import STATUS, rodas4_solve, solve
+
+# the parts that need torch are imported on first use, so that the tableaus (and the registry of
+# methods, which lists them) load without torch
+_LAZY = {"StepControl": ".control", "STATUS": ".march", "rodas4_solve": ".march",
+         "solve": ".march", "VectorField": "..vector_field",
+         "autograd_jacobian": "..vector_field"}  # fmt: skip
 
 __all__ = [
     "solve",
     "rodas4_solve",
     "STATUS",
     "RODAS4",
+    "RODAS3",
     "TABLEAUS",
     "RosenbrockTableau",
     "StepControl",
     "VectorField",
     "autograd_jacobian",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value

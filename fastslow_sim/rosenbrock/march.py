@@ -99,6 +99,11 @@ def solve(
     """
     tab = tableau
     s_stages = tab.stages
+    if dense_output and not tab.D:
+        raise InputError(
+            f"the tableau {tab.name!r} has no continuous extension; use dense_output=False "
+            f"(every output time is then landed on)."
+        )
     if field.jac is None:
         field = VectorField(field.fun, autograd_jacobian(field.fun), "dense")
     step = rosenbrock_step(tab)

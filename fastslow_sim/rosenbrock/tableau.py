@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["RosenbrockTableau", "RODAS4", "TABLEAUS"]
+__all__ = ["RosenbrockTableau", "RODAS4", "RODAS3", "TABLEAUS"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,21 @@ class RosenbrockTableau:
     @property
     def stages(self) -> int:
         return len(self.M)
+
+    def stability_function(self, z, embedded: bool = False):
+        """`R(z)`: one step on `y' = lambda y` from `y = 1` with `z = h lambda` (exact Jacobian),
+        `(1/gamma - z) k_i = z (1 + sum_j A_ij k_j) + sum_j C_ij k_j`, `R = 1 + M.k` (the embedded
+        solution `R - E.k` with `embedded`). Order `p` means `R(z) - e^z = O(z^(p+1))`."""
+        import numpy as np
+
+        z = np.asarray(z, dtype=np.complex128)
+        k = []
+        for i in range(self.stages):
+            a = sum(self.A[i][j] * k[j] for j in range(i))
+            c = sum(self.C[i][j] * k[j] for j in range(i))
+            k.append((z * (1 + a) + c) / (1 / self.gamma - z))
+        R = 1 + sum(m * kj for m, kj in zip(self.M, k))
+        return R - sum(e * kj for e, kj in zip(self.E, k)) if embedded else R
 
     @cached_property
     def from_previous(self) -> tuple:
@@ -83,4 +98,16 @@ RODAS4 = RosenbrockTableau(
     ),  # fmt: skip
 )
 
-TABLEAUS = {"rodas4": RODAS4}
+# Sandu et al. (1997), as in KPP's Rodas3: L-stable, stiffly accurate, order 3 with an embedded
+# order-2 estimate, 4 stages; no continuous extension (output times are landed on)
+RODAS3 = RosenbrockTableau(
+    name="rodas3",
+    gamma=0.5,
+    A=_lower((0.0, 2.0, 0.0, 2.0, 0.0, 1.0), 4),
+    C=_lower((4.0, 1.0, -1.0, 1.0, -1.0, -8.0 / 3.0), 4),
+    M=(2.0, 0.0, 1.0, 1.0),
+    E=(0.0, 0.0, 0.0, 1.0),
+    order=3.0,
+)
+
+TABLEAUS = {"rodas4": RODAS4, "rodas3": RODAS3}

@@ -67,7 +67,7 @@ def register(method: Method) -> Method:
 
 # the order of `--method` choices and of `--help`: the default first, then stiff, explicit, others
 _ORDER = {"auto": 0, "radau": 1, "bdf": 2, "lsoda": 3, "rk45": 4, "dop853": 5, "dopri5": 6,
-          "dopri8": 7, "bosh3": 8, "adaptive_heun": 9, "multirate": 10, "rodas4": 11}  # fmt: skip
+          "dopri8": 7, "bosh3": 8, "adaptive_heun": 9, "multirate": 10, "rodas4": 11, "rodas3": 12}  # fmt: skip
 
 register(Method(
     "auto", "auto", True,

@@ -1,12 +1,14 @@
-"""The batched RODAS4 march (`fastslow_sim.rosenbrock`) as the `rodas4` method: in torch (CPU or
-CUDA), or compiled (`rosenbrock.compiled`, the whole per-trajectory march in numba) on the CPU
-for systems that give their physics as numbers (`chain_arrays`)."""
+"""The batched Rosenbrock march (`fastslow_sim.rosenbrock`): one method per tableau of
+`rosenbrock.TABLEAUS` (`rodas4`, `rodas3`), so a new table is a new method. Each runs in torch
+(CPU or CUDA) or compiled (`rosenbrock.compiled`, the whole per-trajectory march in numba) on
+the CPU for systems that give their physics as numbers (`chain_arrays`); `march` chooses."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import InputError
+from ..rosenbrock.tableau import TABLEAUS
 from . import Method, Solution, register
 
 MARCHES = ("auto", "torch", "compiled")
@@ -50,40 +52,59 @@ def choose_march(system, march, device, linear_solver):
     return "torch"
 
 
-def solve_rodas4(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_000, device="cpu",
-                 dense_output=True, linear_solver="auto", march="auto"):  # fmt: skip
-    """One batch `z0 (B, N)` (and one `eps` per trajectory, if given) in one march."""
+def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_000, device="cpu",
+                     dense_output=None, linear_solver="auto", tableau="rodas4",
+                     march="auto"):  # fmt: skip
+    """One batch `z0 (B, N)` (and one `eps` per trajectory, if given) in one march; output times
+    from the tableau's continuous extension where it has one (`dense_output=None`)."""
     import torch
 
     from ..rosenbrock import STATUS, solve
 
+    tab = TABLEAUS[tableau]
+    dense_output = bool(tab.D) if dense_output is None else dense_output
+
     if np.ndim(atol) != 0:
-        raise InputError("rodas4 takes one scalar atol.")
+        raise InputError(f"{tableau} takes one scalar atol.")
     kind = choose_march(system, march, device, linear_solver)
     z0_t = torch.as_tensor(z0, dtype=torch.float64, device=device)
     t_t = torch.as_tensor(t_eval, dtype=torch.float64)
     if kind == "compiled":
         from ..rosenbrock.compiled import march_chain
 
-        z, codes, stats = march_chain(system.chain_arrays(), z0_t, t_t, eps=eps, rtol=rtol,
-                                      atol=atol, max_steps=max_steps,
+        z, codes, stats = march_chain(system.chain_arrays(), z0_t, t_t, eps=eps, tableau=tab,
+                                      rtol=rtol, atol=atol, max_steps=max_steps,
                                       dense_output=dense_output)  # fmt: skip
     else:
         field = system.torch_functions(torch.float64, device, eps)
         z, codes, stats = solve(
             field, z0_t, t_t, rtol=rtol, atol=atol, max_steps=max_steps,
-            dense_output=dense_output, linear_solver=linear_solver,
+            dense_output=dense_output, linear_solver=linear_solver, tableau=tab,
         )  # fmt: skip
     status = [STATUS[int(c)] for c in codes.cpu()]
-    message = ["integration finished" if s == "success" else f"rodas4 stopped: {s}" for s in status]
+    message = ["integration finished" if s == "success" else f"{tableau} stopped: {s}"
+               for s in status]  # fmt: skip
     stats = {k: v.cpu().numpy() for k, v in stats.items() if k != "iterations"}
     return Solution(z.cpu().numpy(), status, message, stats, attrs={"march": kind})
 
 
-register(Method(
-    "rodas4", "torch", True,
-    "batched RODAS4, stiff, one step size per trajectory: torch on the CPU or CUDA, or the "
-    "compiled CPU march for neighbour chains (march='auto'|'torch'|'compiled')",
-    solve_rodas4, options=("max_steps", "device", "dense_output", "linear_solver", "march"),
-    differentiable=True, needs_torch_form=True,
-))  # fmt: skip
+_DESCRIPTIONS = {
+    "rodas4": "batched RODAS4 (order 4, dense output), stiff, one step size per trajectory: "
+    "torch on the CPU or CUDA, or the compiled CPU march for neighbour chains (march=)",
+    "rodas3": "batched RODAS3 (order 3, no dense output), stiff, one step size per trajectory: "
+    "torch on the CPU or CUDA, or the compiled CPU march for neighbour chains (march=)",
+}
+
+
+def _method(name):
+    def solve_batch(*args, **kwargs):
+        return solve_rosenbrock(*args, tableau=name, **kwargs)
+
+    return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched Rosenbrock {name}"),
+                  solve_batch, options=("max_steps", "device", "dense_output", "linear_solver",
+                                        "march"),
+                  differentiable=True, needs_torch_form=True)  # fmt: skip
+
+
+for _name in TABLEAUS:
+    register(_method(_name))

@@ -1,0 +1,91 @@
+"""The `sweep` command: a grid over one task's parameters on dask.distributed, into one zarr
+store (`fastslow_sim.sweep`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import InputError
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("task", metavar="TASK")
+@click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
+              help="A swept parameter: NAME=V1,V2,... or NAME=A:B (the integers A to B, both "
+                   "included); repeat for each dimension.")
+@click.option("--store", required=True, metavar="PATH.zarr", help="The sweep's zarr store.")
+@click.option("--workers", default=None, type=int, metavar="N",
+              help="Worker processes of the local cluster [default: the cores]; 0: in this process.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run on the existing dask cluster at ADDRESS (e.g. tcp://10.0.0.5:8786).")
+@click.option("--chunk-size", default=None, type=int, metavar="K",
+              help="Cells per dask task for batched tasks [default: the batch over the workers, <= 64].")
+@click.option("--retry-failed", is_flag=True, help="Run the cells that failed before again.")
+@click.option("--runs-dir", default=None, metavar="DIR",
+              help="train-network: folder of the run folders [default: PATH-runs].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.pass_context
+def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed, runs_dir, as_json):
+    """Run TASK (integrate, convergence, manifold or train-network) over a grid of its
+    parameters on dask.distributed; every cell lands in one zarr store (xr.open_zarr(PATH)).
+
+    The task's own options pass through with the command's names (--t-end 5; integrate needs
+    --eps or --P, swept or fixed; train-network also takes --arm and the training settings
+    --n-layer, --n-embd, --lr, ...); a name the task does not have is an error. Re-running the same command runs only the
+    cells that are missing; a failed cell records its status and message and the sweep goes on
+    (exit status 1 at the end). Cells of integrate that differ only in seed and eps (or P) run
+    as one rodas4 batch; a cell with seed S integrates the initial condition of
+    `integrate --batch 1 --seed S` (no seed: the system's own).
+
+    \b
+    Examples:
+      fastslow-sim sweep integrate --grid eps=1e-1,1e-2,1e-3 --grid system=birth-death,cycle \\
+          --grid seed=0:4 --store runs/sweep.zarr --t-end 5
+      fastslow-sim sweep manifold --grid kappa=0,1,2,3 --store runs/kappa.zarr --workers 2
+      fastslow-sim sweep train-network --grid arm=dense,coupled --grid seed=0:2 \\
+          --store runs/arms.zarr --tokens 100k --scheduler tcp://127.0.0.1:8786
+    """
+    from ..sweep import get_task, run_sweep
+
+    t = get_task(task)
+    if workers is not None and scheduler is not None:
+        raise InputError("give --workers (a local cluster) or --scheduler (an existing one), not both.")
+    options, args = {}, list(ctx.args)
+    while args:
+        word = args.pop(0)
+        if not word.startswith("--") or word == "--":
+            raise InputError(f"unexpected argument {word!r}; task options are --NAME VALUE.")
+        name, eq, value = word[2:].partition("=")
+        if not eq:
+            opt = t.options.get(t.aliases.get(name.replace("-", "_"), name.replace("-", "_")))
+            if opt is not None and opt.type is bool and (not args or args[0].startswith("--")):
+                value = "true"
+            elif not args:
+                raise InputError(f"option --{name} needs a value.")
+            else:
+                value = args.pop(0)
+        options[name] = value
+    res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
+                    chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
+                    progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
+                    attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
+    ds = res.pop("dataset")
+    failed = [(k, str(m)) for k, s, m in zip(ds["cell_key"].values.ravel(), ds["status"].values.ravel(),
+                                             ds["message"].values.ravel()) if s == "failed"]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
+    else:
+        click.echo(f"{task}: {res['n_cells']} cells over {', '.join(ds.attrs['swept'])}; "
+                   f"{res['n_skipped']} already in the store, {res['n_run']} run, "
+                   f"{res['n_failed']} failed, {res['n_pending']} pending")  # fmt: skip
+        for key, msg in failed[:5]:
+            click.echo(f"failed      {key}: {msg}")
+        click.echo(f"store       {res['store']} (xarray.open_zarr)")
+    if res["n_failed"] or res["n_pending"]:
+        sys.exit(1)
+
+
+COMMANDS = [sweep]

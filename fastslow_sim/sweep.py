@@ -1,0 +1,916 @@
+"""Parameter sweeps on dask.distributed: a grid over named parameters of one task, every cell
+written once into one self-describing zarr store.
+
+This layer sits above the tasks (DESIGN 5): a task is the library function that the CLI
+command of the same name calls, wrapped to take one chunk of cells (a list of parameter dicts)
+and return one small `xarray.Dataset` per cell. No task knows that it runs inside a sweep.
+
+Store layout (`PATH`, a zarr v3 directory):
+
+- the root group is the whole sweep as one Dataset: one dimension per swept parameter (in the
+  order of `--grid`), the cell's own dimensions after them (`time`, `state`, ...; sizes that
+  differ between cells are padded with NaN, -1 or ""), and per cell `status` ("done",
+  "failed", "pending"), `message`, `cell_wall_time_s`, `worker` and `cell_key`; the task, the
+  grid, the fixed options and the versions in the attributes. `xr.open_zarr(PATH)` reads it.
+- `PATH/cells/KEY.npz`: each finished cell as its own file (arrays plus a JSON header of dims
+  and attributes), the truth from which the root is rebuilt. A cell is written to a temporary
+  name and hard-linked onto `KEY.npz`, which fails if the name exists: a cell is written once,
+  and a killed process leaves at most a stray temporary file, never a cell that looks complete. `KEY` hashes the task and the cell's full
+  parameters, so re-running the same command finds its cells and runs only the missing ones.
+
+Batched axes: cells of `integrate` that differ only in `seed` (the initial condition) and
+`eps`/`P` run as one rodas4 batch (eps per trajectory); every other task runs one cell per
+dask task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import itertools
+import json
+import logging
+import math
+import os
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ._version import __version__
+from .errors import InputError
+
+__all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
+
+FORMAT = 1  # of the store layout above
+CELLS = "cells"
+STATUS_DONE, STATUS_FAILED, STATUS_PENDING = "done", "failed", "pending"
+CELL_SUFFIX = ".npz"
+
+
+class SweepError(RuntimeError):
+    """A sweep ended with cells that did not finish (their messages are in the store)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks
+
+
+@dataclass(frozen=True)
+class Option:
+    """One parameter of a task: its type, default, and an optional check `(ok(value), expected)`."""
+
+    type: type
+    default: Any
+    check: tuple[Callable[[Any], bool], str] | None = None
+    choices: tuple | None = None
+    sweepable: bool = True
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registry entry: `run(cells) -> [Dataset per cell]`; `group(cell)` says which cells may
+    share one call (None: one cell per call)."""
+
+    name: str
+    options: dict[str, Option]
+    run: Callable[[list[dict]], list[xr.Dataset]]
+    group: Callable[[dict], Any] | None = None
+    batched: tuple[str, ...] = ()
+    inner_dims: tuple[str, ...] = ()
+    needs_out: bool = False
+    validate: Callable[[dict], None] | None = None
+    description: str = ""
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+def _positive(v):
+    return v is not None and math.isfinite(v) and v > 0
+
+
+# -- integrate --------------------------------------------------------------------------------
+
+
+def _integrate_options():
+    from .integrators import METHODS
+    from .systems import SYSTEMS
+
+    return {
+        "system": Option(str, "birth-death", choices=tuple(SYSTEMS)),
+        "eps": Option(float, None, (_positive, "a positive finite number")),
+        "P": Option(int, None, (lambda v: v is None or v >= 1, "a positive integer")),
+        "t_end": Option(float, 5.0, (_positive, "a positive finite time")),
+        "method": Option(str, "auto", choices=tuple(METHODS)),
+        "rtol": Option(float, 1e-8, (lambda v: 100 * 2.0**-52 <= v < 1, "from 2.2e-14 to below 1")),
+        "atol": Option(float, 1e-10, (lambda v: 0 < v <= 1, "a positive number at most 1")),
+        "n_eval": Option(int, 401, (lambda v: 2 <= v <= 1_000_000, "an integer from 2 to 1,000,000")),
+        "seed": Option(int, None, (lambda v: v is None or v >= 0, "a non-negative integer")),
+    }  # fmt: skip
+
+
+def _cell_eps(cell) -> float:
+    from .systems import resolve_eps
+
+    return resolve_eps(cell.get("eps"), cell.get("P"))[0]
+
+
+def _validate_integrate(cell):
+    _cell_eps(cell)  # exactly one of eps and P (DESIGN 2)
+
+
+def _integrate_group(cell):
+    """Cells that one batch call can run: the same except in seed and, for rodas4, eps."""
+    batched = {"seed", "eps", "P"} if cell["method"] in ("auto", "rodas4") else {"seed"}
+    return tuple(sorted((k, repr(v)) for k, v in cell.items() if k not in batched))
+
+
+def _run_integrate(cells):
+    """One `integrate` call for the chunk: `x0, y0` of shape `(B, n)` (cell `b`'s initial
+    condition is what `fastslow-sim integrate --batch 1 --seed S` integrates; no seed: the
+    system's own), one eps per trajectory where the chunk mixes them."""
+    from .integrators import integrate, integrate_batch, random_initial_conditions
+    from .systems import make_system
+
+    c0 = cells[0]
+    eps = [_cell_eps(c) for c in cells]
+    system = make_system(c0["system"], eps=eps[0])
+    x0, y0 = [], []
+    for c in cells:
+        if c.get("seed") is None:
+            x0.append(np.atleast_2d(system.x0))
+            y0.append(np.asarray(system.y0, dtype=np.float64).reshape(1, -1))
+        else:
+            a, b = random_initial_conditions(system, 1, c["seed"])
+            x0.append(a)
+            y0.append(b)
+    x0, y0 = np.concatenate(x0), np.concatenate(y0)
+    kw = dict(method=c0["method"], rtol=c0["rtol"], atol=c0["atol"], n_eval=c0["n_eval"])
+    if len(set(eps)) > 1:
+        ds = integrate_batch(system, (0.0, c0["t_end"]), x0, y0, eps=eps, **kw)
+    else:
+        ds = integrate(system, (0.0, c0["t_end"]), x0, y0, **kw)
+    out = []
+    keep = [v for v in ("x", "y", "p_st", "manifold_distance", "mass_error") if v in ds]
+    stats = [v for v in ds.data_vars if v.startswith("stat_")]
+    for b in range(len(cells)):
+        cell = ds[keep + stats].isel(batch=b)
+        cell["x0"] = ("state", x0[b], {"long_name": "initial fast state"})
+        cell["y0"] = ("slow", y0[b], {"long_name": "initial slow state"})
+        cell["solver_status"] = ((), str(ds["status"].values[b]), {"long_name": "solver status"})
+        cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
+        cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
+        out.append(cell.drop_vars("batch", errors="ignore"))
+    return out
+
+
+# -- convergence ------------------------------------------------------------------------------
+
+
+def _run_convergence(cells):
+    from .manifold import convergence
+    from .systems import make_system
+
+    (c,) = cells
+    values = [float(v) for v in str(c["eps"]).split(",") if v.strip()]
+    if len(values) < 2:
+        raise InputError(f"eps must list at least two values to fit a slope; got {c['eps']!r}.")
+    ds = convergence(make_system(c["system"], eps=values[0]), values, t_end=c["t_end"],
+                     progress=False)  # fmt: skip
+    for k in ("err_h0", "err_h1", "err_y"):
+        ds[f"slope_{k}"] = ((), float(ds.attrs[f"slope_{k}"]), {"long_name": f"log-log slope of {k}"})
+    return [ds[[v for v in ds.data_vars]]]
+
+
+# -- manifold ---------------------------------------------------------------------------------
+
+
+def _run_manifold(cells):
+    """What `fastslow-sim manifold` computes, as numbers: branches, folds, the gap to the
+    linear identity, the identity check and, when it folds, the relaxation oscillation."""
+    from .manifold import identity_check
+    from .nonlinear import check_y_range, family_for, manifold_dataset
+    from .systems import make_system
+
+    (c,) = cells
+    family = family_for(c["system"], c["kappa"])
+    a, b = check_y_range(family, (c["y_min"], c["y_max"]))
+    ds = manifold_dataset(family, (a, b), osc_eps=c["osc_eps"])
+    check = identity_check(make_system(c["system"], eps=0.1), np.linspace(a, b, 101))
+    folds = json.loads(ds.attrs["folds"])
+    cell = ds[[v for v in ds.data_vars if not v.startswith("osc_")]]
+    cell["gap"] = ((), float(ds.attrs["gap"]), {"long_name": "max |phi(y) - p_st(Q(x_ref, y))|"})
+    cell["identity_max_abs_diff"] = ((), float(check["max_abs_diff"]),
+                                     {"long_name": "max |x_newton(y) - p_st(y)| at kappa = 0"})  # fmt: skip
+    cell["n_branches"] = ((), len(json.loads(ds.attrs["branches"])), {"long_name": "branches"})
+    cell["fold_y"] = ("fold", np.array([f["y"] for f in folds], dtype=np.float64),
+                      {"long_name": "slow variable at each fold"})  # fmt: skip
+    cell["osc_period"] = ((), float(ds.attrs.get("osc_period", np.nan)),
+                          {"long_name": "period of the relaxation oscillation (NaN: no fold)"})  # fmt: skip
+    return [cell]
+
+
+# -- train-network ----------------------------------------------------------------------------
+
+
+def _train_options():
+    from dataclasses import fields
+
+    from .training import ARMS, TrainConfig
+
+    skip = {"out", "resume", "progress", "stop_after_steps", "arm", "corpus", "tokens"}
+    opts = {
+        "arm": Option(str, "", choices=("",) + tuple(ARMS)),
+        "corpus": Option(str, "me"),
+        "tokens": Option(str, "500k"),
+    }
+    for f in fields(TrainConfig):
+        if f.name in skip:
+            continue
+        typ = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str,
+                                                         "bool": bool}.get(str(f.type), str)  # fmt: skip
+        opts[f.name] = Option(typ, f.default)
+    opts["variant"] = Option(str, "coupled", choices=("dense", "coupled", "frozen-gate", "frozen-slow"))
+    opts["device"] = Option(str, "auto")
+    opts["out"] = Option(str, "", sweepable=False)
+    return opts
+
+
+def _validate_train(cell):
+    from .training import parse_tokens
+
+    parse_tokens(cell["tokens"])
+
+
+def _run_train(cells):
+    """`train` of one network (the `arm`, when given, sets the variant and the depth as in
+    `reproduce`); a finished run of the same configuration in its folder is reused."""
+    from .corpora import load_corpus
+    from .training import TrainConfig, _finished_run, arm_config, parse_tokens, train
+
+    (c,) = cells
+    fields = {k: v for k, v in c.items() if k not in ("arm", "tokens")}
+    fields["tokens"] = parse_tokens(c["tokens"])
+    fields["progress"] = False
+    corpus = load_corpus(c["corpus"], P=c["P"], context=c["block_size"])
+    if c["arm"]:
+        fields.update(arm_config(c["arm"], {k: v for k, v in fields.items() if k != "variant"},
+                                 corpus.vocab_size))  # fmt: skip
+    cfg = TrainConfig(**fields)
+    s = _finished_run(cfg)
+    reused = s is not None
+    s = s or train(cfg, corpus, log=lambda *a: None)
+    gates = [float(np.mean(g)) for g in s["gates"]]
+    cell = xr.Dataset(
+        {
+            "val_loss": ((), np.float64(np.nan if s["val_loss"] is None else s["val_loss"]),
+                         {"long_name": "validation loss, every aligned window", "units": "nats/token"}),
+            "train_loss": ((), np.float64(np.nan if s["train_loss"] is None else s["train_loss"]),
+                           {"long_name": "training loss, mean of the last 10 steps", "units": "nats/token"}),
+            "train_wall_time_s": ((), float(s["wall_time_s"]), {"long_name": "wall-clock of the training", "units": "s"}),
+            "tokens_per_s": ((), float(s["tokens_per_s"] or np.nan), {"long_name": "training throughput", "units": "tokens/s"}),
+            "params": ((), int(s["params"]), {"long_name": "parameters"}),
+            "flops_per_token_train": ((), float(s["flops_per_token_train"]),
+                                      {"long_name": "training FLOPs per token (forward + backward)"}),
+            "n_layer": ((), int(s["n_layer"]), {"long_name": "layers"}),
+            "steps": ((), int(s["steps"]), {"long_name": "optimizer steps"}),
+            "gate": ("layer", np.array(gates, dtype=np.float64),
+                     {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
+            "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
+            "reused": ((), int(reused), {"long_name": "1: a finished run in the folder was reused"}),
+        }
+    )  # fmt: skip
+    return [cell]
+
+
+def _tasks() -> dict[str, Task]:
+    return {
+        "integrate": Task(
+            "integrate", _integrate_options(), _run_integrate, group=_integrate_group,
+            batched=("seed", "eps", "P"), inner_dims=("time", "state", "slow"),
+            validate=_validate_integrate,
+            description="one trajectory per cell (seed: the initial condition of "
+                        "`integrate --batch 1 --seed S`; none: the system's own)",
+        ),
+        "convergence": Task(
+            "convergence",
+            {"system": _integrate_options()["system"],
+             "eps": Option(str, "0.02,0.01,0.005,0.0025", sweepable=False),
+             "t_end": Option(float, 3.0, (_positive, "a positive finite time"))},
+            _run_convergence, inner_dims=("eps",),
+            description="errors to the slow manifold and their slopes in eps",
+        ),
+        "manifold": Task(
+            "manifold",
+            {"system": _integrate_options()["system"],
+             "kappa": Option(float, 3.0, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
+             "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
+             "osc_eps": Option(float, 0.01, (lambda v: 1e-12 <= v <= 1, "from 1e-12 to 1"))},
+            _run_manifold, inner_dims=("point", "state", "fold"),
+            description="branches, folds and the gap to the linear identity",
+        ),
+        "train-network": Task(
+            "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
+            validate=_validate_train, aliases={"context": "block_size"},
+            description="one training run per cell (arm: as in reproduce)",
+        ),
+    }  # fmt: skip
+
+
+TASK_NAMES = ("integrate", "convergence", "manifold", "train-network")
+
+
+@functools.cache
+def tasks() -> dict[str, Task]:
+    """The registry, built on first use (the options read the systems and methods registries)."""
+    return _tasks()
+
+
+def get_task(name: str) -> Task:
+    if name not in TASK_NAMES:
+        raise InputError(f"unknown sweep task {name!r}; expected one of {list(TASK_NAMES)}.")
+    return tasks()[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# grid
+
+
+def _canonical(task: Task, name: str) -> str:
+    key = name.replace("-", "_")
+    key = task.aliases.get(key, key)
+    if key not in task.options:
+        names = ", ".join(sorted(k.replace("_", "-") for k, o in task.options.items() if k != "out"))
+        raise InputError(f"{name!r} is not a parameter of the {task.name} task; expected one of "
+                         f"{names}.")  # fmt: skip
+    return key
+
+
+def _typed(task: Task, name: str, text, where: str):
+    """`text` as the option's type, checked; `InputError` naming it otherwise."""
+    opt = task.options[name]
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        value = text
+    elif opt.type is bool:
+        low = text.strip().lower()
+        if low not in ("true", "false", "1", "0", "yes", "no"):
+            raise InputError(f"{where}: {name} must be true or false; got {text!r}.")
+        value = low in ("true", "1", "yes")
+    else:
+        try:
+            value = opt.type(text.strip()) if opt.type is not int else _as_int(text)
+        except ValueError:
+            kind = {int: "an integer", float: "a number"}.get(opt.type, "a string")
+            raise InputError(f"{where}: {name} must be {kind}; got {text!r}.") from None
+    if opt.type is float and value is not None and not math.isfinite(value):
+        raise InputError(f"{where}: {name} must be finite; got {text!r}.")
+    if opt.choices is not None and value not in opt.choices:
+        raise InputError(f"{where}: {name} must be one of {list(opt.choices)}; got {value!r}.")
+    if opt.check is not None and value is not None and not opt.check[0](value):
+        raise InputError(f"{where}: {name} must be {opt.check[1]}; got {value!r}.")
+    return value
+
+
+def _as_int(text: str) -> int:
+    v = float(text)
+    if not math.isfinite(v) or not v.is_integer():
+        raise ValueError(text)
+    return int(v)
+
+
+def parse_grid(task: str | Task, specs) -> dict[str, list]:
+    """`["eps=1e-1,1e-2", "seed=0:4"]` -> `{"eps": [0.1, 0.01], "seed": [0, 1, 2, 3, 4]}`.
+
+    `NAME=V1,V2,...` lists values; an item `a:b` is the integers a to b *inclusive*; values take
+    the type of the task's option (float, int, str) and are checked as the command checks them.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    grid: dict[str, list] = {}
+    for spec in specs:
+        name, sep, values = str(spec).partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise InputError(f"--grid takes NAME=V1,V2,... or NAME=A:B; got {spec!r}.")
+        key = _canonical(task, name.strip())
+        if key in grid:
+            raise InputError(f"--grid names {name.strip()!r} twice; expected each parameter once.")
+        if not task.options[key].sweepable:
+            raise InputError(f"{name.strip()!r} cannot be swept in {task.name}; pass it as "
+                             f"--{name.strip().replace('_', '-')} instead.")  # fmt: skip
+        out = []
+        for item in values.split(","):
+            item = item.strip()
+            if not item:
+                raise InputError(f"--grid {spec!r} has an empty value; expected V1,V2,....")
+            a, colon, b = item.partition(":")
+            if colon and task.options[key].type in (int, float):
+                try:
+                    lo, hi = _as_int(a), _as_int(b)
+                except ValueError:
+                    raise InputError(f"--grid {spec!r}: a range is A:B with integers A <= B "
+                                     f"(both included); got {item!r}.") from None  # fmt: skip
+                if hi < lo:
+                    raise InputError(f"--grid {spec!r}: a range is A:B with A <= B (both "
+                                     f"included); got {item!r}.")  # fmt: skip
+                out += [_typed(task, key, str(v), f"--grid {spec!r}") for v in range(lo, hi + 1)]
+            else:
+                out.append(_typed(task, key, item, f"--grid {spec!r}"))
+        if len(set(map(repr, out))) != len(out):
+            raise InputError(f"--grid {spec!r} repeats a value; expected distinct values.")
+        grid[key] = out
+    if not grid:
+        raise InputError("a sweep needs at least one --grid NAME=VALUES.")
+    clash = [k for k in grid if k in task.inner_dims]
+    if clash:
+        raise InputError(f"{clash[0]!r} is a dimension of each {task.name} cell and cannot be "
+                         f"swept.")  # fmt: skip
+    return grid
+
+
+def parse_options(task: str | Task, options: dict | None) -> dict:
+    """The task's fixed options: defaults updated by `options` (strings are typed and checked)."""
+    task = get_task(task) if isinstance(task, str) else task
+    fixed = {k: o.default for k, o in task.options.items()}
+    for name, value in (options or {}).items():
+        key = _canonical(task, name)
+        fixed[key] = _typed(task, key, value, f"--{name.replace('_', '-')}")
+    return fixed
+
+
+def cell_key(task: str, params: dict) -> str:
+    """A stable name for a cell: the hash of the task and every parameter (not the folder)."""
+    text = json.dumps({"task": task, "params": {k: v for k, v in params.items() if k != "out"}},
+                      sort_keys=True, default=str)  # fmt: skip
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _label(grid: dict, values) -> str:
+    """Folder name of a cell from its swept values: `coupled-seed0` for arm=coupled, seed=0."""
+    parts = []
+    for k, v in zip(grid, values):
+        text = f"{v:g}" if isinstance(v, float) else str(v)
+        parts.append(text if k in ("arm", "variant", "system") else f"{k}{text}")
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in "-".join(parts))
+
+
+def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple[tuple, str, dict]]:
+    """`[(grid index, key, params)]` for every cell, in C order over the grid."""
+    cells = []
+    shape = [range(len(v)) for v in grid.values()]
+    for idx in itertools.product(*shape):
+        values = [grid[k][i] for k, i in zip(grid, idx)]
+        params = {**fixed, **dict(zip(grid, values))}
+        if task.needs_out:
+            params["out"] = str(Path(runs_dir) / _label(grid, values))
+        if task.validate is not None:
+            task.validate(params)
+        cells.append((idx, cell_key(task.name, params), params))
+    return cells
+
+
+def _chunks(task: Task, todo: list, chunk_size: int) -> list[list]:
+    if task.group is None:
+        return [[c] for c in todo]
+    groups: dict = {}
+    for c in todo:
+        groups.setdefault(task.group(c[2]), []).append(c)
+    return [g[i : i + chunk_size] for g in groups.values() for i in range(0, len(g), chunk_size)]
+
+
+# ---------------------------------------------------------------------------------------------
+# running cells (on a worker, or in this process)
+
+
+def _limit_threads():
+    """torch's intra-op threads from OMP_NUM_THREADS (set per worker by `run_sweep`)."""
+    n = os.environ.get("OMP_NUM_THREADS")
+    if n and n.isdigit() and int(n) > 0:
+        import torch
+
+        if torch.get_num_threads() != int(n):
+            torch.set_num_threads(int(n))
+
+
+def _who() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _dump_cell(ds: xr.Dataset, f):
+    """A cell as one `.npz`: numeric arrays as entries, and a JSON header with every variable's
+    dims and attributes and the string values (an h5netcdf file was 0.5 s a cell here)."""
+    header = {"attrs": ds.attrs, "vars": {}}
+    arrays = {}
+    for kind, group in (("coord", ds.coords), ("data", ds.data_vars)):
+        for name, var in group.items():
+            entry = {"kind": kind, "dims": list(var.dims), "attrs": var.attrs}
+            if var.dtype.kind in "OUS":
+                entry["strings"] = np.asarray(var.values, dtype=str).tolist()
+            else:
+                arrays[f"{kind}/{name}"] = np.asarray(var.values)
+            header["vars"][name] = entry
+    text = json.dumps(header, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    np.savez(f, __header__=np.frombuffer(text.encode(), dtype=np.uint8), **arrays)
+
+
+def _load_cell(path) -> xr.Dataset:
+    with np.load(path, allow_pickle=False) as z:
+        header = json.loads(z["__header__"].tobytes().decode())
+        coords, data = {}, {}
+        for name, e in header["vars"].items():
+            values = np.array(e["strings"], dtype=object) if "strings" in e else z[f"{e['kind']}/{name}"]
+            (coords if e["kind"] == "coord" else data)[name] = (tuple(e["dims"]), values, e["attrs"])
+    return xr.Dataset(data, coords=coords, attrs=header["attrs"])
+
+
+def _write_cell(ds: xr.Dataset, cells_dir: Path, key: str) -> bool:
+    """Write `cells_dir/KEY.npz` once: to a temporary file, then a hard link onto the name,
+    which fails if it exists. Returns False when another attempt had already written it."""
+    final = cells_dir / f"{key}{CELL_SUFFIX}"
+    tmp = cells_dir / f".{key}.{uuid.uuid4().hex[:8]}.part"
+    try:
+        with open(tmp, "wb") as f:
+            _dump_cell(ds, f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _cell_dataset(result: xr.Dataset | None, key, params, status, message, wall, run_id):
+    ds = xr.Dataset() if result is None else result.copy()
+    ds.attrs = {"cell_key": key, "params": json.dumps(params, default=str), "run_id": run_id,
+                "fastslow_sim_version": __version__}  # fmt: skip
+    ds["status"] = ((), status, {"long_name": "cell status: done, failed or pending"})
+    ds["message"] = ((), message, {"long_name": "error message of a failed cell"})
+    ds["cell_wall_time_s"] = ((), float(wall), {"long_name": "wall-clock of the cell's chunk "
+                                                "per cell", "units": "s"})  # fmt: skip
+    ds["worker"] = ((), _who(), {"long_name": "dask worker (or process) that ran the cell"})
+    ds["run_id"] = ((), run_id, {"long_name": "id of the sweep run that wrote the cell"})
+    return ds
+
+
+def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[tuple[str, str]]:
+    """Run one chunk of cells `[(index, key, params)]` and write each; returns `[(key, status)]`
+    with status "done", "failed" or "exists" (another attempt wrote it first, or before).
+
+    A chunk whose call fails runs again cell by cell, so that one bad cell fails alone."""
+    _limit_threads()
+    task = get_task(task_name)
+    cells_dir = Path(cells_dir)
+    cells = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
+    if not cells:
+        return []
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = [(r, STATUS_DONE, "") for r in task.run([c[2] for c in cells])]
+    except Exception as err:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
+        if len(cells) > 1:
+            out = []
+            for c in cells:
+                out += run_cells(task_name, [c], cells_dir, run_id)
+            return out
+        results = [(None, STATUS_FAILED, _error_text(err))]
+    wall = (time.perf_counter() - start) / len(cells)
+    out = []
+    for (_, key, params), (res, status, message) in zip(cells, results):
+        ds = _cell_dataset(res, key, params, status, message, wall, run_id)
+        out.append((key, status if _write_cell(ds, cells_dir, key) else "exists"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the store
+
+
+def _check_store(store: Path) -> Path:
+    if store.exists() and not store.is_dir():
+        raise InputError(f"--store {str(store)!r} is a file; expected a new or existing sweep "
+                         f"folder (PATH.zarr).")  # fmt: skip
+    if store.is_dir() and any(store.iterdir()) and not (store / CELLS).is_dir():
+        raise InputError(f"--store {str(store)!r} exists and is not a sweep store; expected a "
+                         f"new path or one written by fastslow-sim sweep.")  # fmt: skip
+    return store
+
+
+def _create_store(store: Path):
+    try:
+        (store / CELLS).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the sweep store {str(store)!r}: {err.strerror}.") from None
+
+
+def _read_cell(path: Path) -> xr.Dataset | None:
+    try:
+        return _load_cell(path)
+    except FileNotFoundError:
+        return None
+
+
+def _fill(dtype):
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind in "iu":
+        return -1
+    if dtype.kind == "b":
+        return False
+    return ""
+
+
+def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=None) -> xr.Dataset:
+    """Build the sweep's Dataset from its cell files and write it as the store's root group."""
+    store = Path(store)
+    shape = tuple(len(v) for v in grid.values())
+    loaded = {}
+    for idx, key, _ in cells:
+        ds = _read_cell(store / CELLS / f"{key}{CELL_SUFFIX}")
+        if ds is not None:
+            loaded[idx] = ds
+    names, dims, sizes, dtypes, vattrs, coords = [], {}, {}, {}, {}, {}
+    for ds in loaded.values():
+        for v in ds.data_vars:
+            if v not in dims:
+                names.append(v)
+                dims[v], dtypes[v], vattrs[v] = ds[v].dims, ds[v].dtype, dict(ds[v].attrs)
+            elif dtypes[v].kind in "iu" and ds[v].dtype.kind == "f":
+                dtypes[v] = ds[v].dtype
+        for d, n in ds.sizes.items():
+            sizes[d] = max(sizes.get(d, 0), n)
+        for c in ds.coords:
+            coords.setdefault(c, []).append(ds[c])
+    for v in ("status", "message", "cell_wall_time_s", "worker", "run_id"):
+        if v not in dims:
+            names.append(v)
+            dims[v] = ()
+            dtypes[v] = np.dtype(float) if v == "cell_wall_time_s" else np.dtype(object)
+            vattrs[v] = {}
+    data = {}
+    for v in names:
+        full = shape + tuple(sizes[d] for d in dims[v])
+        kind = np.dtype(object) if dtypes[v].kind in "OUS" else dtypes[v]
+        fill = STATUS_PENDING if v == "status" else _fill(kind)
+        arr = np.full(full, fill, dtype=kind)
+        for idx, ds in loaded.items():
+            if v in ds:
+                a = ds[v].values
+                arr[idx + tuple(slice(0, n) for n in a.shape)] = a
+        if kind.kind == "O":  # Python str, which zarr stores as variable-length strings
+            arr = np.array([str(a) for a in arr.ravel()], dtype=object).reshape(arr.shape)
+        data[v] = (tuple(grid) + dims[v], arr, vattrs[v])
+    keys = np.empty(shape, dtype=object)
+    for idx, key, _ in cells:
+        keys[idx] = key
+    data["cell_key"] = (tuple(grid), keys, {"long_name": "cell file under cells/ (KEY.npz)"})
+    coord_vars = {}
+    for k, vals in grid.items():
+        arr = np.array(vals, dtype=object if isinstance(vals[0], str) else None)
+        coord_vars[k] = (k, arr, {"long_name": f"swept parameter {k}"})
+    for c, arrays in coords.items():
+        ref = max(arrays, key=lambda a: a.size)
+        if all(a.dims == ref.dims and np.array_equal(a.values, ref.values[: a.size]) for a in arrays):
+            coord_vars[c] = (ref.dims, ref.values, dict(ref.attrs))  # shorter ones are its prefix
+        else:  # differs between cells (e.g. time when t_end is swept): a variable per cell
+            arr = np.full(shape + (sizes[c],), np.nan)
+            for idx, ds in loaded.items():
+                if c in ds.coords:
+                    arr[idx + (slice(0, ds.sizes[c]),)] = ds[c].values
+            data[c] = (tuple(grid) + (c,), arr, dict(ref.attrs))
+    status = data["status"][1]
+    counts = {s: int(np.count_nonzero(status == s)) for s in (STATUS_DONE, STATUS_FAILED, STATUS_PENDING)}
+    out = xr.Dataset(data, coords=coord_vars, attrs={
+        "title": f"fastslow-sim sweep of {task.name} over {', '.join(grid)}",
+        "fastslow_sweep_format": FORMAT,
+        "task": task.name,
+        "grid": json.dumps(grid),
+        "swept": list(grid),
+        "options": json.dumps({k: v for k, v in fixed.items() if k not in grid}, default=str),
+        "batched_axes": list(task.batched),
+        "n_cells": len(cells), "n_done": counts[STATUS_DONE], "n_failed": counts[STATUS_FAILED],
+        "n_pending": counts[STATUS_PENDING],
+        "layout": "one dimension per swept parameter, then the cell's own; status/message per "
+                  "cell; cells/KEY.npz holds each finished cell",
+        **_versions(), **(attrs or {}),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })  # fmt: skip
+    _write_root(out, store)
+    return out
+
+
+def _versions() -> dict:
+    import dask
+    import distributed
+    import zarr
+
+    return {"fastslow_sim_version": __version__, "xarray_version": xr.__version__,
+            "zarr_version": zarr.__version__, "dask_version": dask.__version__,
+            "distributed_version": distributed.__version__}  # fmt: skip
+
+
+def _write_root(ds: xr.Dataset, store: Path):
+    """Replace the root group (every entry but cells/) by `ds`. Not atomic: the cells are the
+    truth, and a run that dies here leaves a root that the next run rebuilds."""
+    for entry in store.iterdir():
+        if entry.name == CELLS:
+            continue
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr: cells/ is not a zarr node; consolidated is not v3
+        ds.to_zarr(store, mode="a", consolidated=True)
+
+
+def open_sweep(store) -> xr.Dataset:
+    """The sweep in `store`, loaded (`xr.open_zarr` gives the same, lazily)."""
+    store = Path(store)
+    if not (store / CELLS).is_dir():
+        raise InputError(f"no sweep store at {str(store)!r}.")
+    with xr.open_zarr(store) as ds:
+        return ds.load()
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine
+
+
+def _local_cluster(workers: int, threads: int | None = None):
+    """Local cluster of `workers` processes, one task each; OMP/MKL/torch threads per worker =
+    `threads` (default cores // workers, so that BLAS and torch do not oversubscribe)."""
+    from distributed import LocalCluster
+
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    env = {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                        dashboard_address="127.0.0.1:0", host="127.0.0.1", env=env,
+                        silence_logs=logging.ERROR)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _client(workers, scheduler, client, threads=None):
+    if client is not None:
+        yield client
+        return
+    from distributed import Client
+
+    if scheduler is not None:
+        try:
+            c = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as err:
+            raise InputError(f"cannot reach the dask scheduler at {scheduler!r} ({type(err).__name__}); "
+                             f"expected the address of a running `dask scheduler`.") from None  # fmt: skip
+        with c:
+            yield c
+        return
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # not the nanny's notes on closing its workers
+    try:
+        with _local_cluster(workers, threads) as cluster, Client(cluster) as c:
+            yield c
+    finally:
+        quiet.setLevel(level)
+
+
+def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="sweep.zarr", *,
+              workers: int | None = None, scheduler: str | None = None, client=None,
+              chunk_size: int | None = None, retry_failed: bool = False, runs_dir=None,
+              progress: bool = True, log=print, attrs: dict | None = None,
+              threads: int | None = None, on_chunk: Callable | None = None) -> dict:  # fmt: skip
+    """Run every missing cell of `grid` (a dict, or `--grid` strings) of `task` and return
+    `{"dataset", "store", "n_cells", "n_skipped", "n_run", "n_failed", "dashboard"}`.
+
+    `workers=0` runs the cells in this process (no dask); `workers=N` on a local cluster of N
+    processes (default: the number of cores); `scheduler=ADDRESS` (or `client`) on an existing
+    cluster. Each dask task is one chunk: up to `chunk_size` cells of one batch (`integrate`,
+    default: the batch split evenly over the workers, at most 64: a rodas4 batch costs about
+    as much as one of its trajectories, so smaller chunks only add work) or one cell. `threads`: OMP,
+    MKL and torch threads of each local worker (default: cores // workers). `on_chunk(results,
+    chunk)` is called as each chunk finishes.
+    """
+    t = get_task(task)
+    grid = parse_grid(t, grid) if isinstance(grid, (list, tuple)) else parse_grid(
+        t, [f"{k}={','.join(map(str, v))}" for k, v in grid.items()])  # fmt: skip
+    fixed = parse_options(t, options)
+    if workers is not None and workers < 0:
+        raise InputError(f"--workers must be a non-negative integer; got {workers}.")
+    if chunk_size is not None and chunk_size < 1:
+        raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
+    store = _check_store(Path(store))
+    if t.needs_out:
+        runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
+    cells = make_cells(t, grid, fixed, runs_dir)
+    cells_dir = store / CELLS
+    if retry_failed:
+        for _, key, _ in cells:
+            ds = _read_cell(cells_dir / f"{key}{CELL_SUFFIX}")
+            if ds is not None and str(ds["status"].values) == STATUS_FAILED:
+                (cells_dir / f"{key}{CELL_SUFFIX}").unlink()
+    todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
+    run_id = uuid.uuid4().hex[:12]
+    attrs = {**(attrs or {}), "run_id": run_id}
+    summary = {"store": str(store), "n_cells": len(cells), "n_skipped": len(cells) - len(todo),
+               "n_run": 0, "n_failed": 0, "dashboard": None}  # fmt: skip
+    here = workers == 0 and scheduler is None and client is None
+    if workers is None and scheduler is None and client is None:
+        workers = os.cpu_count() or 1
+    with contextlib.ExitStack() as stack:
+        # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
+        c = None if here or not todo else stack.enter_context(_client(workers, scheduler, client,
+                                                                       threads))  # fmt: skip
+        _create_store(store)
+        consolidate(store, t, grid, fixed, cells, attrs)
+        try:
+            if c is None:
+                _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None, progress,
+                       summary, on_chunk)  # fmt: skip
+            else:
+                nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (workers or 1))
+                size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
+                summary["dashboard"] = _dashboard(c)
+                log(f"dask: {nw} workers at {c.scheduler.address}"
+                    + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
+                _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
+                       on_chunk)  # fmt: skip
+        finally:
+            summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
+    ds = summary["dataset"]
+    summary["n_failed"] = int(ds.attrs["n_failed"])
+    summary["n_pending"] = int(ds.attrs["n_pending"])
+    return summary
+
+
+def _dashboard(c) -> str | None:
+    """The dashboard's address when the scheduler serves one (it needs bokeh)."""
+    try:
+        import bokeh  # noqa: F401
+
+        return c.dashboard_link if "dashboard" in c.scheduler_info().get("services", {}) else None
+    except Exception:  # noqa: BLE001 - the dashboard is optional
+        return None
+
+
+def _drive(task: Task, chunks, cells_dir, run_id, client, progress, summary, on_chunk):
+    """Run the chunks (on `client`, or here) with a progress bar of finished cells."""
+    from tqdm import tqdm
+
+    n = sum(len(ch) for ch in chunks)
+    bar = tqdm(total=n, unit="cell", desc=f"sweep {task.name}", disable=not progress,
+               dynamic_ncols=True)  # fmt: skip
+
+    failed = 0
+
+    def account(results, chunk):
+        nonlocal failed
+        summary["n_run"] += sum(s in (STATUS_DONE, STATUS_FAILED) for _, s in results)
+        failed += sum(s == STATUS_FAILED for _, s in results)
+        bar.update(len(chunk))
+        if failed:
+            bar.set_postfix(failed=failed)
+        if on_chunk is not None:
+            on_chunk(results, chunk)
+
+    try:
+        if client is None:
+            for ch in chunks:
+                account(run_cells(task.name, ch, cells_dir, run_id), ch)
+            return
+        from distributed import as_completed
+
+        futures = {}
+        for ch in chunks:
+            f = client.submit(run_cells, task.name, ch, str(cells_dir), run_id, pure=False,
+                              key=f"sweep-{task.name}-{ch[0][1]}-{run_id}")  # fmt: skip
+            futures[f] = ch
+        for f in as_completed(futures):
+            ch = futures[f]
+            try:
+                results = f.result()
+            except Exception as err:  # noqa: BLE001 - e.g. KilledWorker: the cells fail, the sweep goes on
+                results = []
+                for _, key, params in ch:
+                    ds = _cell_dataset(None, key, params, STATUS_FAILED, _error_text(err), 0.0, run_id)
+                    results.append((key, STATUS_FAILED if _write_cell(ds, Path(cells_dir), key) else "exists"))
+            account(results, ch)
+    finally:
+        bar.close()

@@ -1,0 +1,87 @@
+"""The benchmark scripts' peer rows and GPU paths, checked on the CPU (no timings asserted)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("bench_integrators")
+
+
+def test_diffrax_rows_are_skipped_with_a_reason_without_jax(bench, monkeypatch):
+    monkeypatch.setitem(sys.modules, "diffrax", None)  # makes `import diffrax` raise ImportError
+    reason = bench.diffrax_missing()
+    assert reason is not None and "diffrax" in reason and "[bench]" in reason
+
+
+def test_diffrax_configs_parse_and_bad_ones_name_the_item(bench):
+    assert bench.parse_diffrax_configs("Kvaerno3:0.3:0.3,Kvaerno5:0:1") == [
+        ("Kvaerno3", 0.3, 0.3),
+        ("Kvaerno5", 0.0, 1.0),
+    ]
+    for bad in ("Kvaerno3", "Kvaerno3:0.3:x", ":0.3:0.3"):
+        with pytest.raises(ValueError, match="--diffrax-configs"):
+            bench.parse_diffrax_configs(bad)
+
+
+def test_bad_arguments_exit_2_with_one_sentence():
+    for args in (["--diffrax-configs", "Kvaerno3:a:b"], ["--gpu-batch", "0"],
+                 ["--accelerator-device", "tpu"]):  # fmt: skip
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_integrators.py"), *args],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_jax_vector_field_is_the_systems_rhs(bench):
+    """The JAX right-hand side that diffrax integrates is the benchmark system's, to rounding
+    (the largest entries are about |Q x|/eps ~ 1e4, so 1e-10 relative is many ulps of slack)."""
+    pytest.importorskip("diffrax")
+    bench.jax_setup(1)
+    import jax.numpy as jnp
+
+    system, z0 = bench.problem(6, seed=3)
+    vf = bench.jax_vector_field(system)
+    for z in z0:
+        want = system.rhs(0.0, z)
+        got = np.asarray(vf(0.0, jnp.asarray(z), None))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-10 * np.abs(want).max())
+
+
+def test_judge_diffrax_uses_per_trajectory_walls_and_the_error(bench, capsys):
+    # (name, warm s, first s, error, accepted, rejected, ok, trajectories)
+    rows = [("a", 10.0, 12.0, 1e-8, 1, 0, 4, 4), ("b", 30.0, 31.0, 5e-8, 1, 0, 16, 16)]
+    bench.judge_diffrax(rows, t_rodas=1.0, B=64, err_rodas=2e-8, label="r")  # a: 2.5 s/traj
+    out = capsys.readouterr().out
+    assert "(b)" in out and ": met (120.0x" in out  # b: faster per trajectory (1.9 s), looser
+    bench.judge_diffrax(rows[:1], t_rodas=1.0, B=64, err_rodas=2e-8, label="r")
+    assert "NOT met (160.0x" in capsys.readouterr().out  # faster, but a larger error than a's
+
+
+@pytest.mark.slow
+def test_device_check_runs_every_step_on_the_cpu(tmp_path):
+    """scripts/device_check.sh with DEVICE_CHECK_CPU=1: the GPU rows' code (rodas4 and diffrax on
+    the accelerator path, the bf16 network table) on the CPU at tiny sizes; every step exits 0."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "DEVICE_CHECK_CPU": "1"}
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh")], env=env,
+                       capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary.count("exit 0") == 3, summary
+    assert "rodas4, 8 trajectories" in (tmp_path / "bench_integrators.log").read_text()
+    assert "| 16 |" in (tmp_path / "bench_network.log").read_text()

@@ -1,0 +1,96 @@
+"""Every teaching example in scripts/examples/ runs in the test suite (issue 16, item 3), drawing
+into Axes it is given (as in a notebook), and a number it returns is checked against theory."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # this test process only
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "scripts" / "examples"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_gth(out):
+    for r, errs in out["errors"].items():
+        # GTH: relative error O(n u) per entry, whatever the conditioning (O'Cinneide 1993);
+        # n = 40 states, u = 1.1e-16 -> a few 1e-15; 1e-12 leaves room for any BLAS
+        assert errs["GTH"] < 1e-12, (r, errs)
+        # the eigenvector's absolute error ~ u * max p = 1e-16 is 1e23 times p_min = 1e-39
+        assert errs["eigenvector"] > 1.0, (r, errs)
+    assert out["errors"][0.1]["LU (row replaced)"] > 1.0  # the tail 1e-39 is lost to round-off
+
+
+def check_collapse(out):
+    # x - h0 = eps h1 + O(eps^2): the ratio of the two is 1 + O(eps) (measured 0.55 eps)
+    for eps, ratio in out["ratio"].items():
+        if eps <= 0.03:
+            assert abs(ratio - 1.0) < eps, (eps, ratio)
+
+
+def check_first_order(out):
+    s = out["slopes"]
+    # theory 1, 2, 1; at eps = 0.04 the next order still shows (a relative O(eps) = 4%
+    # correction bends the fit by about 0.1-0.2), so 0.25 around the slope
+    assert abs(s["err_h0"] - 1.0) < 0.25 and abs(s["err_h1"] - 2.0) < 0.3
+    assert abs(s["err_y"] - 1.0) < 0.25
+
+
+def check_multirate(out):
+    assert out["tokens"] == out["slow_updates"] * 8  # one slow update per P = 8 tokens
+    assert out["mass_error"] < 1e-13  # exact propagator: probability conserved to round-off
+    # first order in H: halving H halves the error, log2 ratio 1 (measured 0.93)
+    assert abs(out["order"] - 1.0) < 0.15
+
+
+def check_tiny_gate(out):
+    g = out["gates"]
+    assert (g[0] == 0).all()  # zero-initialised alpha: the network starts as the dense one
+    assert g[-1].min() > 1e-3  # the gate has opened (measured 0.018 per layer)
+    assert out["val_loss"] < out["uniform_loss"]  # it learnt something: below ln V
+
+
+CHECKS = {"gth_birth_death": check_gth, "manifold_collapse": check_collapse,
+          "first_order_correction": check_first_order, "multirate_skeleton": check_multirate,
+          "tiny_gate": check_tiny_gate}  # fmt: skip
+
+
+def test_every_example_is_checked():
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == set(CHECKS)
+    assert len(CHECKS) >= 5
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_example_draws_into_given_axes_and_matches_theory(name):
+    module = _load(name)
+    n_axes = 1 if name in ("first_order_correction", "tiny_gate") else 2
+    fig, axes = plt.subplots(1, n_axes)
+    try:
+        before = plt.get_fignums()
+        out = module.main(ax=axes)
+        assert out["figure"] is fig and plt.get_fignums() == before  # no figure of its own
+        assert all(a.has_data() for a in fig.axes)
+        CHECKS[name](out)
+    finally:
+        plt.close("all")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_example_runs_as_a_script_and_saves_its_png(name, tmp_path):
+    res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    assert "saved" in res.stdout

@@ -1,0 +1,139 @@
+"""`fastslow-sim figures` (issue 16): every figure is written, as PNG and PDF, from the saved
+dataset its recipe names; a dataset made by the same recipe is reused, another is recomputed;
+the data behind each figure is checked (values, variables, attributes), not the pixels."""
+
+import dataclasses
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")  # this test process only
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+import fastslow_sim as fs  # noqa: E402
+from fastslow_sim import gallery  # noqa: E402
+from fastslow_sim.bridge import BridgeConfig  # noqa: E402
+from fastslow_sim.bridge.cost import flops_per_token  # noqa: E402
+from fastslow_sim.cli import main  # noqa: E402
+
+# smaller than QUICK: seconds per figure
+TINY = dataclasses.replace(
+    gallery.QUICK, name="tiny", manifold_eps=(0.1, 0.03), convergence_eps=(0.04, 0.02),
+    convergence_t_end=1.0, osc_t_end=4.0, multirate_eps=(1e-1, 1e-4), multirate_H=(0.2, 0.1),
+    multirate_H_fixed=0.1, multirate_t_end=1.0, me_corpus="me:tokens=20000", tokens=1024,
+    sweep_token_corpus="me:tokens=20000", sweep_tokens=(512, 1024), sweep_P=(4, 8),
+    sweep_P_corpus="me:tokens=20000", sweep_P_tokens=512, phi_max_windows=40, phi_probe_windows=40,
+    cost_T=(32, 64), cost_P=(4, 8), cost_model={"n_layer": 1, "n_head": 1, "n_embd": 16,
+                                                "vocab_size": 32}, cost_batch=1, cost_rounds=1,
+)  # fmt: skip
+
+
+def _make(tmp_path, only, **kw):
+    kw = {"out": tmp_path / "figs", "results": tmp_path / "res", "runs": tmp_path / "runs",
+          "sizes": TINY, "progress": False, "text": None, **kw}  # fmt: skip
+    records = gallery.make_figures(only=only, **kw)
+    for r in records:
+        assert "skipped" not in r, r
+        assert sorted(p.rsplit(".", 1)[1] for p in r["files"]) == ["pdf", "png"]
+        for p in r["files"]:
+            with open(p, "rb") as f:
+                head = f.read(5)
+            assert head in (b"\x89PNG\r", b"%PDF-"), p
+    return {r["name"]: r for r in records}
+
+
+@pytest.mark.slow
+def test_multirate_and_cost_figures_come_from_their_datasets(tmp_path):
+    rec = _make(tmp_path, ["multirate-map", "cost"])
+    res = tmp_path / "res"
+    # multirate: one cell recomputed independently, and the fitted order in H (theory 1)
+    mr = fs.load_dataset(res / "multirate-map.nc")
+    assert rec["multirate-map"]["datasets"] == [(str(res / "multirate-map.nc"), "computed")]
+    assert list(mr["eps"].values) == [1e-1, 1e-4] and list(mr["H"].values) == [0.2, 0.1]
+    system = fs.make_system("birth-death", eps=1e-4)
+    run = fs.integrate(system, (0, 1.0), method="multirate", H=0.2)
+    ref = fs.integrate(system, (0, 1.0), method="radau", rtol=1e-11, atol=1e-13,
+                       t_eval=run["time"].values)  # fmt: skip
+    np.testing.assert_allclose(mr["err_y"].values[1, 0],
+                               np.max(np.abs(run["y"].values - ref["y"].values)), rtol=1e-6)  # fmt: skip
+    assert abs(json.loads(mr.attrs["orders"])[1] - 1.0) < 0.15
+    # cost: the FLOP model's numbers, one network per (variant, P)
+    cost = fs.load_dataset(res / "cost.nc")
+    assert list(cost["config"].values) == ["dense", "coupled P=4", "coupled P=8"]
+    cfg = BridgeConfig(block_size=64, P=8, variant="coupled", **TINY.cost_model)
+    assert cost["flops_per_token"].sel(config="coupled P=8", T=32) == flops_per_token(cfg, 32)["train"]
+    assert np.all(cost["wall_per_token"].values > 0) and cost["wall_per_token"].attrs["units"] == "s"
+    # a second call reuses every dataset; a changed recipe recomputes that one only
+    again = _make(tmp_path, ["multirate-map", "cost"])
+    assert all(how == "reused" for r in again.values() for _, how in r["datasets"])
+    other = _make(tmp_path, ["multirate-map"], sizes=dataclasses.replace(TINY, multirate_eps=(1e-2, 1e-4)))
+    assert other["multirate-map"]["datasets"][0][1] == "computed"
+    assert list(fs.load_dataset(res / "multirate-map.nc")["eps"].values) == [1e-2, 1e-4]
+
+
+@pytest.mark.slow
+def test_the_other_ode_figures_come_from_their_datasets(tmp_path):
+    rec = _make(tmp_path, ["ode"])
+    assert set(rec) == {"integrate-birth-death", "equilibrium-manifold", "convergence",
+                        "nonlinear-branches", "multirate-map"}  # fmt: skip
+    res = tmp_path / "res"
+    conv = fs.load_dataset(res / "convergence.nc")
+    assert list(conv["eps"].values) == [0.04, 0.02] and "slopes" in conv.attrs
+    br = fs.load_dataset(res / "nonlinear-branches.nc")
+    assert br.attrs["kappa"] == 3.0 and len(json.loads(br.attrs["folds"])) == 2 and "osc_y" in br
+    runs = [fs.load_dataset(res / f"equilibrium-manifold-eps{e:g}.nc") for e in (0.1, 0.03)]
+    assert [r.attrs["eps"] for r in runs] == [0.1, 0.03]
+    assert fs.load_dataset(res / "integrate-birth-death.nc").attrs["eps"] == 0.125
+    again = _make(tmp_path, ["ode"])
+    assert all(how == "reused" for r in again.values() for _, how in r["datasets"])
+
+
+@pytest.mark.slow
+def test_training_figures_come_from_the_runs(tmp_path):
+    rec = _make(tmp_path, ["training"])
+    runs = tmp_path / "runs"
+    ab = fs.load_dataset(runs / "reproduce-me" / "ablation.nc")
+    assert ab.attrs["corpus"] == TINY.me_corpus and int(ab.attrs["tokens"]) == TINY.tokens
+    assert list(ab["arm"].values) == list(gallery.ARMS) and ab.sizes["seed"] == TINY.seeds
+    assert rec["training-ablation"]["datasets"] == [(str(runs / "reproduce-me" / "ablation.nc"), "reused")]
+    table = json.loads(ab.attrs["table"])
+    c = next(c for c in table["comparisons"] if (c["a"], c["b"]) == ("coupled", "dense"))
+    d = ab["val_loss"].sel(arm="coupled").values - ab["val_loss"].sel(arm="dense").values
+    assert c["mean_diff"] == pytest.approx(d.mean(), rel=1e-12)
+    phi = {p for p, _ in rec["phi-vs-pst"]["datasets"] if p.endswith("phi_vs_pst.json")}
+    assert len(phi) == len(gallery.ARMS)
+    rows = json.loads((runs / "phi-sweep" / "phi_vs_pst_sweep.json").read_text())
+    assert sorted((r["sweep"], r["P"], r["arm"]) for r in rows) == sorted(
+        (sw, P, arm) for sw, _, arm, _, P in gallery.sweep_plan(TINY))
+    # nothing is retrained the second time
+    mtime = (runs / "reproduce-me" / "coupled-seed0" / "ckpt.pt").stat().st_mtime
+    again = _make(tmp_path, ["training-gates", "phi-vs-pst-sweep"])
+    assert all(how == "reused" for r in again.values() for _, how in r["datasets"])
+    assert (runs / "reproduce-me" / "coupled-seed0" / "ckpt.pt").stat().st_mtime == mtime
+
+
+def test_compute_false_skips_missing_data_and_only_is_checked(tmp_path):
+    rec = gallery.make_figures(only="training", runs=tmp_path / "none", out=tmp_path / "f",
+                               compute=False, progress=False)  # fmt: skip
+    assert all("skipped" in r and not r["files"] for r in rec)
+    with pytest.raises(fs.InputError, match="--only must name"):
+        gallery.select("ode,pictures")
+    res = CliRunner().invoke(main, ["figures", "--only", "pictures"])
+    assert res.exit_code == 2 and "--only must name" in res.output
+    (tmp_path / "file").write_text("x")
+    res = CliRunner().invoke(main, ["figures", "--only", "ode", "--out", str(tmp_path / "file")])
+    assert res.exit_code == 2 and "is a file" in res.output
+    res = CliRunner().invoke(main, ["figures", "--only", "ode", "--text", str(tmp_path / "none.txt")])
+    assert res.exit_code == 2 and "is not a file" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.slow
+def test_quick_finishes_and_writes_every_figure(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["figures", "--quick"])
+    assert res.exit_code == 0, res.output
+    for name in gallery.FIGURES:
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "fastslow-results" / "quick" / "figures" / f"{name}.{ext}").stat().st_size > 5000

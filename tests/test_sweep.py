@@ -1,0 +1,428 @@
+"""Sweeps: the grid syntax, the store's layout, resuming, failed cells, dask clusters (local,
+remote, a worker killed, the client killed), and results equal to the cells run one by one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import fastslow_sim as fs
+from fastslow_sim.cli import main
+from fastslow_sim.errors import InputError
+from fastslow_sim.sweep import CELLS, parse_grid, run_sweep
+
+FAST = {"t_end": "0.5", "n_eval": "5", "eps": "0.125"}  # tiny integrate cells (about 0.1 s each)
+
+
+def _one_by_one(system, eps, seed, t_end=0.5, n_eval=5):
+    """The cell as one `integrate` call of its own (what `integrate --batch 1 --seed S` runs)."""
+    s = fs.make_system(system, eps=eps)
+    x0, y0 = fs.random_initial_conditions(s, 1, seed)
+    return fs.integrate(s, (0.0, t_end), x0, y0, n_eval=n_eval).isel(batch=0)
+
+
+def _cell_files(store):
+    return sorted(p.name for p in (Path(store) / CELLS).glob("*.npz"))
+
+
+# -- grid ----------------------------------------------------------------------------------------
+
+
+def test_grid_values_are_typed_and_ranges_inclusive():
+    g = parse_grid("integrate", ["eps=1,1e-2", "system=birth-death,cycle", "seed=0:3,7"])
+    assert g == {"eps": [1.0, 0.01], "system": ["birth-death", "cycle"], "seed": [0, 1, 2, 3, 7]}
+    assert all(isinstance(v, float) for v in g["eps"]) and all(isinstance(v, int) for v in g["seed"])
+    assert parse_grid("train-network", ["context=32,64"]) == {"block_size": [32, 64]}
+    assert parse_grid("manifold", ["kappa=-1:1"]) == {"kappa": [-1.0, 0.0, 1.0]}
+
+
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        ("epsilon=0.1", "'epsilon' is not a parameter of the integrate task"),
+        ("eps=0.1,x", "eps must be a number; got 'x'"),
+        ("seed=0:2", "give one of eps or P"),
+        ("eps=-0.1", "eps must be a positive finite number; got -0.1"),
+        ("seed=4:2", "a range is A:B with A <= B"),
+        ("seed=0.5:2", "a range is A:B with integers"),
+        ("seed=1,1", "repeats a value"),
+        ("system=nope", "system must be one of"),
+        ("eps", "--grid takes NAME=V1,V2,... or NAME=A:B"),
+        ("time=0,1", "'time' is not a parameter"),
+    ],
+)
+def test_bad_grid_is_one_sentence_and_writes_nothing(tmp_path, spec, text):
+    store = tmp_path / "s.zarr"
+    extra = [] if spec.startswith(("eps", "seed=0:2")) else ["--eps", "0.1"]
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", spec, "--store", str(store),
+                                    "--workers", "0", *extra])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert text in res.output and "Traceback" not in res.output
+    assert res.output.count("\n") == 1
+    assert not store.exists()
+
+
+def test_bad_task_option_and_task_name(tmp_path):
+    store = str(tmp_path / "s.zarr")
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store", store,
+                                    "--eps", "0.1", "--t-ned", "1"])  # fmt: skip
+    assert res.exit_code == 2 and "'t-ned' is not a parameter of the integrate task" in res.output
+    res = CliRunner().invoke(main, ["sweep", "integrat", "--grid", "seed=0", "--store", store])
+    assert res.exit_code == 2 and "unknown sweep task 'integrat'" in res.output
+    res = CliRunner().invoke(main, ["sweep", "convergence", "--grid", "eps=0.1", "--store", store])
+    assert res.exit_code == 2 and "cannot be swept in convergence" in res.output
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("x")
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store",
+                                    str(tmp_path / "other"), "--eps", "0.1"])  # fmt: skip
+    assert res.exit_code == 2 and "is not a sweep store" in res.output
+
+
+# -- in this process ----------------------------------------------------------------------------
+
+
+def test_store_layout_resume_and_one_by_one(tmp_path):
+    store = tmp_path / "s.zarr"
+    grid = ["eps=0.1,0.05", "system=birth-death,two-state", "seed=0:1"]
+    res = run_sweep("integrate", grid, FAST, store, workers=0, chunk_size=1, progress=False,
+                    log=lambda *a: None)  # fmt: skip
+    assert (res["n_cells"], res["n_run"], res["n_failed"]) == (8, 8, 0)
+    ds = xr.open_zarr(store)
+    assert tuple(ds["x"].dims) == ("eps", "system", "seed", "time", "state")
+    assert ds.sizes["state"] == 8  # birth-death's 8 states; two-state's 2, padded with NaN
+    assert ds["eps"].values.tolist() == [0.1, 0.05] and ds["seed"].values.tolist() == [0, 1]
+    assert (ds["status"].values == "done").all() and ds.attrs["n_done"] == 8
+    assert ds.attrs["task"] == "integrate" and json.loads(ds.attrs["options"])["t_end"] == 0.5
+    assert ds["x"].attrs["long_name"].startswith("fast variable")
+    assert np.isnan(ds["x"].sel(system="two-state").values[..., 2:]).all()
+    # each cell equals the same cell run alone, bit for bit (chunk_size=1: the same call)
+    for e in (0.1, 0.05):
+        for system in ("birth-death", "two-state"):
+            for seed in range(2):
+                one = _one_by_one(system, e, seed)
+                cell = ds.sel(eps=e, system=system, seed=seed)
+                n = one.sizes["state"]
+                assert np.array_equal(cell["x"].values[:, :n], one["x"].values)
+                assert np.array_equal(cell["y"].values, one["y"].values)
+                assert int(cell["stat_nfev"]) == int(one["stat_nfev"])
+    files = {p: p.stat().st_mtime_ns for p in (store / CELLS).glob("*.npz")}
+    assert len(files) == 8
+    # the same command again runs nothing and rewrites no cell
+    again = run_sweep("integrate", grid, FAST, store, workers=0, progress=False, log=lambda *a: None)
+    assert (again["n_skipped"], again["n_run"]) == (8, 0)
+    assert {p: p.stat().st_mtime_ns for p in (store / CELLS).glob("*.npz")} == files
+    # a larger grid runs only its new cells
+    more = run_sweep("integrate", ["eps=0.1,0.05,0.02", *grid[1:]], FAST, store, workers=0,
+                     progress=False, log=lambda *a: None)  # fmt: skip
+    assert (more["n_skipped"], more["n_run"]) == (8, 4)
+    assert xr.open_zarr(store).sizes["eps"] == 3
+
+
+def test_batched_chunk_matches_cells_one_by_one(tmp_path):
+    """Default chunking: the seeds and eps of one system are one rodas4 batch (eps per
+    trajectory). The steps are the same as alone; only round-off of the folded 1/eps differs,
+    so the states agree to 1e-12 (the solver's own tolerance is rtol 1e-8)."""
+    store = tmp_path / "b.zarr"
+    run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], FAST, store, workers=0, progress=False,
+              log=lambda *a: None)  # fmt: skip
+    ds = xr.open_zarr(store).load()
+    assert len(set(ds["worker"].values.ravel())) == 1
+    for e in (0.1, 0.05):
+        for seed in range(4):
+            one = _one_by_one("birth-death", e, seed)
+            cell = ds.sel(eps=e, seed=seed)
+            np.testing.assert_allclose(cell["x"].values, one["x"].values, rtol=0, atol=1e-12)
+            assert int(cell["stat_naccept"]) == int(one["stat_naccept"])
+
+
+def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
+    """eps = 1e-13 is below what the solvers resolve: that cell fails inside its batch, the
+    batch is re-run cell by cell, and the other cells finish."""
+    store = tmp_path / "f.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,1e-13", "--grid",
+                                    "seed=0,1", "--store", str(store), "--workers", "0",
+                                    "--t-end", "0.5", "--n-eval", "5", "--json"])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    assert out["n_failed"] == 2 and out["n_run"] == 4
+    ds = xr.open_zarr(store)
+    status = ds["status"].values
+    assert (status[0] == "done").all() and (status[1] == "failed").all()
+    assert "eps = 1e-13 is below 1e-12" in str(ds["message"].values[1, 0])
+    assert np.isnan(ds["x"].values[1]).all() and np.isfinite(ds["x"].values[0]).all()
+    # failed cells are final unless asked: the same command runs nothing
+    again = run_sweep("integrate", ["eps=0.1,1e-13", "seed=0,1"], FAST, store, workers=0,
+                      progress=False, log=lambda *a: None)  # fmt: skip
+    assert again["n_run"] == 0 and again["n_failed"] == 2
+    retry = run_sweep("integrate", ["eps=0.1,1e-13", "seed=0,1"], FAST, store, workers=0,
+                      retry_failed=True, progress=False, log=lambda *a: None)  # fmt: skip
+    assert retry["n_run"] == 2 and retry["n_failed"] == 2
+
+
+def test_manifold_and_convergence_cells(tmp_path):
+    ds = run_sweep("manifold", ["kappa=0,1"], {"osc_eps": "0.01"}, tmp_path / "m.zarr",
+                   workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
+    # the linear identity holds to round-off at kappa = 0 (DESIGN 3.2), and the gap is the same
+    # number `fastslow-sim manifold` reports
+    assert float(ds["gap"].sel(kappa=0.0)) < 1e-12
+    from fastslow_sim.nonlinear import family_for, manifold_dataset
+
+    ref = manifold_dataset(family_for("birth-death", 1.0), (-1.0, 1.5), osc_eps=0.01)
+    assert float(ds["gap"].sel(kappa=1.0)) == ref.attrs["gap"]
+    conv = run_sweep("convergence", ["system=two-state"], {"eps": "0.02,0.01", "t_end": "1"},
+                     tmp_path / "c.zarr", workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
+    assert tuple(conv["err_h0"].dims) == ("system", "eps")
+    assert abs(float(conv["slope_err_h0"][0]) - 1) < 0.1  # theory: slope 1
+
+
+# -- dask ----------------------------------------------------------------------------------------
+
+
+def test_local_cluster_of_two_workers_manifold(tmp_path):
+    """The default engine: a local cluster of two worker processes, here on cheap manifold
+    cells, equal bit for bit to `manifold_dataset` called in this process."""
+    from fastslow_sim.nonlinear import family_for, manifold_dataset
+
+    store = tmp_path / "m.zarr"
+    res = CliRunner().invoke(main, ["sweep", "manifold", "--grid", "kappa=0,0.5,1", "--store",
+                                    str(store), "--workers", "2", "--y-max", "1.0", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["n_run"] == 3
+    ds = xr.open_zarr(store).load()
+    assert all(w.startswith("tcp://127.0.0.1:") for w in ds["worker"].values)
+    for k in (0.0, 0.5, 1.0):
+        ref = manifold_dataset(family_for("birth-death", k), (-1.0, 1.0), osc_eps=0.01)
+        n = ref.sizes["point"]
+        cell = ds.sel(kappa=k)
+        assert np.array_equal(cell["curve_mean"].values[:n], ref["curve_mean"].values)
+        assert np.isnan(cell["curve_mean"].values[n:]).all()  # padding of shorter curves
+        assert float(cell["gap"]) == ref.attrs["gap"]
+
+
+@pytest.mark.slow
+def test_local_cluster_of_two_workers(tmp_path):
+    """Two worker processes; the cells are spread over both and are, bit for bit, the cells
+    run one by one; each worker's torch runs the threads it was given."""
+    store = tmp_path / "d.zarr"
+    lines = []
+    res = run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], FAST, store, workers=2,
+                    chunk_size=1, threads=1, progress=False, log=lines.append)  # fmt: skip
+    assert res["n_run"] == 8 and res["n_failed"] == 0
+    assert "2 workers" in lines[0]
+    ds = xr.open_zarr(store).load()
+    assert all(w.startswith("tcp://127.0.0.1:") for w in ds["worker"].values.ravel())
+    for e in (0.1, 0.05):
+        for seed in range(4):
+            assert np.array_equal(ds["x"].sel(eps=e, seed=seed).values,
+                                  _one_by_one("birth-death", e, seed)["x"].values)  # fmt: skip
+    assert len(_cell_files(store)) == 8
+
+
+def _threads_on_worker():
+    from fastslow_sim.sweep import _limit_threads
+
+    _limit_threads()
+    import torch
+
+    return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+
+@pytest.mark.slow
+def test_threads_per_worker_reach_torch():
+    from distributed import Client
+
+    from fastslow_sim.sweep import _local_cluster
+
+    with _local_cluster(2, threads=2) as cluster, Client(cluster) as c:
+        got = c.run(_threads_on_worker)
+    assert set(got.values()) == {("2", 2)}
+
+
+def _wait_for(pred, timeout=120.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_remote_scheduler_and_worker_processes(tmp_path):
+    """A `dask scheduler` and a `dask worker` started as their own processes on 127.0.0.1; the
+    sweep goes to the scheduler's address."""
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+    try:
+        _wait_for(sched_file.exists, what="the scheduler file")
+        _wait_for(lambda: "address" in sched_file.read_text(), what="the scheduler address")
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen([*dask, "worker", address, "--nworkers", "1", "--nthreads",
+                                       "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        from distributed import Client
+
+        with Client(address, timeout="30s") as c:
+            c.wait_for_workers(1, timeout=120)
+            remote_workers = set(c.scheduler_info(n_workers=-1)["workers"])
+        store = tmp_path / "r.zarr"
+        res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--grid",
+                                        "seed=0,1", "--store", str(store), "--scheduler",
+                                        address, "--t-end", "0.5", "--n-eval", "5",
+                                        "--chunk-size", "1"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert "4 run, 0 failed" in res.output
+        ds = xr.open_zarr(store).load()
+        assert set(ds["worker"].values.ravel()) <= remote_workers
+        assert np.array_equal(ds["x"].sel(eps=0.05, seed=1).values,
+                              _one_by_one("birth-death", 0.05, 1)["x"].values)  # fmt: skip
+        bad = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store",
+                                        str(tmp_path / "x.zarr"), "--eps", "0.1",
+                                        "--scheduler", "tcp://127.0.0.1:1"])  # fmt: skip
+        assert bad.exit_code == 2 and "cannot reach the dask scheduler" in bad.output
+        assert not (tmp_path / "x.zarr").exists()
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_sweep(tmp_path):
+    """A worker process is killed while it runs a cell: the scheduler re-runs its tasks, the
+    sweep completes, every cell is written exactly once and equals the cell run alone."""
+    from distributed import Client
+
+    from fastslow_sim.sweep import _local_cluster
+
+    store = tmp_path / "k.zarr"
+    killed = []
+    opts = {"t_end": "2", "n_eval": "5"}
+
+    with _local_cluster(2, threads=1) as cluster, Client(cluster) as c:
+
+        def kill_one(results, chunk):
+            if killed:
+                return
+            busy = [w for w, tasks in c.processing().items() if tasks]
+            if not busy:
+                return
+            pid = c.run(os.getpid, workers=[busy[0]])[busy[0]]
+            running = list(c.processing()[busy[0]])
+            os.kill(pid, signal.SIGKILL)
+            killed.append((busy[0], running))
+
+        res = run_sweep("integrate", ["eps=0.1,0.05,0.02", "seed=0:5"], opts, store, client=c,
+                        chunk_size=1, progress=False, log=lambda *a: None, on_chunk=kill_one)  # fmt: skip
+    assert killed and killed[0][1], "no worker was busy to kill"
+    # the cells of the task it was running were finished (by it before it died, or re-run)
+    first_keys = {k.split("-")[-2] for k in map(str, killed[0][1])}
+    assert res["n_failed"] == 0 and res["n_pending"] == 0
+    ds = xr.open_zarr(store).load()
+    assert (ds["status"].values == "done").all()
+    keys = ds["cell_key"].values.ravel().tolist()
+    assert sorted(f"{k}.npz" for k in keys) == _cell_files(store)  # each cell once, no other
+    assert first_keys <= set(keys)
+    for e in (0.1, 0.05, 0.02):
+        for seed in (0, 5):
+            one = _one_by_one("birth-death", e, seed, t_end=2.0)
+            assert np.array_equal(ds["x"].sel(eps=e, seed=seed).values, one["x"].values)
+
+
+@pytest.mark.slow
+def test_client_killed_and_the_command_rerun(tmp_path):
+    """The sweep command is killed (client and its local cluster) after a few cells; the same
+    command again runs only the missing cells, and the finished ones keep their first write."""
+    store = tmp_path / "c.zarr"
+    cmd = [sys.executable, "-m", "fastslow_sim", "sweep", "integrate", "--grid",
+           "eps=0.1,0.05,0.02,0.01", "--grid", "seed=0:3", "--store", str(store), "--workers",
+           "2", "--chunk-size", "1", "--t-end", "2", "--n-eval", "5", "--json"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_for(lambda: len(_cell_files(store)) >= 3, timeout=300, what="three cells")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    first = set(_cell_files(store))
+    assert 3 <= len(first) < 16
+    old = {f: (store / CELLS / f).stat().st_mtime_ns for f in first}
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["n_skipped"] == len(first) and out["n_run"] == 16 - len(first)
+    ds = xr.open_zarr(store).load()
+    assert (ds["status"].values == "done").all() and len(_cell_files(store)) == 16
+    assert {f: (store / CELLS / f).stat().st_mtime_ns for f in first} == old
+    assert len(set(ds["run_id"].values.ravel())) == 2  # the killed run's cells, and the rerun's
+
+
+@pytest.mark.slow
+def test_reproduce_on_two_workers_is_the_in_process_table(tmp_path, text_file):
+    """`reproduce` on a local cluster of 2 workers gives the in-process table, bit for bit
+    (CPU training with one thread per process is deterministic)."""
+    from fastslow_sim.training import reproduce
+
+    tiny = dict(block_size=32, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
+                eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False)  # fmt: skip
+    here = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "a"), tiny,
+                     log=lambda *a: None)  # fmt: skip
+    there = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "b"),
+                      tiny, log=lambda *a: None, workers=2)  # fmt: skip
+    for arm in ("dense", "coupled"):
+        assert there["arms"][arm]["val_loss"] == here["arms"][arm]["val_loss"]
+    assert [c["verdict"] for c in there["comparisons"]] == [c["verdict"] for c in here["comparisons"]]
+    sw = xr.open_zarr(tmp_path / "b" / "sweep.zarr")
+    assert tuple(sw["val_loss"].dims) == ("arm", "seed") and (sw["status"].values == "done").all()
+    assert len({w for w in sw["worker"].values.ravel()}) >= 1
+    assert (tmp_path / "b" / "coupled-seed1" / "summary.json").is_file()
+
+
+def test_conflicting_cell_is_an_input_error_before_any_write(tmp_path):
+    store = tmp_path / "unused.zarr"
+    with pytest.raises(InputError, match="give either eps or P, not both"):
+        run_sweep("integrate", ["P=4"], FAST, store, workers=0)
+    assert not store.exists()
+
+
+@pytest.mark.slow
+def test_train_network_cells_equal_their_runs(tmp_path, text_file):
+    """A train-network sweep (in this process) gives the run that `train` makes alone, bit for
+    bit, in a run folder named by the swept values."""
+    from fastslow_sim.training import TrainConfig, train
+
+    tiny = ["--block-size", "32", "--batch-size", "4", "--n-layer", "1", "--n-head", "2",
+            "--n-embd", "32", "--P", "4", "--eval-interval", "4", "--eval-batches", "2",
+            "--warmup-steps", "2", "--device", "cpu"]  # fmt: skip
+    store = tmp_path / "t.zarr"
+    res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", "variant=dense,coupled",
+                                    "--store", str(store), "--workers", "0", "--corpus",
+                                    f"text:{text_file}", "--tokens", "800", *tiny])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store).load()
+    assert (tmp_path / "t-runs" / "coupled" / "summary.json").is_file()
+    cfg = TrainConfig(variant="coupled", corpus=f"text:{text_file}", tokens=800, block_size=32,
+                      batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
+                      eval_batches=2, warmup_steps=2, device="cpu", out=str(tmp_path / "alone"),
+                      progress=False)  # fmt: skip
+    alone = train(cfg, log=lambda *a: None)
+    assert float(ds["val_loss"].sel(variant="coupled")) == alone["val_loss"]
+    assert float(ds["gate"].sel(variant="coupled")[0]) == float(np.mean(alone["gates"][0]))
+    assert int(ds["params"].sel(variant="dense")) < int(ds["params"].sel(variant="coupled"))
