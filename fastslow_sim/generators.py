@@ -217,6 +217,12 @@ class TwoState(Generator):
         return _exponential_chain(self.a, self.beta, 0.0, self.b, 2, dtype, device, batch_last,
                                   scale)  # fmt: skip
 
+    def chain_constants(self):
+        """The rates as numbers for the compiled march: `(k, beta, l, down)` with the up rate
+        `k_i e^{beta y} + l_i y` and the down rate `down_i` of each link `i <-> i+1`, `(n-1,)`
+        arrays and `beta` a float; the same rates as `chain_rates`."""
+        return _exponential_constants(self.a, self.beta, 0.0, self.b, 2)
+
 
 @dataclass
 class BirthDeath(Generator):
@@ -277,6 +283,12 @@ class BirthDeath(Generator):
     def chain_rates(self, dtype=None, device="cpu", batch_last=False, scale=None):
         return _exponential_chain(self.up, self.beta, self.y_mid, self.down, self.n_states, dtype,
                                   device, batch_last, scale)  # fmt: skip
+
+    def chain_constants(self):
+        """The rates as numbers for the compiled march: `(k, beta, l, down)` with the up rate
+        `k_i e^{beta y} + l_i y` and the down rate `down_i` of each link `i <-> i+1`, `(n-1,)`
+        arrays and `beta` a float; the same rates as `chain_rates`."""
+        return _exponential_constants(self.up, self.beta, self.y_mid, self.down, self.n_states)
 
 
 @dataclass
@@ -459,6 +471,15 @@ class MichaelisMenten(Generator):
 
         return rates
 
+    def chain_constants(self):
+        """The rates as numbers for the compiled march: `(k, beta, l, down)` with the up rate
+        `k_i e^{beta y} + l_i y` and the down rate `down_i` of each link `i <-> i+1`, `(n-1,)`
+        arrays and `beta` a float; the same rates as `chain_rates`."""
+        i = np.arange(self.n_states - 1)
+        zero = np.zeros(len(i))
+        return (zero, 0.0, (self.N - i) * float(self.k1),
+                (i + 1) * (float(self.k_minus1) + float(self.k2)))  # fmt: skip
+
 
 def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -> np.ndarray:
     """`count` independent random irreducible generators on `n` states, shape `(count, n, n)`.
@@ -513,6 +534,14 @@ def _exponential_chain(k, beta, y_mid, down, n, dtype, device, batch_last, scale
         return up, down, (beta * up if derivative else None)
 
     return rates
+
+
+def _exponential_constants(k, beta, y_mid, down, n):
+    """`chain_constants` of a chain with up rate `k exp(beta (y - y_mid))` and a constant down
+    rate: `k_i = k e^{-beta y_mid}`, `l_i = 0`."""
+    beta = float(beta)
+    ones = np.ones(n - 1)
+    return (float(k) * math.exp(-beta * float(y_mid)) * ones, beta, 0.0 * ones, float(down) * ones)
 
 
 def chain_divergence(flux, batch_last=False):

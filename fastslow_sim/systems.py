@@ -297,6 +297,34 @@ class MasterEquationSystem(FastSlowSystem):
         return self.n_slow == 1 and own_rates and getattr(law, "torch_form", None) not in (
             None, SlowLaw.torch_form)  # fmt: skip
 
+    def chain_arrays(self):
+        """The physics as numbers for the compiled march (`rosenbrock.compiled`), or `None` where
+        it has none (a generator that is not a neighbour chain with `chain_constants`, a slow law
+        other than the linear and Michaelis-Menten ones). Keys: up rate `k_i e^{beta y} + l_i y`
+        and down rate `down_i` of link `i <-> i+1`; the slow law `g = w.x + b - a y + kappa y
+        (c.x)` (linear: `w = c`, `kappa = 0`; Michaelis-Menten: `w = k_minus1 c`, `a = kappa =
+        k1`, `b = 0`); `inv_eps = 1/eps`."""
+        gen, law = self.generator, self.slow_law
+        owner = next((k for k in type(gen).__mro__ if "chain_constants" in vars(k)), None)
+        # a subclass that changes the rates without their constants keeps the torch path
+        if self.n_slow != 1 or owner is None or type(gen).chain_rates is not owner.chain_rates:
+            return None
+        k, beta, lk, down = gen.chain_constants()
+        n = self.n_fast
+        if type(law) is LinearSlowLaw:
+            c = np.asarray(law.c, dtype=np.float64)
+            w, b, a, kappa = c, float(law.b), float(law.a), 0.0
+        elif type(law) is MichaelisMentenSlowLaw and law.generator is gen:
+            c = np.asarray(law.c, dtype=np.float64)
+            k1 = float(gen.k1)
+            w, b, a, kappa = float(gen.k_minus1) * c, 0.0, k1, k1
+        else:
+            return None
+        if c.shape != (n,):
+            return None
+        return {"k": k, "beta": beta, "l": lk, "down": down, "w": w, "c": c, "b": b, "a": a,
+                "kappa": kappa, "inv_eps": 1.0 / self.eps}  # fmt: skip
+
     def torch_functions(self, dtype=None, device="cpu", eps=None, structured=True):
         """The torch `VectorField` of `z = [x, y]`, batch last (`z (n+1, b)`).
 

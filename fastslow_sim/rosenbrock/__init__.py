@@ -10,6 +10,10 @@ not ring in the initial layer.
 Parts: `tableau` (the coefficients; a new method is a new table), `step` (one step of any
 tableau), `control` (error norm and step-size rules), `dense` (continuous extension), `march`
 (the batched solve, `solve`); the linear solver is a parameter (`linalg.LINEAR_SOLVERS`).
+`compiled` (`compiled.march_chain`, imported on demand: it needs numba) runs the same march,
+from the same tableau and control, as one numba function per block of trajectories, for the
+neighbour-chain systems that give their physics as numbers (`chain_arrays`); `integrate(...,
+method="rodas4", march="auto"|"torch"|"compiled")` chooses.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ One rule for every tableau and backend: accept when the RMS norm of the error es
 `atol + rtol max(|y0|, |y1|)` is at most 1; the next step is `h * safety * err^(-1/order)`,
 growing at most `fac_max`-fold after an accepted step and shrinking at most `1/fac_min`-fold
 after a rejected one (accepted steps have a factor >= `safety`, rejected ones < `safety`, so one
-clamp does both); a non-finite error shrinks the step by `nonfinite_factor`. A step is too small
-once `0.1 |h| <= uround |t|` (Hairer's codes, `rodas.f`): ten ulps of the current time, no floor
-tied to the span.
+clamp does both; the error is floored at `err_floor` first); a non-finite error shrinks the step
+by `nonfinite_factor`. A step is too small once `|h| <= underflow_ulps uround |t|` (Hairer's
+codes, `rodas.f`, `0.1 |h| <= uround |t|`): ten ulps of the current time, no floor tied to the
+span. Every backend reads these fields (the compiled march, `compiled.py`, takes them as
+arguments).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class StepControl:
     fac_min: float = 0.1
     fac_max: float = 6.0
     nonfinite_factor: float = 0.2
+    err_floor: float = 1e-10
+    underflow_ulps: float = 10.0
 
     def error_norm(self, err_vec, y0, y1, rtol, atol, kernels=None):
         """`sqrt(mean_i (e_i / (atol + rtol max(|y0_i|, |y1_i|)))^2)` per trajectory, batch last
@@ -38,7 +42,7 @@ class StepControl:
 
     def next_step(self, h, err, order: float):
         """The step after one of size `h` with error norm `err` (`(b,)` each)."""
-        fac = err.clamp(min=1e-10).pow_(-1.0 / order).mul_(self.safety)
+        fac = err.clamp(min=self.err_floor).pow_(-1.0 / order).mul_(self.safety)
         fac = fac.clamp_(self.fac_min, self.fac_max)
         return h * fac.nan_to_num_(nan=self.nonfinite_factor, posinf=self.nonfinite_factor)
 
@@ -52,8 +56,8 @@ class StepControl:
         guess = torch.where((d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / d1, torch.full_like(d0, 1e-6))
         return torch.clamp(guess, min=100 * uround * abs(t0), max=span)
 
-    @staticmethod
-    def too_small(h, t):
-        """Whether each step `h` is below ten ulps of its time `t` (or underflows at `t = 0`)."""
+    def too_small(self, h, t):
+        """Whether each step `h` is below `underflow_ulps` ulps of its time `t` (or underflows
+        at `t = 0`)."""
         info = torch.finfo(h.dtype)
-        return h <= torch.abs(t).mul_(10 * info.eps).add_(info.tiny)
+        return h <= torch.abs(t).mul_(self.underflow_ulps * info.eps).add_(info.tiny)

@@ -1,5 +1,7 @@
-"""The batched torch Rosenbrock march (`fastslow_sim.rosenbrock`): one method per tableau of
-`rosenbrock.TABLEAUS` (`rodas4`, `rodas3`), so a new table is a new method."""
+"""The batched Rosenbrock march (`fastslow_sim.rosenbrock`): one method per tableau of
+`rosenbrock.TABLEAUS` (`rodas4`, `rodas3`), so a new table is a new method. Each runs in torch
+(CPU or CUDA) or compiled (`rosenbrock.compiled`, the whole per-trajectory march in numba) on
+the CPU for systems that give their physics as numbers (`chain_arrays`); `march` chooses."""
 
 from __future__ import annotations
 
@@ -9,9 +11,50 @@ from ..errors import InputError
 from ..rosenbrock.tableau import TABLEAUS
 from . import Method, Solution, register
 
+MARCHES = ("auto", "torch", "compiled")
+
+
+def _compiled_available():
+    try:
+        from ..rosenbrock import compiled  # noqa: F401 - imports numba
+    except ImportError:
+        return False
+    return True
+
+
+def choose_march(system, march, device, linear_solver):
+    """`"torch"` or `"compiled"` for `march`; `auto` takes the compiled march on the CPU for a
+    system with `chain_arrays` (and the default linear solver) where numba imports."""
+    import torch
+
+    if march not in MARCHES:
+        raise InputError(f"unknown march {march!r}; expected one of {list(MARCHES)}.")
+    arrays = getattr(system, "chain_arrays", None)
+    fits = arrays is not None and arrays() is not None
+    cpu = torch.device(device).type == "cpu"
+    if march == "compiled":
+        if not fits:
+            raise InputError(
+                f"the compiled march needs a neighbour-chain system with one slow variable that "
+                f"gives its rates as numbers (chain_arrays); {system.name!r} has none, use "
+                f"march='torch'."
+            )
+        if not cpu or linear_solver != "auto":
+            raise InputError(
+                f"the compiled march runs on the CPU with its own arrow solve; got device "
+                f"{device!r} and linear_solver {linear_solver!r} (use march='torch')."
+            )
+        if not _compiled_available():
+            raise InputError("the compiled march needs numba, which does not import.")
+        return "compiled"
+    if march == "auto" and fits and cpu and linear_solver == "auto" and _compiled_available():
+        return "compiled"
+    return "torch"
+
 
 def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_000, device="cpu",
-                     dense_output=None, linear_solver="auto", tableau="rodas4"):  # fmt: skip
+                     dense_output=None, linear_solver="auto", tableau="rodas4",
+                     march="auto"):  # fmt: skip
     """One batch `z0 (B, N)` (and one `eps` per trajectory, if given) in one march; output times
     from the tableau's continuous extension where it has one (`dense_output=None`)."""
     import torch
@@ -22,25 +65,34 @@ def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_0
     dense_output = bool(tab.D) if dense_output is None else dense_output
 
     if np.ndim(atol) != 0:
-        raise InputError("rodas4 takes one scalar atol.")
-    field = system.torch_functions(torch.float64, device, eps)
-    z, codes, stats = solve(
-        field, torch.as_tensor(z0, dtype=torch.float64, device=device),
-        torch.as_tensor(t_eval, dtype=torch.float64), rtol=rtol, atol=atol,
-        max_steps=max_steps, dense_output=dense_output, linear_solver=linear_solver, tableau=tab,
-    )  # fmt: skip
+        raise InputError(f"{tableau} takes one scalar atol.")
+    kind = choose_march(system, march, device, linear_solver)
+    z0_t = torch.as_tensor(z0, dtype=torch.float64, device=device)
+    t_t = torch.as_tensor(t_eval, dtype=torch.float64)
+    if kind == "compiled":
+        from ..rosenbrock.compiled import march_chain
+
+        z, codes, stats = march_chain(system.chain_arrays(), z0_t, t_t, eps=eps, tableau=tab,
+                                      rtol=rtol, atol=atol, max_steps=max_steps,
+                                      dense_output=dense_output)  # fmt: skip
+    else:
+        field = system.torch_functions(torch.float64, device, eps)
+        z, codes, stats = solve(
+            field, z0_t, t_t, rtol=rtol, atol=atol, max_steps=max_steps,
+            dense_output=dense_output, linear_solver=linear_solver, tableau=tab,
+        )  # fmt: skip
     status = [STATUS[int(c)] for c in codes.cpu()]
     message = ["integration finished" if s == "success" else f"{tableau} stopped: {s}"
                for s in status]  # fmt: skip
     stats = {k: v.cpu().numpy() for k, v in stats.items() if k != "iterations"}
-    return Solution(z.cpu().numpy(), status, message, stats)
+    return Solution(z.cpu().numpy(), status, message, stats, attrs={"march": kind})
 
 
 _DESCRIPTIONS = {
-    "rodas4": "batched torch RODAS4 (order 4, dense output), stiff, one step size per trajectory, "
-    "CPU or CUDA",
-    "rodas3": "batched torch RODAS3 (order 3, no dense output), stiff, one step size per "
-    "trajectory, CPU or CUDA",
+    "rodas4": "batched RODAS4 (order 4, dense output), stiff, one step size per trajectory: "
+    "torch on the CPU or CUDA, or the compiled CPU march for neighbour chains (march=)",
+    "rodas3": "batched RODAS3 (order 3, no dense output), stiff, one step size per trajectory: "
+    "torch on the CPU or CUDA, or the compiled CPU march for neighbour chains (march=)",
 }
 
 
@@ -48,8 +100,9 @@ def _method(name):
     def solve_batch(*args, **kwargs):
         return solve_rosenbrock(*args, tableau=name, **kwargs)
 
-    return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched torch Rosenbrock {name}"),
-                  solve_batch, options=("max_steps", "device", "dense_output", "linear_solver"),
+    return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched Rosenbrock {name}"),
+                  solve_batch, options=("max_steps", "device", "dense_output", "linear_solver",
+                                        "march"),
                   differentiable=True, needs_torch_form=True)  # fmt: skip
 
 

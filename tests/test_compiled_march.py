@@ -1,0 +1,195 @@
+"""The compiled RODAS4 march (`rosenbrock.compiled`) against the torch march: one implementation
+of the numerics, so the same solution (to 1e-10: the two differ only in the rounding of sums),
+the same statuses and the same statistics, trajectory by trajectory."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import fastslow_sim as fs
+from fastslow_sim.errors import InputError
+from fastslow_sim.generators import BirthDeath
+from fastslow_sim.rosenbrock import RODAS4, STATUS, StepControl, solve
+
+compiled = pytest.importorskip("fastslow_sim.rosenbrock.compiled", reason="numba does not import")
+
+STAT_KEYS = ("nfev", "njev", "nlu", "nsolve", "naccept", "nreject")
+
+
+def _both(system, z0, t, eps=None, **kw):
+    """The torch march and the compiled one on the same problem."""
+    z0 = torch.as_tensor(z0, dtype=torch.float64)
+    t = torch.as_tensor(t, dtype=torch.float64)
+    e = None if eps is None else torch.as_tensor(eps, dtype=torch.float64)
+    torch_run = solve(system.torch_functions(torch.float64, "cpu", e), z0, t, **kw)
+    compiled_run = compiled.march_chain(system.chain_arrays(), z0, t, eps=eps, **kw)
+    return torch_run, compiled_run
+
+
+def _assert_same(torch_run, compiled_run, tol=1e-10):
+    (zt, st, stt), (zc, sc, stc) = torch_run, compiled_run
+    assert [STATUS[int(s)] for s in st] == [STATUS[int(s)] for s in sc]
+    for key in STAT_KEYS:
+        assert torch.equal(stt[key], stc[key]), key
+    assert stt["iterations"] == stc["iterations"]
+    assert torch.equal(torch.isnan(zt), torch.isnan(zc))  # NaN after a failure in both
+    ok = ~torch.isnan(zt)
+    assert float((zt[ok] - zc[ok]).abs().max()) <= tol
+
+
+def _z0(system, B, seed=0):
+    return np.concatenate(fs.random_initial_conditions(system, B, seed), axis=1)
+
+
+CASES = [("birth-death", 4), ("birth-death", 16), ("two-state", None), ("michaelis-menten", 6)]
+
+
+@pytest.mark.parametrize("name,states", CASES)
+@pytest.mark.parametrize("eps", [1e-2, 1e-4])
+@pytest.mark.parametrize("dense_output", [True, False])
+def test_compiled_march_matches_torch(name, states, eps, dense_output):
+    system = fs.make_system(name, eps=eps, states=states)
+    B = 13 if eps == 1e-2 else 37  # not multiples of the lane count
+    t = [0.0, 0.003, 0.4, 1.0, 2.0]
+    runs = _both(system, _z0(system, B, seed=3), t, rtol=1e-6, atol=1e-9,
+                 dense_output=dense_output)  # fmt: skip
+    _assert_same(*runs)
+    assert (runs[1][1] == 0).all()
+    # trajectories of different lengths: the lanes took new trajectories at different steps
+    steps = runs[1][2]["naccept"] + runs[1][2]["nreject"]
+    assert len(set(steps.tolist())) > 3
+
+
+@pytest.mark.parametrize("B", [1, 8, 100])
+def test_batch_sizes_and_one_eps_per_trajectory(B):
+    system = fs.make_system("birth-death", eps=1e-3, states=8)
+    eps = np.geomspace(1e-5, 1e-2, B)
+    runs = _both(system, _z0(system, B, seed=1), [0.0, 0.5, 1.5], eps=eps, rtol=1e-7, atol=1e-10)
+    _assert_same(*runs)
+
+
+def test_statuses_max_steps_step_underflow_and_non_finite():
+    system = fs.make_system("birth-death", eps=1e-3, states=5)
+    z0 = _z0(system, 3, seed=2)
+    _assert_same(*_both(system, z0, [0.0, 5.0], rtol=1e-10, atol=1e-12, max_steps=7))
+    # an error that can never be met (atol 1e-100) shrinks the step 10-fold per step until it is
+    # below ten ulps of t = 1: step_underflow, the error finite
+    runs = _both(system, z0, [1.0, 2.0], rtol=1e-100, atol=1e-100)
+    _assert_same(*runs)
+    assert {STATUS[int(s)] for s in runs[1][1]} == {"step_underflow"}
+    # y0 = 200: e^{4 y} overflows, the error is NaN at every step: non_finite, beside a good one
+    z0[1, -1] = 200.0
+    runs = _both(system, z0, [0.0, 1.0], rtol=1e-6, atol=1e-9)
+    _assert_same(*runs)
+    assert [STATUS[int(s)] for s in runs[1][1]] == ["success", "non_finite", "success"]
+
+
+def test_another_tableau_and_control_take_the_same_path():
+    # a perturbed RODAS4 that is neither stiffly accurate nor has a plain error estimate: the
+    # general sums over M and E; and other control constants: both marches read them
+    M = list(RODAS4.M)
+    M[0] += 1e-3
+    tab = dataclasses.replace(RODAS4, name="variant", M=tuple(M), E=(0, 0, 0, 0, 0.5, 0.5))
+    assert not tab.stiffly_accurate and not tab.plain_error
+    control = StepControl(safety=0.8, fac_min=0.2, fac_max=4.0, err_floor=1e-8)
+    system = fs.make_system("michaelis-menten", eps=1e-3, states=4)
+    runs = _both(system, _z0(system, 20), [0.0, 0.7, 2.0], rtol=1e-6, atol=1e-9, tableau=tab,
+                 control=control)  # fmt: skip
+    _assert_same(*runs)
+    plain = compiled.march_chain(system.chain_arrays(), _z0(system, 20), torch.tensor([0.0, 2.0]))
+    assert not torch.equal(plain[2]["naccept"], runs[1][2]["naccept"])  # the options mattered
+
+
+@pytest.mark.parametrize("name,states", CASES)
+def test_chain_arrays_give_the_systems_right_hand_side(name, states):
+    # the numbers describe the same physics as the numpy form (independent of torch)
+    system = fs.make_system(name, eps=1e-3, states=states)
+    z0 = _z0(system, 11, seed=5)
+    ch = system.chain_arrays()
+    f = np.empty_like(z0)
+    keys = ("k", "beta", "l", "down", "w", "c", "b", "a", "kappa")
+    compiled._rhs_all(z0, np.array([ch["inv_eps"]]), *(np.asarray(ch[k], dtype=np.float64)
+                      if np.ndim(ch[k]) else float(ch[k]) for k in keys), f)  # fmt: skip
+    np.testing.assert_allclose(f, system.rhs(0.0, z0), rtol=1e-12, atol=1e-9)
+
+
+def test_systems_without_chain_arrays_stay_on_the_torch_path():
+    from fastslow_sim.solvers.rosenbrock import choose_march
+
+    for name in ("cycle", "random"):
+        system = fs.make_system(name, eps=1e-3)
+        assert system.chain_arrays() is None
+        assert choose_march(system, "auto", "cpu", "auto") == "torch"
+        with pytest.raises(InputError, match="compiled march needs"):
+            choose_march(system, "compiled", "cpu", "auto")
+
+    class Steeper(BirthDeath):  # new rates without new constants: not compiled
+        def chain_rates(self, *args, **kwargs):
+            return super().chain_rates(*args, **kwargs)
+
+    from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
+
+    system = MasterEquationSystem(Steeper(n=4), LinearSlowLaw(np.linspace(0, 1, 4)), 1e-3)
+    assert system.chain_arrays() is None
+    chain = fs.make_system("birth-death", eps=1e-3)
+    assert choose_march(chain, "auto", "cpu", "auto") == "compiled"
+    assert choose_march(chain, "auto", "cpu", "dense") == "torch"
+    with pytest.raises(InputError, match="unknown march"):
+        choose_march(chain, "fast", "cpu", "auto")
+
+
+def test_integrate_with_either_march():
+    system = fs.make_system("birth-death", eps=1e-4, states=6)
+    x0, y0 = fs.random_initial_conditions(system, 16, 4)
+    kw = {"method": "rodas4", "rtol": 1e-6, "atol": 1e-9, "n_eval": 5}
+    a = fs.integrate(system, (0.0, 3.0), x0, y0, march="torch", **kw)
+    b = fs.integrate(system, (0.0, 3.0), x0, y0, march="compiled", **kw)
+    c = fs.integrate(system, (0.0, 3.0), x0, y0, **kw)
+    assert a.attrs["march"] == "torch" and b.attrs["march"] == c.attrs["march"] == "compiled"
+    assert float(abs(a.x - b.x).max()) <= 1e-10 and float(abs(a.y - b.y).max()) <= 1e-10
+    with pytest.raises(InputError, match="compiled march"):
+        fs.integrate(system, (0.0, 1.0), x0, y0, march="compiled", linear_solver="dense", **kw)
+
+
+def test_compiled_march_bad_input():
+    system = fs.make_system("birth-death", eps=1e-3, states=4)
+    ch = system.chain_arrays()
+    with pytest.raises(InputError, match="components"):
+        compiled.march_chain(ch, torch.zeros(2, 9), torch.tensor([0.0, 1.0]))
+    with pytest.raises(InputError, match="t_eval"):
+        compiled.march_chain(ch, torch.zeros(2, 5), torch.tensor([1.0, 0.0]))
+    with pytest.raises(InputError, match="eps"):
+        compiled.march_chain(ch, torch.zeros(2, 5), torch.tensor([0.0, 1.0]), eps=[1e-3] * 3)
+    with pytest.raises(InputError, match="lack"):
+        compiled.march_chain({"k": ch["k"]}, torch.zeros(2, 5), torch.tensor([0.0, 1.0]))
+
+
+def test_lanes_are_independent():
+    # a trajectory's arithmetic does not depend on its lane neighbours or on the lane count:
+    # bit for bit the same with 1, 5 and 32 lanes
+    system = fs.make_system("birth-death", eps=1e-3, states=6)
+    z0, t = _z0(system, 23, seed=8), torch.tensor([0.0, 0.2, 1.0])
+    runs = [compiled.march_chain(system.chain_arrays(), z0, t, lanes=L) for L in (1, 5, 32)]
+    for z, status, stats in runs[1:]:
+        assert torch.equal(z, runs[0][0]) and torch.equal(status, runs[0][1])
+        assert torch.equal(stats["naccept"], runs[0][2]["naccept"])
+
+
+def test_rodas3_runs_compiled_from_its_table_alone():
+    # a new tableau needs no new code: RODAS3 (4 stages, no continuous extension) from its table
+    from fastslow_sim.rosenbrock import RODAS3
+
+    system = fs.make_system("two-state", eps=1e-3)
+    runs = _both(system, _z0(system, 17), [0.0, 0.5, 1.0], rtol=1e-6, atol=1e-9, tableau=RODAS3,
+                 dense_output=False)  # fmt: skip
+    _assert_same(*runs)
+    with pytest.raises(InputError, match="continuous extension"):
+        compiled.march_chain(system.chain_arrays(), _z0(system, 2), torch.tensor([0.0, 1.0]),
+                             tableau=RODAS3)  # fmt: skip
+    x0, y0 = fs.random_initial_conditions(system, 8, 1)
+    kw = {"method": "rodas3", "rtol": 1e-6, "atol": 1e-9, "n_eval": 3}
+    a = fs.integrate(system, (0.0, 1.0), x0, y0, march="torch", **kw)
+    b = fs.integrate(system, (0.0, 1.0), x0, y0, **kw)
+    assert b.attrs["march"] == "compiled" and float(abs(a.x - b.x).max()) <= 1e-10
