@@ -91,7 +91,11 @@ def check_dataset(ds):
         for k in ds.data_vars:
             if ds[k].dtype.kind == "f":
                 assert np.all(np.isfinite(ds[k].values)), k
-        assert np.max(np.abs(ds["mass_error"].values)) < 1e-6
+        # mass is conserved up to rounding in the stage solves, whose conditioning grows like
+        # 1/eps (the columns of s I - Q^T/eps sum to s): measured 6.7e-7 (torch march) and
+        # 1.1e-6 (compiled march) at eps = 1e-12, rtol 1.6e-5; 1e-6 above eps = 2e-12
+        bound = max(1e-6, 1e-2 * np.finfo(float).eps / ds.attrs["eps"])
+        assert np.max(np.abs(ds["mass_error"].values)) < bound
     else:
         assert ds.attrs["message"]
 
