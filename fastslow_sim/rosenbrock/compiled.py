@@ -32,6 +32,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from ..cpu_kernels import _tridiagonal_solve
 from ..errors import InputError
 
 __all__ = ["march_chain", "CHAIN_KEYS"]
@@ -154,13 +155,7 @@ def _solve(n, inv, pm, g, wv, vv, inv_sigma, tmp, x):
     xn = tmp[0]
     for q in range(L):
         xn[q] = x[n, q]
-        x[0, q] = x[0, q] * inv[0, q]
-    for i in range(1, n):
-        for q in range(L):
-            x[i, q] = x[i, q] * inv[i, q] + pm[i, q] * x[i - 1, q]
-    for i in range(n - 2, -1, -1):
-        for q in range(L):
-            x[i, q] += g[i, q] * x[i + 1, q]
+    _tridiagonal_solve(inv, pm, g, x, x)  # the chain block, as in cpu_kernels.arrow_solve
     for i in range(n):
         for q in range(L):
             xn[q] += vv[i, q] * x[i, q]
