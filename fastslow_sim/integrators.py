@@ -145,6 +145,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         name, tighten = _auto_choice(system, stiffness, atol, batched)
         chosen = METHODS[name]
         solver_rtol, solver_atol = max(rtol / tighten, AUTO_RTOL_MIN), atol / tighten
+        # rodas4's options (the ones auto accepts) steer rodas4 only: LSODA takes none
+        options = {k: v for k, v in options.items() if k in chosen.options}
     elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
         cost = estimate_explicit_nfev(chosen.name, stiffness)
         warnings.warn(
@@ -223,6 +225,8 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
         y_final=ds["y"].values[..., -1, :].tolist(),
         nfev=a["nfev"], njev=a["njev"], nlu=a["nlu"],
     )  # fmt: skip
+    if "march" in a:  # the rosenbrock methods: which march ran
+        out["march"] = a["march"]
     if "p_st" in ds:
         out["p_st_final"] = ds["p_st"].values[..., -1, :].tolist()
         out["manifold_distance_final"] = float(np.max(ds["manifold_distance"].values[..., -1]))

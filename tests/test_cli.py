@@ -68,6 +68,33 @@ def test_integrate_json(tmp_path):
     assert data["manifold_distance_final"] < 0.1 and data["mass_error_max"] < 1e-10
 
 
+def test_march_option_chooses_the_march_and_both_agree(tmp_path):
+    """`--march torch` and `--march compiled` run the same tableau and step control: the same
+    step counts and final states to rounding; the summary says which march ran."""
+    out = {}
+    for march in ("torch", "compiled"):
+        res = run(["integrate", "--eps", "1e-4", "--states", "16", "--t-end", "2", "--batch", "16",
+                   "--method", "rodas4", "--rtol", "1e-6", "--atol", "1e-9", "--march", march,
+                   "--n-eval", "3", "--out", str(tmp_path / f"{march}.nc"), "--no-plot",
+                   "--json"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        out[march] = json.loads(res.output)
+        assert out[march]["march"] == march
+    assert out["torch"]["nfev"] == out["compiled"]["nfev"]
+    np.testing.assert_allclose(out["torch"]["x_final"], out["compiled"]["x_final"], rtol=0,
+                               atol=1e-10)  # fmt: skip
+    res = run(["integrate", "--eps", "0.125", "--batch", "4", "--n-eval", "3", "--out",
+               str(tmp_path / "a.nc"), "--no-plot"])  # fmt: skip
+    assert res.exit_code == 0 and "compiled march" in res.output  # auto picks it for a chain
+
+
+def test_auto_passes_rodas4_options_only_to_rodas4():
+    """`auto` accepts rodas4's options; where it picks LSODA (not stiff), they do not reach it."""
+    system = fs.make_system("two-state", eps=0.1)
+    ds = fs.integrate(system, (0.0, 1.0), method="auto", march="torch", max_steps=10)
+    assert ds.attrs["method"] == "lsoda" and ds.attrs["status"] == "success"
+
+
 def test_help_lists_systems_and_methods():
     res = run(["integrate", "--help"])
     for name in list(fs.SYSTEMS) + ["radau", "bdf", "lsoda", "dopri5", "auto"]:
@@ -116,6 +143,10 @@ def test_explicit_method_warning_is_printed(tmp_path):
         (["--eps", "0.1", "--out", "/nonexistent-dir/x.nc"], "does not exist"),
         (["--eps", "0.1", "--t-end", "-1"], "t-end"),
         (["--eps", "0.1", "--rtol", "0"], "rtol must be a positive"),
+        (["--eps", "0.1", "--method", "lsoda", "--march", "torch"], "--march chooses the march"),
+        (["--eps", "0.1", "--method", "rodas4", "--march", "fast"], "'fast' is not one of"),
+        (["--eps", "0.1", "--system", "cycle", "--method", "rodas4", "--march", "compiled"],
+         "the compiled march needs a neighbour-chain system"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):

@@ -80,6 +80,15 @@ from .common import (
     help="Slow time per block of the multirate map (--method multirate only) [default: 0.01]; "
     "--t-end must be a whole number of blocks.",
 )
+@click.option(
+    "--march",
+    default=None,
+    type=click.Choice(["auto", "torch", "compiled"]),
+    help="March of the rosenbrock methods (rodas4, rodas3) [default: auto]: 'compiled' runs the "
+    "whole per-trajectory march in numba (neighbour chains with one slow variable, on the CPU), "
+    "'torch' the torch march (any system with a torch form, CPU or CUDA); auto takes the "
+    "compiled one where it applies.",
+)
 @output_options("integrate-SYSTEM-epsE.nc")
 @ode_command
 def integrate(
@@ -97,6 +106,7 @@ def integrate(
     seed,
     states,
     H,
+    march,
     out,
     plot_path,
     no_plot,
@@ -143,6 +153,14 @@ def integrate(
                 f"--H is the block length of --method multirate; got --method {method}."
             )
         kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
+    if march is not None:
+        takes = [m for m, entry in METHODS.items() if "march" in entry.options]
+        if method != "auto" and method not in takes:
+            raise InputError(
+                f"--march chooses the march of {', '.join(takes)} (and of auto, where it picks "
+                f"rodas4); got --method {method}."
+            )
+        kwargs["march"] = march
     system = make_system(system_name, eps=e, states=states)
     x0v = parse_vector(x0, "--x0") if x0 is not None else None
     y0v = parse_vector(y0, "--y0") if y0 is not None else None
@@ -187,7 +205,8 @@ def _integrate_lines(r: dict) -> list:
     lines = [
         f"{r['system']}: eps = {r['eps']:g}{P_text}, t in [{r['t_start']:g}, {r['t_end']:g}]",
         f"method      {r['method']} (requested {r['method_requested']}; stiffness index "
-        f"{r['stiffness_index']:.3g}), rtol {r['rtol']:g}, atol {r['atol']:g}",
+        f"{r['stiffness_index']:.3g}), rtol {r['rtol']:g}, atol {r['atol']:g}"
+        + (f", {r['march']} march" if "march" in r else ""),
         f"status      {r['status']}: {r['message']}",
     ]
     if batched:
