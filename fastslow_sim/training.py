@@ -102,10 +102,15 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
     """The training loop's AdamW: weight decay on matrices and embeddings only, betas (0.9, beta2)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, cfg.beta2),
-    )  # fmt: skip
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
+    try:
+        # one fused pass over each parameter instead of foreach's several: the step is
+        # memory-bound (scripts/bench_network.py), and on the CPU its result is bit for bit
+        # foreach's (tests/test_training.py); torch < 2.4 has no fused CPU kernel
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
 
 
 def _device(name: str) -> torch.device:
