@@ -4,6 +4,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,42 @@ def test_device_check_runs_every_step_on_the_cpu(tmp_path):
                        capture_output=True, text=True, timeout=1200)  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = (tmp_path / "summary.txt").read_text()
-    assert summary.count("exit 0") == 3, summary
+    assert summary.count("exit 0") == 4, summary  # imports, device, bench_integrators, network
     assert "rodas4, 8 trajectories" in (tmp_path / "bench_integrators.log").read_text()
     assert "| 16 |" in (tmp_path / "bench_network.log").read_text()
+
+
+def test_device_check_stops_within_its_budget(tmp_path):
+    """A budget too small for every step: the steps after it are skipped and say so, and the
+    script ends long before the steps' own limits would allow (the device time is scarce)."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "DEVICE_CHECK_CPU": "1",
+           "DEVICE_CHECK_BUDGET_S": "15"}  # fmt: skip
+    t0 = time.perf_counter()
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh")], env=env,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    wall = time.perf_counter() - t0
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "bench_network: skipped (budget)" in summary, summary
+    assert wall < 60, wall  # the budget (15 s) plus the time of the step it cut short
+    assert "of the 15-s budget" in r.stdout
+
+
+def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys):
+    """bench_network's training-loop table (with its t interval) and the slow-path breakdown at
+    a tiny T: every part is printed, and the FLOP shares are the cost model's (the whole slow
+    path's share is that of its attention plus phi_theta's)."""
+    import torch
+
+    net = load_script("bench_network")
+    net.training_loop_table([16], rounds=3, device=torch.device("cpu"))
+    net.slow_path_breakdown(16, rounds=2, device=torch.device("cpu"))
+    out = capsys.readouterr().out
+    assert "| 16 |" in out and "(2) |" in out  # 3 paired rounds: df 2
+    breakdown = out[out.index("## one layer's slow path"):]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in breakdown.splitlines()
+            if line.startswith("| ") and "%" in line}  # fmt: skip
+    assert len(rows) == 6, rows
+    share = {k: float(v[2].strip().rstrip("%") or "nan") for k, v in rows.items()}
+    whole = share["slow path, whole"]
+    parts = share["attention among pooled tokens (+LN)"] + share["phi_theta (+LN)"]
+    assert abs(whole - parts) <= 0.15, (whole, parts)  # three shares rounded to 0.1%
