@@ -18,6 +18,7 @@ from .generators import (
 )
 from .integrators import (
     METHODS,
+    IgnoredOptionWarning,
     StiffnessWarning,
     integrate,
     integrate_batch,
@@ -57,6 +58,7 @@ __all__ = [
     "make_system",
     "resolve_eps",
     "METHODS",
+    "IgnoredOptionWarning",
     "StiffnessWarning",
     "integrate",
     "integrate_batch",

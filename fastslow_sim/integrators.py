@@ -75,6 +75,10 @@ class StiffnessWarning(UserWarning):
     """An explicit method was asked for on a stiff problem."""
 
 
+class IgnoredOptionWarning(UserWarning):
+    """`method="auto"` picked a method that does not take options it was given (rodas4's)."""
+
+
 def stiffness_index(system, z0, t_span) -> float:
     """`max |Re lambda(J(z0))| * (t1 - t0)`: how many unit-stability steps an explicit method needs."""
     lam = np.linalg.eigvals(system.jacobian(t_span[0], z0))
@@ -146,6 +150,15 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         chosen = METHODS[name]
         solver_rtol, solver_atol = max(rtol / tighten, AUTO_RTOL_MIN), atol / tighten
         # rodas4's options (the ones auto accepts) steer rodas4 only: LSODA takes none
+        ignored = sorted(set(options) - set(chosen.options))
+        if ignored:
+            warnings.warn(
+                f"auto picked {name} (stiffness index {stiffness:.3g}), which takes none of the "
+                f"options {ignored}: they were ignored (they steer rodas4; pass "
+                f"method='rodas4' to use them).",
+                IgnoredOptionWarning,
+                stacklevel=2,
+            )
         options = {k: v for k, v in options.items() if k in chosen.options}
     elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
         cost = estimate_explicit_nfev(chosen.name, stiffness)

@@ -88,11 +88,17 @@ def test_march_option_chooses_the_march_and_both_agree(tmp_path):
     assert res.exit_code == 0 and "compiled march" in res.output  # auto picks it for a chain
 
 
-def test_auto_passes_rodas4_options_only_to_rodas4():
-    """`auto` accepts rodas4's options; where it picks LSODA (not stiff), they do not reach it."""
+def test_auto_passes_rodas4_options_only_to_rodas4(tmp_path):
+    """`auto` accepts rodas4's options; where it picks LSODA (not stiff), they do not reach it,
+    and a warning names them (in the CLI too)."""
     system = fs.make_system("two-state", eps=0.1)
-    ds = fs.integrate(system, (0.0, 1.0), method="auto", march="torch", max_steps=10)
+    with pytest.warns(fs.IgnoredOptionWarning, match=r"auto picked lsoda .*\['march', 'max_steps'\]"):
+        ds = fs.integrate(system, (0.0, 1.0), method="auto", march="torch", max_steps=10)
     assert ds.attrs["method"] == "lsoda" and ds.attrs["status"] == "success"
+    res = CliRunner().invoke(main, ["integrate", "--system", "two-state", "--eps", "0.1",
+                                    "--t-end", "1", "--march", "torch", "--no-plot", "--out",
+                                    str(tmp_path / "a.nc")])  # fmt: skip
+    assert res.exit_code == 0 and "Warning: auto picked lsoda" in res.output, res.output
 
 
 def test_help_lists_systems_and_methods():

@@ -124,7 +124,7 @@ def integrate(
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
       fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
-    from ..integrators import StiffnessWarning, check_eps_range
+    from ..integrators import IgnoredOptionWarning, StiffnessWarning, check_eps_range
     from ..integrators import integrate as run_integrate
     from ..io import save_dataset
     from ..systems import make_system
@@ -177,12 +177,13 @@ def integrate(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
+        warnings.simplefilter("always", IgnoredOptionWarning)
         ds = run_integrate(
             system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
             **kwargs,
         )  # fmt: skip
     for w in caught:
-        if issubclass(w.category, StiffnessWarning):
+        if issubclass(w.category, (StiffnessWarning, IgnoredOptionWarning)):
             click.echo(f"Warning: {w.message}", err=True)
 
     save_dataset(ds, out)
