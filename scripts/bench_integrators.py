@@ -147,8 +147,9 @@ def diffrax_missing() -> str | None:
 
 
 def jax_setup(threads: int):
-    """Import JAX with float64 enabled; on the CPU with as many threads as torch uses (XLA_FLAGS
-    only takes effect before the first import of jax)."""
+    """Import JAX with float64 enabled; with `threads == 1`, XLA on the CPU limited to one thread
+    as torch is (XLA_FLAGS only takes effect before the first import of jax); otherwise XLA's
+    own default, all cores (the two of the build machine, torch's count there too)."""
     if threads == 1 and "jax" not in sys.modules:
         os.environ.setdefault(
             "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -221,6 +222,14 @@ def run_diffrax(fn, z0):
     return tuple(np.asarray(o) for o in out)
 
 
+def diffrax_subset(B, idx, n_traj):
+    """The trajectories a diffrax row solves: all `B`, or an evenly spaced `n_traj` of them plus
+    the reference subset `idx`."""
+    if n_traj >= B:
+        return np.arange(B)
+    return np.unique(np.concatenate([idx, np.linspace(0, B - 1, n_traj).astype(int)]))
+
+
 def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj, companions=None):
     """Time every diffrax configuration on `n_traj` of the trajectories (all of them by default;
     an evenly spaced subset that contains the reference subset otherwise): the first call
@@ -231,9 +240,7 @@ def diffrax_rows(system, z0, idx, ref, configs, rounds, n_traj, companions=None)
     the moment. Returns rows `(name, warm s, first s, error, accepted, rejected, ok, n, paired)`
     with `paired = {companion: (median ratio, its error)}`."""
     B = len(z0)
-    sub = np.arange(B)
-    if n_traj < B:
-        sub = np.unique(np.concatenate([idx, np.linspace(0, B - 1, n_traj).astype(int)]))
+    sub = diffrax_subset(B, idx, n_traj)
     pos = np.searchsorted(sub, idx)  # where the reference trajectories sit in the subset
     rows = []
     for solver, pcoeff, icoeff in configs:
@@ -321,13 +328,21 @@ def rodas4_at_error(system, z0, idx, ref, target_err, rounds):
 
 
 def judge_paired(dfx_rows):
-    """The 20x target on the paired ratios of diffrax's fastest row (see `diffrax_rows`)."""
-    name, _, _, err, *_, paired = min(dfx_rows, key=lambda r: r[1] / r[7])
-    for comp, (speed, err_c) in paired.items():
-        met = speed >= 20 and err_c <= err
-        print(f"target (paired rounds): {comp} >= 20x faster than diffrax's fastest row ({name}) "
-              f"at equal or better error: {'met' if met else 'NOT met'} ({speed:.1f}x per "
-              f"trajectory, median of the paired ratios; error {err_c:.1e} against {err:.1e})")  # fmt: skip
+    """The 20x target on the paired ratios of diffrax's fastest row (see `diffrax_rows`); the
+    other rows' paired ratios are printed beside it, not judged."""
+    fastest = min(dfx_rows, key=lambda r: r[1] / r[7])
+    for row in dfx_rows:
+        name, _, _, err, *_, paired = row
+        for comp, (speed, err_c) in paired.items():
+            if row is not fastest:
+                print(f"(paired rounds, not a target) {comp} against {name}: {speed:.1f}x per "
+                      f"trajectory; error {err_c:.1e} against {err:.1e}")  # fmt: skip
+                continue
+            met = speed >= 20 and err_c <= err
+            print(f"target (paired rounds): {comp} >= 20x faster than diffrax's fastest row "
+                  f"({name}) at equal or better error: {'met' if met else 'NOT met'} ({speed:.1f}x "
+                  f"per trajectory, median of the paired ratios; error {err_c:.1e} against "
+                  f"{err:.1e})")  # fmt: skip
 
 
 def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
@@ -347,12 +362,23 @@ def gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip):
     with jax.default_device(dev[0]):
         rows_g = diffrax_rows(sys_g, z0_g, idx_g, ref_g, configs, args.diffrax_rounds,
                               args.gpu_diffrax_trajectories or len(z0_g))  # fmt: skip
-    print("| method | wall (s) | max error (subset) | statistics |\n|---|---:|---:|---|")
-    print(f"| rodas4 (torch, {args.accelerator_device}) | {t_g:.2f} | {err_g:.2e} | |")
-    for name, warm, first, err, acc, rej, ok, n, _ in rows_g:
-        print(f"| {name} | {warm * len(z0_g) / n:.2f} | {err:.2e} | first call {first:.1f} s; "
-              f"steps {acc:,} accepted, {rej:,} rejected on {n}; {ok}/{n} success |")  # fmt: skip
-    judge_diffrax(rows_g, t_g, len(z0_g), err_g, f"rodas4 ({args.accelerator_device})")
+    B = len(z0_g)
+    n = rows_g[0][7]
+    print("| method | trajectories | wall (s) | max error (subset) | statistics |\n"
+          "|---|---:|---:|---:|---|")  # fmt: skip
+    print(f"| rodas4 (torch, {args.accelerator_device}) | {B} | {t_g:.2f} | {err_g:.2e} | |")
+    t_cmp, label = t_g, f"rodas4 ({args.accelerator_device})"
+    if n < B:  # a GPU is far from full at a small batch: compare on the same trajectories
+        sub = diffrax_subset(B, idx_g, args.gpu_diffrax_trajectories)
+        dev_t = torch.device(args.accelerator_device)
+        t_cmp = float(np.median([timed(lambda: run_rodas4(sys_g, z0_g[sub], dev_t))[0]
+                                 for _ in range(args.gpu_rounds)]))  # fmt: skip
+        label = f"rodas4 ({args.accelerator_device}) on the same {n} trajectories"
+        print(f"| {label} | {n} | {t_cmp:.2f} | | |")
+    for name, warm, first, err, acc_, rej, ok, n_, _ in rows_g:
+        print(f"| {name} | {n_} | {warm:.2f} | {err:.2e} | first call {first:.1f} s; steps "
+              f"{acc_:,} accepted, {rej:,} rejected; {ok}/{n_} success |")  # fmt: skip
+    judge_diffrax(rows_g, t_cmp, n, err_g, label)
 
 
 def gpu_section(args, configs, dfx_skip):
@@ -374,15 +400,17 @@ def gpu_section(args, configs, dfx_skip):
         t, (z_g, status_g, st_g) = timed(lambda: run_rodas4(sys_g, z0_g, acc))
         times_g.append(t)
     t_g = float(np.median(times_g))
-    idx_g = np.linspace(0, args.gpu_batch - 1, min(32, args.gpu_batch)).astype(int)
-    ref_g = reference(sys_g, z0_g, idx_g)
-    err_g = np.max(np.abs(z_g[idx_g] - ref_g))
     print(
         f"\n{where}: rodas4, {args.gpu_batch} trajectories in {t_g:.2f} s (median of "
-        f"{args.gpu_rounds}; {args.gpu_batch / t_g:,.0f} trajectories/s), max error on "
-        f"{len(idx_g)} of them {err_g:.1e}, {int((status_g == 0).sum())}/{args.gpu_batch} success; "
-        f"steps {int(st_g['naccept'].sum()):,} accepted, {int(st_g['nreject'].sum()):,} rejected"
+        f"{args.gpu_rounds}; {args.gpu_batch / t_g:,.0f} trajectories/s), "
+        f"{int((status_g == 0).sum())}/{args.gpu_batch} success; steps "
+        f"{int(st_g['naccept'].sum()):,} accepted, {int(st_g['nreject'].sum()):,} rejected",
+        flush=True,
     )
+    idx_g = np.linspace(0, args.gpu_batch - 1, min(args.reference, args.gpu_batch)).astype(int)
+    ref_g = reference(sys_g, z0_g, idx_g)
+    err_g = np.max(np.abs(z_g[idx_g] - ref_g))
+    print(f"max error of rodas4 on {len(idx_g)} of them (scipy Radau reference): {err_g:.1e}")
     gpu_diffrax(sys_g, z0_g, idx_g, ref_g, t_g, err_g, configs, args, dfx_skip)
 
 
