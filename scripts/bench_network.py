@@ -1,7 +1,7 @@
 """Benchmark: the fast-slow network's cost against the dense baseline, side by side.
 
 Run: python scripts/bench_network.py [--rounds N] [--quick] [--only-training-loop]
-       [--device cpu|cuda] [--autocast] [--compile]
+       [--device cpu|cuda] [--autocast] [--compile] [--fused-adamw]
 
 0. The training loop (forward, backward, gradient clipping, AdamW step, as in
    fastslow_sim.training) of the dense and coupled arms at the `reproduce` defaults
@@ -127,14 +127,17 @@ def causal_train_flops(cfg, T) -> float:
     return f["train"] - half
 
 
-def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=False):
+def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=False,
+                        fused_adamw=False):  # fmt: skip
     """The training loop's iteration, dense / coupled / coupled with the reference slow path,
     interleaved: wall (and thread CPU time), split into forward+backward and clip+AdamW step;
     `compile`: every arm's model through `torch.compile`, as `train-network --compile` does
-    (its compilation in the warm-up); returns {T: (wall ratio, FLOP ratio)}."""
+    (its compilation in the warm-up); `fused_adamw`: AdamW's fused kernel instead of the training
+    loop's foreach one (faster, not bit for bit the same); returns {T: (wall ratio, FLOP ratio)}."""
     base = TrainConfig()
     vocab = MECorpusConfig().n_states
     dt = ("bf16 autocast" if autocast else "fp32") + (", torch.compile" if compile else "")
+    dt += ", fused AdamW (not the training loop's)" if fused_adamw else ""
     print(f"\n## training loop (forward, backward, clip, AdamW step) at the reproduce defaults "
           f"({device.type}, {dt}, batch {base.batch_size}, L={base.n_layer}, d={base.n_embd}, "
           f"P={base.P}, vocabulary {vocab}; {rounds} interleaved rounds; ratios are medians of "
@@ -161,6 +164,10 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
                 for sp in model.slow:
                     sp.forward = sp.forward_reference
             opt = make_optimizer(model, cfg)
+            if fused_adamw:  # the same groups and hyper-parameters, the fused kernel
+                groups = [{"params": g["params"], "weight_decay": g["weight_decay"]}
+                          for g in opt.param_groups]  # fmt: skip
+                opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
             gen = torch.Generator().manual_seed(1)
             idx = torch.randint(0, vocab, (cfg.batch_size, T + 1), generator=gen).to(device)
             step_model = torch.compile(model) if compile else model
@@ -263,6 +270,16 @@ def slow_path_breakdown(T, rounds, device):
             y = a @ wi
             y.backward(torch.ones_like(y))
 
+    leaves = [x, s, rows, hidden, *w, *block.parameters(), *sp.parameters()]
+
+    def fresh(fn):  # as the training loop's zero_grad(set_to_none=True): no accumulation
+        def run():
+            for leaf in leaves:
+                leaf.grad = None
+            fn()
+
+        return run
+
     parts = {
         "dense block": lambda: block(x).backward(g),
         "slow path, whole": lambda: sp(x)[0].backward(g),
@@ -271,7 +288,7 @@ def slow_path_breakdown(T, rounds, device):
         "phi_theta (+LN)": lambda: (s + sp.phi(sp.ln_phi(s))).backward(gs),
         "its 4 linear maps as bare matmuls": matmuls,
     }
-    med = time_interleaved(parts, rounds, device, warmup=3)
+    med = time_interleaved({k: fresh(f) for k, f in parts.items()}, rounds, device, warmup=3)
     f = flops_per_token(cfg, T)["modules"]
     block_flops = sum(v["train"] for k, v in f.items() if not k.startswith(("slow", "phi", "lm")))
     slow_flops = {k: v["train"] for k, v in f.items() if k.startswith(("slow", "phi"))}
@@ -365,6 +382,9 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the tables run [cpu]; cuda adds MFU against the device's peak")  # fmt: skip
     parser.add_argument("--autocast", action="store_true", help="bf16 autocast (on cuda)")
+    parser.add_argument("--fused-adamw", action="store_true",
+                        help="the training-loop table with AdamW's fused kernel (not bit for bit "
+                        "the training loop's foreach AdamW)")  # fmt: skip
     parser.add_argument("--compile", action="store_true",
                         help="the training-loop table with every arm through torch.compile")  # fmt: skip
     parser.add_argument(
@@ -387,8 +407,8 @@ def main():
           f"python {platform.python_version()}")  # fmt: skip
     device = torch.device(args.device)
     training_loop_table(loop_Ts, args.loop_rounds or rounds, device, autocast=args.autocast,
-                        compile=args.compile)  # fmt: skip
-    if not (args.autocast or args.compile):  # the breakdown is fp32: where the excess at the smallest T goes
+                        compile=args.compile, fused_adamw=args.fused_adamw)  # fmt: skip
+    if not (args.autocast or args.compile or args.fused_adamw):  # the breakdown is fp32: where the excess at the smallest T goes
         slow_path_breakdown(min(loop_Ts), 10 * (args.loop_rounds or rounds), device)
     if args.only_training_loop:
         return
