@@ -147,7 +147,9 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
     if name and peak is None:
         print(f"(no peak known for {name!r} in fastslow_sim.bridge.cost.PEAK_FLOPS: no MFU)")
     cols = ["T", "dense ms", "coupled ms", "coupled/dense wall", "FLOP ratio", "wall - FLOP",
-            "wall - FLOP: mean, 95% t interval (df)", "of which clip+AdamW", "of which fwd+bwd",
+            "wall - FLOP: mean, 95% t interval (df)",
+            f"the same over means of {BATCH_ROUNDS} rounds (df)", "lag-1 autocorrelation",
+            "of which clip+AdamW", "of which fwd+bwd",
             "FLOP ratio, causal half-square", "coupled/dense CPU time", "ratio of fastest rounds",
             "fwd+bwd ratio", "clip+AdamW ms dense / coupled", "reference slow path: coupled ms",
             "reference coupled/dense wall"] + (["MFU dense", "MFU coupled"] if peak else [])  # fmt: skip
@@ -209,6 +211,10 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
         # the per-round excess over the FLOP ratio, paired by round: its t interval decides
         per_round = a["coupled"][:, 0] / a["dense"][:, 0]
         cmp = paired_comparison(per_round, np.full_like(per_round, flop), margin=0.03)
+        # drift correlates neighbouring rounds, which narrows that interval: the same interval
+        # over means of blocks of rounds (fewer df, robust to the correlation) must agree
+        bm = batch_means_comparison(per_round - flop, margin=0.03)
+        r1 = lag1_autocorrelation(per_round)
         # the mean excess split exactly into its two parts, per round over the dense wall:
         # (opt_c - opt_d)/wall_d from clip+AdamW, (fb_c - fb_d)/wall_d - (FLOP - 1) from the rest
         c_, d_ = a["coupled"], a["dense"]
@@ -217,7 +223,7 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
         causal = causal_train_flops(cfgs["coupled"], T) / causal_train_flops(cfgs["dense"], T)
         row = (f"| {T} | {1e3 * med['dense'][0]:.1f} | {1e3 * med['coupled'][0]:.1f} | {ratio:.3f} | "
                f"{flop:.3f} | {ratio - flop:+.3f} | {cmp['mean_diff']:+.3f} [{cmp['ci95'][0]:+.3f}, "
-               f"{cmp['ci95'][1]:+.3f}] ({cmp['df']}) | {part_opt:+.3f} | {part_fb:+.3f} | {causal:.3f} | {ratio_cpu:.3f} | {ratio_min:.3f} | {ratio_fb:.3f} | "
+               f"{cmp['ci95'][1]:+.3f}] ({cmp['df']}) | {_interval(bm)} | {r1:+.2f} | {part_opt:+.3f} | {part_fb:+.3f} | {causal:.3f} | {ratio_cpu:.3f} | {ratio_min:.3f} | {ratio_fb:.3f} | "
                f"{1e3 * med['dense'][3]:.1f} / {1e3 * med['coupled'][3]:.1f} | "
                f"{1e3 * med['coupled-reference'][0]:.1f} | {ratio_ref:.3f} |")  # fmt: skip
         if peak:
@@ -225,14 +231,15 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
             row += (f" {flop_d * tokens / med['dense'][0] / peak:.1%} |"
                     f" {flop_c * tokens / med['coupled'][0] / peak:.1%} |")  # fmt: skip
         print(row, flush=True)
-        out[T] = (ratio, flop, cmp)
+        out[T] = (ratio, flop, cmp, bm)
     print("target: coupled/dense training-loop wall ratio within 0.03 of the FLOP ratio (judged "
-          "on the t interval of the per-round excess: met when it lies inside +-0.03, NOT met "
-          "when it lies outside, else inconclusive): " + "; ".join(
-              f"T={T} {_verdict(c)} (median {r:.3f} vs {f:.3f}, {r - f:+.3f}; mean excess "
-              f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], df {c['df']})"
-              for T, (r, f, c) in out.items()))  # fmt: skip
-    return {T: (r, f) for T, (r, f, _) in out.items()}
+          "on the t intervals of the per-round excess and of its batch means: met when both lie "
+          "inside +-0.03, NOT met when both lie outside, else inconclusive): " + "; ".join(
+              f"T={T} {_verdict(c, b)} (median {r:.3f} vs {f:.3f}, {r - f:+.3f}; mean excess "
+              f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], df {c['df']}; "
+              f"batch means {_interval(b)})"
+              for T, (r, f, c, b) in out.items()))  # fmt: skip
+    return {T: (r, f) for T, (r, f, _, _) in out.items()}
 
 
 def slow_path_breakdown(T, rounds, device):
@@ -310,12 +317,45 @@ def slow_path_breakdown(T, rounds, device):
     return med
 
 
-def _verdict(cmp) -> str:
-    """met / NOT met / inconclusive from `paired_comparison(..., margin=0.03)`."""
-    if cmp["verdict"] == "equivalent":
-        return "met"
-    lo, hi = cmp["ci95"]
-    return "NOT met" if lo > 0.03 or hi < -0.03 else "inconclusive"
+def _verdict(cmp, bm=None) -> str:
+    """met / NOT met / inconclusive from `paired_comparison(..., margin=0.03)`, and from its
+    batch-means twin `bm` where there is one: both intervals must agree."""
+    verdicts = set()
+    for c in (cmp, bm) if bm is not None and bm["df"] > 0 else (cmp,):
+        lo, hi = c["ci95"]
+        verdicts.add("met" if c["verdict"] == "equivalent"
+                     else "NOT met" if lo > 0.03 or hi < -0.03 else "inconclusive")  # fmt: skip
+    return verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+
+
+BATCH_ROUNDS = 5  # rounds per batch mean
+
+
+def batch_means_comparison(excess, margin: float, size: int = BATCH_ROUNDS) -> dict:
+    """The t interval of the mean of `excess` (one value per round) from the means of
+    consecutive blocks of `size` rounds (df = blocks - 1; a trailing partial block is dropped):
+    correlation between neighbouring rounds (drift) narrows the per-round interval, much less
+    this one. `paired_comparison`'s dict; df 0 (no interval) below two blocks."""
+    x = np.asarray(excess, dtype=np.float64)
+    blocks = len(x) // size
+    if blocks < 2:
+        return {"mean_diff": float("nan"), "ci95": [float("nan")] * 2, "df": 0,
+                "verdict": "inconclusive", "excludes_zero": False}  # fmt: skip
+    means = x[: blocks * size].reshape(blocks, size).mean(axis=1)
+    return paired_comparison(means, np.zeros_like(means), margin=margin)
+
+
+def lag1_autocorrelation(x) -> float:
+    """Sample autocorrelation at lag 1, `sum (x_i - m)(x_{i+1} - m) / sum (x_i - m)^2`."""
+    d = np.asarray(x, dtype=np.float64) - np.mean(x)
+    den = float(d @ d)
+    return float(d[:-1] @ d[1:]) / den if den > 0 else float("nan")
+
+
+def _interval(c) -> str:
+    if c["df"] < 1:
+        return "n/a (under 2 blocks)"
+    return f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] ({c['df']})"
 
 
 def slow_attention_scaling(Ts, batch, rounds, device):

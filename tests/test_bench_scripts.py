@@ -103,6 +103,44 @@ def test_device_check_stops_within_its_budget(tmp_path):
     assert "of the 15-s budget" in r.stdout
 
 
+def test_batch_means_interval_keeps_its_coverage_under_drift():
+    """bench_network judges the training-loop target on two t intervals: per round, and over
+    means of 5 rounds. On AR(1) series (phi = 0.7, 40 rounds, true mean 0) the per-round interval
+    is too narrow (its nominal 95% coverage is far from kept), the batch-means one much less so;
+    on independent rounds both keep about 95%."""
+    net = load_script("bench_network")
+    rng = np.random.default_rng(0)
+
+    def coverage(phi, trials=400, n=40):
+        naive = bm = 0
+        for _ in range(trials):
+            e = rng.standard_normal(n)
+            x = np.empty(n)
+            x[0] = e[0] / np.sqrt(1 - phi**2)  # stationary start
+            for i in range(1, n):
+                x[i] = phi * x[i - 1] + e[i]
+            lo, hi = net.paired_comparison(x, np.zeros(n), margin=0.03)["ci95"]
+            naive += lo <= 0 <= hi
+            lo, hi = net.batch_means_comparison(x, margin=0.03)["ci95"]
+            bm += lo <= 0 <= hi
+        return naive / trials, bm / trials
+
+    naive, bm = coverage(0.7)
+    # theory: the naive standard error is low by about sqrt((1 + phi)/(1 - phi)) = 2.4
+    assert naive < 0.75 and bm > naive + 0.1, (naive, bm)
+    naive, bm = coverage(0.0)
+    assert 0.90 <= naive <= 0.99 and 0.90 <= bm <= 0.99, (naive, bm)  # binomial sd 0.011
+    assert abs(net.lag1_autocorrelation(np.arange(40.0)) - (1 - 3 / 40)) < 1e-12  # a ramp: 1 - 3/n
+    # the verdict needs both intervals to agree
+    inside = {"verdict": "equivalent", "ci95": [-0.01, 0.01], "df": 39}
+    outside = {"verdict": "differs", "ci95": [0.05, 0.09], "df": 39}
+    wide = {"verdict": "inconclusive", "ci95": [0.01, 0.05], "df": 7}
+    assert net._verdict(inside) == "met" and net._verdict(inside, inside) == "met"
+    assert net._verdict(inside, wide) == "inconclusive" and net._verdict(outside, wide) == "inconclusive"
+    assert net._verdict(outside, outside) == "NOT met"
+    assert net._verdict(outside, {"verdict": "inconclusive", "ci95": [np.nan] * 2, "df": 0}) == "NOT met"
+
+
 def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys):
     """bench_network's training-loop table (with its t interval) and the slow-path breakdown at
     a tiny T: every part is printed, and the FLOP shares are the cost model's (the whole slow
@@ -114,6 +152,7 @@ def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys
     net.slow_path_breakdown(16, rounds=2, device=torch.device("cpu"))
     out = capsys.readouterr().out
     assert "| 16 |" in out and "(2) |" in out  # 3 paired rounds: df 2
+    assert "n/a (under 2 blocks)" in out  # 3 rounds make no batch of 5
     breakdown = out[out.index("## one layer's slow path"):]
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in breakdown.splitlines()
             if line.startswith("| ") and "%" in line}  # fmt: skip
