@@ -165,6 +165,7 @@ def _run_integrate(cells):
         cell["x0"] = ("state", x0[b], {"long_name": "initial fast state"})
         cell["y0"] = ("slow", y0[b], {"long_name": "initial slow state"})
         cell["solver_status"] = ((), str(ds["status"].values[b]), {"long_name": "solver status"})
+        cell["solver_message"] = ((), str(ds["message"].values[b]), {"long_name": "solver message"})
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
         cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
         out.append(cell.drop_vars("batch", errors="ignore"))
@@ -571,6 +572,16 @@ def _cell_dataset(result: xr.Dataset | None, key, params, status, message, wall,
     return ds
 
 
+def _judged(result: xr.Dataset) -> tuple:
+    """`(result, status, message)`: a cell whose solver did not succeed is a failed cell (its
+    data kept), as `fastslow-sim integrate` exits 1 on it."""
+    if "solver_status" in result and str(result["solver_status"].values) != "success":
+        status = str(result["solver_status"].values)
+        text = str(result["solver_message"].values) if "solver_message" in result else ""
+        return result, STATUS_FAILED, f"solver status {status}" + (f": {text}" if text else "")
+    return result, STATUS_DONE, ""
+
+
 def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[tuple[str, str]]:
     """Run one chunk of cells `[(index, key, params)]` and write each; returns `[(key, status)]`
     with status "done", "failed" or "exists" (another attempt wrote it first, or before).
@@ -586,7 +597,7 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            results = [(r, STATUS_DONE, "") for r in task.run([c[2] for c in cells])]
+            results = [_judged(r) for r in task.run([c[2] for c in cells])]
     except Exception as err:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
         if len(cells) > 1:
             out = []

@@ -167,6 +167,22 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert retry["n_run"] == 2 and retry["n_failed"] == 2
 
 
+def test_solver_failure_is_a_failed_cell(tmp_path):
+    """A trajectory whose solver stops (here rodas4 at rtol 2.3e-14, atol 1e-300: non-finite)
+    is a failed cell with the solver's status in its message, as `integrate` exits 1 on it."""
+    store = tmp_path / "nf.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1", "--store",
+                                    str(store), "--workers", "0", "--method", "rodas4",
+                                    "--rtol", "2.3e-14", "--atol", "1e-300", "--t-end", "0.5",
+                                    "--n-eval", "3", "--json"])  # fmt: skip
+    ds = xr.open_zarr(store).load()
+    assert str(ds["solver_status"].values[0]) != "success"
+    assert res.exit_code == 1, res.output
+    assert json.loads(res.output)["n_failed"] == 1
+    assert str(ds["status"].values[0]) == "failed" and ds.attrs["n_failed"] == 1
+    assert str(ds["solver_status"].values[0]) in str(ds["message"].values[0])
+
+
 def test_manifold_and_convergence_cells(tmp_path):
     ds = run_sweep("manifold", ["kappa=0,1"], {"osc_eps": "0.01"}, tmp_path / "m.zarr",
                    workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
