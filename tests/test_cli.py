@@ -166,6 +166,23 @@ def test_bad_input_is_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypa
     assert not list(tmp_path.rglob("*.nc")) and not list(tmp_path.rglob("*.part"))
 
 
+@pytest.mark.parametrize(
+    "paths, fragment",
+    [
+        (["--out", "r.png"], "is also the dataset path"),  # the default plot is r.png too
+        (["--out", "a.nc", "--plot", "./a.nc"], "is also the dataset path"),
+        (["--out", "a.nc", "--plot", "a.txt"], "format 'txt'"),
+    ],
+)
+def test_plot_path_clash_or_format_refused_before_work(paths, fragment, tmp_path, monkeypatch):
+    """The plot must neither replace the dataset just written nor fail after the work."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--t-end", "0.5", *paths])
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output and res.output.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
 def test_unwritable_output_folder(tmp_path):
     # as root a chmod 0500 folder is still writable, so root gets a read-only mount instead
     # (/sys: os.access says yes to root, creating a file there fails)

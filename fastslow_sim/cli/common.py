@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -110,7 +111,22 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     if no_plot:
         return out, None
     plot_path = out.with_suffix(".png") if plot_path is None else plot_path
-    return out, check_writable(plot_path, "plot")
+    plot_path = check_writable(plot_path, "plot")
+    if os.path.realpath(plot_path) == os.path.realpath(out):
+        raise InputError(
+            f"the plot path {str(plot_path)!r} is also the dataset path, so the plot would "
+            f"replace the dataset; expected another --plot FILE.png (or --no-plot)."
+        )
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = plot_path.suffix.lstrip(".").lower() or "png"
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if fmt not in formats:
+        raise InputError(
+            f"the plot path {str(plot_path)!r} asks for format {fmt!r}, which matplotlib cannot "
+            f"write; expected a suffix among {', '.join(formats)}."
+        )
+    return out, plot_path
 
 
 def parse_eps_list(text: str) -> list[float]:
