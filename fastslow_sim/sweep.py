@@ -54,6 +54,7 @@ FORMAT = 1  # of the store layout above
 CELLS = "cells"
 STATUS_DONE, STATUS_FAILED, STATUS_PENDING = "done", "failed", "pending"
 CELL_SUFFIX = ".npz"
+MAX_CELLS = 1_000_000  # cells of one sweep (each is a file under cells/), as integrate's --batch
 
 
 class SweepError(RuntimeError):
@@ -421,6 +422,9 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                 if hi < lo:
                     raise InputError(f"--grid {spec!r}: a range is A:B with A <= B (both "
                                      f"included); got {item!r}.")  # fmt: skip
+                if hi - lo + 1 > MAX_CELLS:
+                    raise InputError(f"--grid {spec!r}: the range {item!r} holds {hi - lo + 1:,} "
+                                     f"values; a sweep has at most {MAX_CELLS:,} cells.")  # fmt: skip
                 out += [_typed(task, key, str(v), f"--grid {spec!r}") for v in range(lo, hi + 1)]
             else:
                 out.append(_typed(task, key, item, f"--grid {spec!r}"))
@@ -429,6 +433,10 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
         grid[key] = out
     if not grid:
         raise InputError("a sweep needs at least one --grid NAME=VALUES.")
+    n_cells = math.prod(len(v) for v in grid.values())
+    if n_cells > MAX_CELLS:
+        raise InputError(f"the grid {' x '.join(str(len(v)) for v in grid.values())} holds "
+                         f"{n_cells:,} cells; a sweep has at most {MAX_CELLS:,} cells.")  # fmt: skip
     clash = [k for k in grid if k in task.inner_dims]
     if clash:
         raise InputError(f"{clash[0]!r} is a dimension of each {task.name} cell and cannot be "

@@ -70,6 +70,24 @@ def test_bad_grid_is_one_sentence_and_writes_nothing(tmp_path, spec, text):
     assert not store.exists()
 
 
+def test_grid_too_large_is_refused_at_once(tmp_path):
+    """A range of 1e8 seeds, or a product of grids beyond the cap, is one sentence (it hung,
+    expanding the grid)."""
+    from fastslow_sim.sweep import MAX_CELLS
+
+    start = time.perf_counter()
+    with pytest.raises(InputError, match="at most"):
+        parse_grid("integrate", ["eps=0.1", "seed=0:100000000"])
+    side = int(MAX_CELLS**0.5) + 1
+    store = tmp_path / "big.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", f"seed=0:{side - 1}",
+                                    "--grid", f"P=1:{side}", "--store", str(store),
+                                    "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 2 and "at most" in res.output and res.output.count("\n") == 1
+    assert not store.exists()
+    assert time.perf_counter() - start < 20
+
+
 def test_bad_task_option_and_task_name(tmp_path):
     store = str(tmp_path / "s.zarr")
     res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store", store,
