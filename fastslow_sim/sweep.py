@@ -625,13 +625,20 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
 # the store
 
 
-def _check_store(store: Path) -> Path:
+def _check_store(store: Path, task: str) -> Path:
     if store.exists() and not store.is_dir():
         raise InputError(f"--store {str(store)!r} is a file; expected a new or existing sweep "
                          f"folder (PATH.zarr).")  # fmt: skip
     if store.is_dir() and any(store.iterdir()) and not (store / CELLS).is_dir():
         raise InputError(f"--store {str(store)!r} exists and is not a sweep store; expected a "
                          f"new path or one written by fastslow-sim sweep.")  # fmt: skip
+    try:  # the root group names its task; one unreadable (a run killed while writing it) is rebuilt
+        held = json.loads((store / "zarr.json").read_text())["attributes"]["task"]
+    except (OSError, ValueError, KeyError, TypeError):
+        held = None
+    if held is not None and held != task:
+        raise InputError(f"--store {str(store)!r} holds a sweep of {held}; expected a new store "
+                         f"or one of {task} (its root group would be replaced).")  # fmt: skip
     return store
 
 
@@ -835,7 +842,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         raise InputError(f"--workers must be a non-negative integer; got {workers}.")
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
-    store = _check_store(Path(store))
+    store = _check_store(Path(store), t.name)
     if t.needs_out:
         runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
     cells = make_cells(t, grid, fixed, runs_dir)

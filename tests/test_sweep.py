@@ -429,6 +429,21 @@ def test_reproduce_on_two_workers_is_the_in_process_table(tmp_path, text_file):
     assert (tmp_path / "b" / "coupled-seed1" / "summary.json").is_file()
 
 
+def test_store_of_another_task_is_not_taken_over(tmp_path):
+    """A store that holds a manifold sweep keeps it: an integrate sweep into it is refused
+    (it deleted the manifold sweep's root group and wrote its own)."""
+    store = tmp_path / "k.zarr"
+    run_sweep("manifold", ["kappa=0"], {"osc_eps": "0.01"}, store, workers=0, progress=False,
+              log=lambda *a: None)  # fmt: skip
+    before = sorted(p.name for p in store.iterdir())
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--eps", "0.1",
+                                    "--store", str(store), "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "holds a sweep of manifold" in res.output and res.output.count("\n") == 1
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert xr.open_zarr(store).attrs["task"] == "manifold"
+
+
 def test_conflicting_cell_is_an_input_error_before_any_write(tmp_path):
     store = tmp_path / "unused.zarr"
     with pytest.raises(InputError, match="give either eps or P, not both"):
