@@ -385,6 +385,13 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         if (step + 1) % cfg.eval_interval == 0 or step + 1 == steps:
             logs["eval_step"].append(step + 1)
             logs["val_loss"].append(_evaluate(model, val_batches, autocast_on, device))
+            if not math.isfinite(logs["val_loss"][-1]):  # the loss check never sees the last update
+                raise TrainingDivergedError(
+                    f"the validation loss became non-finite after step {step}; the last good "
+                    f"checkpoint is kept at {str(ckpt_path)!r}"
+                    + ("" if ckpt_path.exists() else " (none yet)")
+                    + "."
+                )
             bar.set_postfix(loss=f"{logs['loss'][-1]:.3f}", val=f"{logs['val_loss'][-1]:.3f}")
         if (step + 1) % cfg.ckpt_interval == 0 or step + 1 == end:
             save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start)

@@ -137,6 +137,19 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, text_fil
     assert not (tmp_path / "nan" / "summary.json").exists()
 
 
+def test_last_step_divergence_is_a_failure_not_a_nan_summary(tmp_path, text_file):
+    # one step: its loss (at initialisation) is finite, its update makes the parameters NaN
+    corpus = text_corpus(text_file)
+    cfg = _cfg(tmp_path, "big-lr", f"text:{text_file}", tokens=128, lr=1e10, min_lr=1e10)
+    with pytest.raises(TrainingDivergedError, match="non-finite"):
+        train(cfg, corpus)
+    assert not (tmp_path / "big-lr" / "summary.json").exists()
+    ckpt = tmp_path / "big-lr" / "ckpt.pt"
+    assert not ckpt.exists() or all(
+        torch.isfinite(v).all() for v in torch.load(ckpt, weights_only=False)["model"].values()
+    )
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_requested_where_none(tmp_path, text_file):
     with pytest.raises(fs.InputError, match="no CUDA device"):
