@@ -290,6 +290,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             f"the context {cfg.block_size} is not a multiple of the {corpus.name!r} corpus's block "
             f"length P={corpus.block_len}; expected whole blocks per window."
         )
+    mcfg = cfg.model_config(corpus.vocab_size)  # checked (P, widths) before the folder is made
     if rank == 0:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -300,7 +301,6 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         if not os.access(out, os.W_OK):
             raise InputError(f"the output folder {str(out)!r} is not writable.")
 
-    mcfg = cfg.model_config(corpus.vocab_size)
     torch.manual_seed(cfg.seed)
     model = FastSlowLM(mcfg).to(device)
     raw_model = model

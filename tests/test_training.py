@@ -239,6 +239,14 @@ def test_empty_corpus_file_cli(tmp_path):
     assert not (tmp_path / "o" / "summary.json").exists()
 
 
+def test_model_config_error_leaves_no_run_folder(tmp_path):
+    out = tmp_path / "o"
+    res = CliRunner().invoke(main, ["train-network", "--corpus", "random", "--context", "32",
+                                    "--P", "64", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and "P must be an integer from 1 to the context length 32" in res.output
+    assert not out.exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_cli(tmp_path, text_file):
     res = CliRunner().invoke(main, ["train-network", "--corpus", f"text:{text_file}", "--device", "cuda",
