@@ -247,6 +247,18 @@ def test_model_config_error_leaves_no_run_folder(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("name", ["ckpt.pt", "summary.json", "train.nc"])
+def test_train_network_never_replaces_an_existing_run(tmp_path, name):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).write_text("the user's own file")
+    res = CliRunner().invoke(main, ["train-network", "--corpus", "random", "--tokens", "128",
+                                    "--context", "32", "--batch-size", "4", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and name in res.output and "--resume" in res.output, res.output
+    assert (out / name).read_text() == "the user's own file"
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_cli(tmp_path, text_file):
     res = CliRunner().invoke(main, ["train-network", "--corpus", f"text:{text_file}", "--device", "cuda",

@@ -151,6 +151,12 @@ def train_network(
         out = f"runs/{variant}-{tag}-seed{seed}"
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    existing = [n for n in ("ckpt.pt", "summary.json", "train.nc") if (Path(out) / n).exists()]
+    if existing and not resume:
+        raise InputError(
+            f"--out {out!r} already holds {existing[0]} (another run's, or a file of yours); "
+            f"expected a new or empty folder, or --resume to continue the run there."
+        )
     cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=n_tokens, seed=seed, out=out,
                       resume=resume, progress=not as_json, ckpt_interval=ckpt_interval, **base)  # fmt: skip
     try:
