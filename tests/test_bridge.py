@@ -386,6 +386,22 @@ def test_bad_tokens():
         assert np.isfinite(float(model(torch.zeros(1, 32, dtype=torch.long))[0].sum()))
 
 
+@pytest.mark.parametrize(
+    "prompt_len, kwargs, fragment",
+    [
+        (0, {"max_new_tokens": 5}, "at least one token"),
+        (3, {"max_new_tokens": -1}, "max_new_tokens must be a non-negative integer"),
+        (3, {"max_new_tokens": 2, "temperature": -1.0}, "temperature must be"),
+        (3, {"max_new_tokens": 2, "temperature": float("nan")}, "temperature must be"),
+        (3, {"max_new_tokens": 2, "top_k": 0}, "top_k must be"),
+    ],
+)
+def test_bad_generate_arguments(prompt_len, kwargs, fragment):
+    model = make("coupled")
+    with pytest.raises(fs.InputError, match=fragment):
+        model.generate(torch.zeros(1, prompt_len, dtype=torch.long), **kwargs)
+
+
 def test_peak_table_is_keyed_by_exact_device_names():
     """MFU uses the named device's own peak; an unknown name (or a near miss) has none."""
     from fastslow_sim.bridge import mfu, peak_flops

@@ -452,6 +452,20 @@ class FastSlowLM(nn.Module):
                  generator=None):  # fmt: skip
         """Append `max_new_tokens` sampled tokens (greedy when `temperature == 0`)."""
         self._check_idx(idx)
+        if idx.shape[1] < 1:
+            raise InputError("the prompt must hold at least one token; got an empty prompt.")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 0:  # fmt: skip
+            raise InputError(
+                f"max_new_tokens must be a non-negative integer; got {max_new_tokens!r}."
+            )
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise InputError(
+                f"temperature must be a finite number >= 0 (0: greedy); got {temperature!r}."
+            )
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                                  or top_k < 1):  # fmt: skip
+            raise InputError(f"top_k must be None or a positive integer; got {top_k!r}.")
         if idx.shape[1] + max_new_tokens > self.config.block_size:
             raise InputError(
                 f"prompt ({idx.shape[1]}) plus new tokens ({max_new_tokens}) exceed the context "
