@@ -133,7 +133,9 @@ def parse_me_spec(spec: str) -> MECorpusConfig | None:
             else:
                 kwargs[key] = float(value)
         except (ValueError, InputError):
-            raise InputError(f"corpus option {key}={value!r} is not a number.") from None
+            what = ("a positive count like 500k, 2M or 250000" if key == "tokens"
+                    else "an integer" if types[key] in ("int", int) else "a number")  # fmt: skip
+            raise InputError(f"corpus option {key}={value!r} is not {what}.") from None
     return MECorpusConfig(**kwargs)
 
 

@@ -137,6 +137,17 @@ def test_spec_options_and_bad_values():
             parse_me_spec(spec)
 
 
+@pytest.mark.parametrize("spec, fragment", [
+    ("me:tokens=0", "tokens='0' is not a positive count like 500k"),
+    ("me:tokens=-5", "tokens='-5' is not a positive count like 500k"),
+    ("me:n_states=2.5", "n_states='2.5' is not an integer"),
+])  # fmt: skip
+def test_spec_errors_say_what_was_expected(spec, fragment):
+    # 0, -5 and 2.5 are numbers: "is not a number" would mislead
+    with pytest.raises(fs.InputError, match=fragment):
+        parse_me_spec(spec)
+
+
 def test_small_corpus_is_seeded_and_ordered():
     a = me_corpus(MECorpusConfig(tokens=60_000, seed=3, context=64))
     b = me_corpus(MECorpusConfig(tokens=60_000, seed=3, context=64))
