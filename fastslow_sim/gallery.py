@@ -378,12 +378,12 @@ def _phi_result(ctx, run: Path, what: str) -> dict:
     from .probe import phi_vs_pst
 
     path, ckpt = run / "phi_vs_pst.json", run / "ckpt.pt"
-    if path.is_file() and (not ctx.compute or not ckpt.is_file()
-                           or path.stat().st_mtime >= ckpt.stat().st_mtime):  # fmt: skip
+    if path.is_file() and (not ckpt.is_file() or path.stat().st_mtime >= ckpt.stat().st_mtime):
         ctx.used.append((str(path), "reused"))
         return json.loads(path.read_text())
-    if not ctx.compute:
-        raise _MissingError(f"{what} ({path})")
+    if not ctx.compute:  # absent, or older than the run beside it (retrained since)
+        stale = ", older than its run's checkpoint" if path.is_file() else ""
+        raise _MissingError(f"{what} ({path}{stale})")
     with ctx.bar(what, 1):
         r = phi_vs_pst(run, max_windows=ctx.sizes.phi_max_windows,
                        probe_windows=ctx.sizes.phi_probe_windows)  # fmt: skip

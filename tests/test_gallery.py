@@ -137,3 +137,20 @@ def test_quick_finishes_and_writes_every_figure(tmp_path, monkeypatch):
     for name in gallery.FIGURES:
         for ext in ("png", "pdf"):
             assert (tmp_path / "fastslow-results" / "quick" / "figures" / f"{name}.{ext}").stat().st_size > 5000
+
+
+def test_compute_false_does_not_reuse_a_phi_result_older_than_its_run(tmp_path):
+    # a run retrained in its folder (reproduce with other --tokens) leaves the old
+    # phi_vs_pst.json behind: training-figures must not draw it beside the new run
+    import os
+    from types import SimpleNamespace
+
+    run = tmp_path / "coupled-seed0"
+    run.mkdir()
+    (run / "phi_vs_pst.json").write_text(json.dumps({"tokens": 2048}))
+    (run / "ckpt.pt").write_bytes(b"newer checkpoint")
+    os.utime(run / "phi_vs_pst.json", (1_000_000, 1_000_000))
+    ctx = SimpleNamespace(compute=False, used=[])
+    with pytest.raises(gallery._MissingError, match="older than"):
+        gallery._phi_result(ctx, run, "phi_theta against p_st")
+    assert ctx.used == []
