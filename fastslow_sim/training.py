@@ -201,6 +201,14 @@ def _validate(cfg: TrainConfig):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise InputError(f"{name} must be a positive number; got {v!r}.")
+    v = cfg.warmup_steps
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InputError(f"warmup_steps must be a non-negative integer; got {v!r}.")
+    if not (isinstance(cfg.beta2, (int, float)) and 0 <= cfg.beta2 < 1):
+        raise InputError(f"beta2 must be a number in [0, 1) (AdamW's second beta); got {cfg.beta2!r}.")
+    v = cfg.weight_decay
+    if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+        raise InputError(f"weight_decay must be a non-negative number; got {v!r}.")
 
 
 @torch.no_grad()

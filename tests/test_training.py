@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,20 @@ def test_empty_corpus_file_cli(tmp_path):
     )
     assert res.exit_code == 2 and "is empty" in res.output
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"beta2": 1.5}, "beta2 must be a number in [0, 1)"),
+    ({"beta2": float("nan")}, "beta2 must be a number in [0, 1)"),
+    ({"warmup_steps": -3}, "warmup_steps must be a non-negative integer"),
+    ({"weight_decay": -0.1}, "weight_decay must be a non-negative number"),
+])  # fmt: skip
+def test_bad_optimiser_settings_are_input_errors(tmp_path, kw, fragment):
+    # beta2 >= 1 reached torch's AdamW (a bare ValueError); a negative warm-up silently
+    # shifted the cosine schedule
+    with pytest.raises(fs.InputError, match=re.escape(fragment)):
+        train(_cfg(tmp_path, "o", "random", tokens=128, **kw))
+    assert not (tmp_path / "o").exists()
 
 
 def test_model_config_error_leaves_no_run_folder(tmp_path):
