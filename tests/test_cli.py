@@ -305,3 +305,22 @@ def test_figures_command_writes_the_figures_it_is_asked_for(tmp_path):
         assert name in res.output
     assert len(list((tmp_path / "res").glob("*.nc"))) == 5  # one trajectory, three eps, h0/h1
     assert "(computed)" in res.output and "total" in res.output
+
+
+def test_batch_dataset_records_its_seed_and_reproduces(tmp_path):
+    """`--batch N --seed S` draws the initial conditions from S: the saved dataset names S (the
+    parameters that made it), and the same S draws the same initial states again."""
+    saved = {}
+    for name, seed in (("a", "7"), ("b", "7"), ("c", "8")):
+        out = tmp_path / f"{name}.nc"
+        res = run(["integrate", "--system", "two-state", "--eps", "0.1", "--t-end", "0.2",
+                   "--batch", "2", "--seed", seed, "--n-eval", "3", "--out", str(out),
+                   "--no-plot"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        saved[name] = fs.load_dataset(out)
+    assert int(saved["a"].attrs["seed"]) == 7 and int(saved["c"].attrs["seed"]) == 8
+    x0, y0 = fs.random_initial_conditions(fs.make_system("two-state", eps=0.1), 2, 7)
+    np.testing.assert_array_equal(saved["a"]["x"].values[:, 0], x0)
+    np.testing.assert_array_equal(saved["a"]["y"].values[:, 0], y0)
+    np.testing.assert_array_equal(saved["a"]["x"].values, saved["b"]["x"].values)
+    assert not np.array_equal(saved["a"]["x"].values[:, 0], saved["c"]["x"].values[:, 0])

@@ -185,6 +185,8 @@ def integrate(
     for w in caught:
         if issubclass(w.category, (StiffnessWarning, IgnoredOptionWarning)):
             click.echo(f"Warning: {w.message}", err=True)
+    if batch is not None:  # the initial conditions came from this seed: save it with them
+        ds.attrs["seed"] = seed
 
     save_dataset(ds, out)
     if not no_plot:
