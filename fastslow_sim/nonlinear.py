@@ -254,6 +254,13 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
         if u[n] > y_hi or u[n] < y_lo - 1e-12:
             break
         h = min(h * 1.3, h_max)
+    if len(points) > 1 and not (y_lo - 1e-12 <= u[n] <= y_hi):
+        # the curve left the range: end it on the range's edge, not one step short of it
+        edge = y_hi if u[n] > y_hi else y_lo
+        end, ok = _correct(family, np.append(points[-2][:n], edge), np.append(np.zeros(n), 1.0))
+        if ok:
+            points[-1] = end
+            tangents[-1] = _tangent(_jacobian(family, end[:n], end[n:]), tangents[-2])
     P = np.array(points)
     T = np.array(tangents)
     inside = (P[:, n] >= y_lo - 1e-12) & (P[:, n] <= y_hi + 1e-12)
@@ -269,17 +276,22 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
         + [len(P)]
     )
     branches = []
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         sel = np.arange(a, b)
         sel = sel[inside[sel]]
         if sel.size == 0:
             continue
+        # a branch runs to the folds that bound it (folds[k - 1] and folds[k]), not to its
+        # last continuation point before them
+        ends = [f for f in folds[max(k - 1, 0) : k + 1] if y_lo <= f["y"] <= y_hi]
+        ys = np.concatenate([P[sel, n], [f["y"] for f in ends]])
+        means = np.concatenate([P[sel, :n] @ readout_vector(n), [f["mean"] for f in ends]])
         branches.append({
             "index": len(branches),
-            "y_min": float(P[sel, n].min()),
-            "y_max": float(P[sel, n].max()),
-            "mean_min": float((P[sel, :n] @ readout_vector(n)).min()),
-            "mean_max": float((P[sel, :n] @ readout_vector(n)).max()),
+            "y_min": float(ys.min()),
+            "y_max": float(ys.max()),
+            "mean_min": float(means.min()),
+            "mean_max": float(means.max()),
             "stable": bool(np.all(stab[sel] < 0)),
             "max_real_eigenvalue": float(stab[sel].max()),
             "n_points": int(sel.size),

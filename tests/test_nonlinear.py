@@ -109,3 +109,27 @@ def test_bad_kappa_and_family():
         critical_branches(NonlinearBirthDeath(), (1.0, 0.0))
     with pytest.raises(fs.InputError, match="domain"):
         critical_branches(family_for("michaelis-menten", 0.0), (-1.0, 1.0))
+
+
+@pytest.mark.parametrize("kappa, y_range", [(0.0, (-1.0, 1.5)), (3.0, (-1.0, 1.5)),
+                                            (3.0, (-1.0, 0.7))])  # fmt: skip
+def test_branches_span_to_their_folds_and_the_range_ends(kappa, y_range):
+    """A branch runs from fold to fold, or to the end of the y range: its reported extents are
+    those of the curve, not of the last continuation point short of them (branch 2 of kappa = 3
+    was printed as y in [0.0245, 1.4663] for a branch from the fold at 0.0229 to y = 1.5)."""
+    curve = critical_branches(NonlinearBirthDeath(kappa=kappa), y_range)
+    branches, folds = curve["branches"], sorted(curve["folds"], key=lambda f: f["mean"])
+    a, b = y_range
+    assert branches[0]["y_min"] == a and branches[-1]["y_max"] == pytest.approx(b, abs=1e-12)
+    assert curve["y"].max() == pytest.approx(b, abs=1e-12)  # the saved curve reaches it too
+    mean_end = (curve["x"] @ (np.arange(8) / 7))[np.argmax(curve["y"])]
+    assert exact_curve(kappa, mean_end) == pytest.approx(b, abs=1e-6)  # a point on the curve
+    assert branches[-1]["mean_max"] == pytest.approx(mean_end, abs=1e-12)
+    if kappa == 0.0:
+        assert folds == []
+        return
+    low, high = folds  # by mean: the fold ending branch 0, the fold starting branch 2
+    assert branches[0]["y_max"] == low["y"] and branches[0]["mean_max"] == low["mean"]
+    assert branches[1]["y_min"] == high["y"] and branches[1]["y_max"] == low["y"]
+    assert branches[1]["mean_min"] == low["mean"] and branches[1]["mean_max"] == high["mean"]
+    assert branches[2]["y_min"] == high["y"] and branches[2]["mean_min"] == high["mean"]
