@@ -57,6 +57,10 @@ def invoke(args, tmp_path, monkeypatch):
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "nan"], "--H must be"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "0.3"], "whole number"),
         (["integrate", "--eps", "0.3", "--method", "multirate", "--H", "0.5"], "not an integer"),
+        # a saved state per block: blocks beyond what can be saved (a MemoryError traceback at
+        # --t-end 1e9, "Maximum allowed dimension exceeded" at --H 1e-300) are refused
+        (["integrate", "--eps", "0.1", "--method", "multirate", "--t-end", "1e9"], "blocks"),
+        (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "1e-300"], "blocks"),
     ],
 )
 def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):

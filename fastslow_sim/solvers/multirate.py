@@ -8,6 +8,8 @@ import numpy as np
 from ..errors import InputError
 from . import Method, Solution, register
 
+DEFAULT_H = 0.01  # slow time per block when `H` is not given
+
 
 def whole_blocks(t0, t1, H) -> int:
     """The number of blocks of slow time `H` in `[t0, t1]`, or `InputError` unless it is whole."""
@@ -24,7 +26,7 @@ def whole_blocks(t0, t1, H) -> int:
     return n
 
 
-def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=0.01):
+def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
     from ..multirate import multirate_map
 
     t0, t1 = float(t_eval[0]), float(t_eval[-1])
