@@ -244,7 +244,8 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
         out["p_st_final"] = ds["p_st"].values[..., -1, :].tolist()
         out["manifold_distance_final"] = float(np.max(ds["manifold_distance"].values[..., -1]))
     if "mass_error" in ds:
-        out["mass_error_max"] = float(np.nanmax(np.abs(ds["mass_error"].values)))
+        # NaN where a trajectory failed: its mass is not known, not zero
+        out["mass_error_max"] = float(np.max(np.abs(ds["mass_error"].values)))
     if "batch" in ds.dims:
         statuses = ds["status"].values.tolist()
         out["batch"] = len(statuses)

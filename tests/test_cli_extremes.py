@@ -180,3 +180,54 @@ def test_states_sets_the_size_of_the_chain(tmp_path):
                                       str(tmp_path / "b.nc"), *args])  # fmt: skip
         assert r.exit_code == 2 and fragment in r.output, r.output
         assert not (tmp_path / "b.nc").exists()
+
+
+def _strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_failed_solve_reports_no_mass_error_and_strict_json(tmp_path, monkeypatch):
+    """A solve that went non-finite (rodas4 at rtol 2.3e-14 over 1e11) printed
+    `max |1^T x - 1| = 0.0` (a NaN-ignoring max over NaN) and `--json` printed NaN, which strict
+    JSON parsers refuse: now the mass error is NaN in text, null in JSON, and every number is
+    finite or null."""
+    monkeypatch.chdir(tmp_path)
+    args = ["integrate", "--eps", "0.1", "--t-end", "1e11", "--rtol", "2.3e-14", "--atol",
+            "1e-300", "--method", "rodas4", "--no-plot", "--out", "o.nc"]  # fmt: skip
+    r = CliRunner().invoke(main, args + ["--json"])
+    assert r.exit_code == 1, r.output
+    data = _strict_json(r.output)
+    assert data["status"] == "non_finite"
+    assert data["mass_error_max"] is None and data["x_final"][0] is None
+    assert np.isnan(fs.load_dataset("o.nc")["mass_error"].values).any()
+
+
+def test_json_text_is_strict():
+    from fastslow_sim.cli.common import json_text
+
+    text = json_text({"a": float("nan"), "b": [np.float32(1.5), float("inf"), np.int64(3)],
+                      "c": np.array([1.0, np.nan]), "d": (None, "x")})  # fmt: skip
+    assert _strict_json(text) == {"a": None, "b": [1.5, None, 3], "c": [1.0, None], "d": [None, "x"]}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["mapping"], ["integrate", "--eps", "0.125", "--t-end", "0.5",
+                                                "--no-plot", "--out", "d.nc", "--json"]])  # fmt: skip
+def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
+    """`> /dev/full` ended in an OSError traceback: now one sentence on stderr and exit 1; the
+    dataset a command writes is written first and complete."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "fastslow_sim", *args], stdout=full,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "Error: standard output cannot take the printed output (No space left on device).")
+    if "--out" in args:
+        assert fs.load_dataset(tmp_path / "d.nc").attrs["status"] == "success"

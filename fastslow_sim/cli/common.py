@@ -24,7 +24,9 @@ KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of 
 
 
 class Group(click.Group):
-    """Turns `InputError` from any command into one sentence and exit status 2."""
+    """Turns `InputError` from any command into one sentence and exit status 2, and a standard
+    output that cannot take the output (`> /dev/full`, a closed pipe) into one sentence and
+    exit status 1, not a traceback."""
 
     def invoke(self, ctx):
         try:
@@ -32,6 +34,49 @@ class Group(click.Group):
         except InputError as err:
             click.echo(f"Error: {err}", err=True)
             ctx.exit(2)
+        except OSError as err:
+            if not _raised_writing_stdout(err):
+                raise
+            # the output written so far is lost; so is what Python would flush again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if not isinstance(err, BrokenPipeError):  # a closed pipe: its reader chose to stop
+                click.echo(f"Error: standard output cannot take the printed output "
+                           f"({err.strerror}).", err=True)  # fmt: skip
+            ctx.exit(1)
+
+
+def _raised_writing_stdout(err: OSError) -> bool:
+    """True when `err` was raised by `click.echo` writing to standard output (file descriptor 1),
+    not by a file the command writes."""
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "echo" and frame.f_globals.get("__name__") == "click.utils":
+            try:
+                return frame.f_locals.get("file").fileno() == 1
+            except (AttributeError, OSError, ValueError):
+                return False
+        tb = tb.tb_next
+    return False
+
+
+def json_text(obj) -> str:
+    """Strict JSON (RFC 8259 has no NaN or Infinity): non-finite numbers become null."""
+
+    def finite(v):
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        if isinstance(v, (float, np.floating)):
+            return float(v) if math.isfinite(v) else None
+        if isinstance(v, np.integer):
+            return int(v)
+        if isinstance(v, np.ndarray):
+            return finite(v.tolist())
+        return v
+
+    return json.dumps(finite(obj), allow_nan=False, default=float)
 
 
 def parse_eps_P(eps: str | None, P: str | None):
@@ -181,7 +226,7 @@ def echo_summary(summary: dict, as_json: bool, lines) -> None:
     """Print a command's result: one JSON object with `--json`, else the text `lines`
     (a list of strings, or a function of the summary giving them)."""
     if as_json:
-        click.echo(json.dumps(summary, default=float))
+        click.echo(json_text(summary))
         return
     for line in lines(summary) if callable(lines) else lines:
         click.echo(line)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
-from .common import parse_eps_P
+from .common import json_text, parse_eps_P
 
 
 @click.command()
@@ -45,7 +44,7 @@ def corpus(spec, P, context, as_json):
     c = load_corpus(spec, P=P_int, context=context)
     info = c.summary()
     if as_json:
-        click.echo(json.dumps(info, default=float))
+        click.echo(json_text(info))
         return
     click.echo(
         f"corpus {info['corpus']}: {info['tokens']:,} tokens (train {info['train_tokens']:,}, "
@@ -165,7 +164,7 @@ def train_network(
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json.dumps(summary, default=float))
+        click.echo(json_text(summary))
         return
     click.echo(
         f"{variant} on {corpus_spec}: {summary['tokens']:,} tokens in {summary['steps']} steps, "
@@ -272,8 +271,8 @@ def reproduce(
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json.dumps({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
-                               "out": out}, default=float))  # fmt: skip
+        click.echo(json_text({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
+                               "out": out}))  # fmt: skip
         return
     click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds))
     click.echo(f"dataset     {Path(out) / 'ablation.nc'}")
@@ -329,7 +328,7 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     results = [phi_vs_pst(d) for d in run_dirs]
     if as_json:
         for r in results:
-            click.echo(json.dumps({k: v for k, v in r.items() if k != "binned"}))
+            click.echo(json_text({k: v for k, v in r.items() if k != "binned"}))
         return
     cols = [c for c in READOUTS if c != "y known"]
     click.echo("mean TV distance to p_st(y_b) ± s.e. (validation blocks; y known: 0)")

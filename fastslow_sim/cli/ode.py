@@ -20,6 +20,7 @@ from .common import (
     echo_summary,
     exit_on_failure,
     fmt_vec,
+    json_text,
     methods_help,
     ode_command,
     output_options,
@@ -282,7 +283,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
         save_figure(plot_convergence(ds), plot_path)
     slopes = json.loads(ds.attrs["slopes"])
     if as_json:
-        click.echo(json.dumps({
+        click.echo(json_text({
             "system": system_name,
             "eps": ds["eps"].values.tolist(),
             "errors": {k: ds[k].values.tolist() for k in ("err_h0", "err_h1", "err_y")},
@@ -382,7 +383,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if "osc_y_min" in ds.attrs:
         osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
     if as_json:
-        click.echo(json.dumps({
+        click.echo(json_text({
             "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
             "folds": folds, "gap": ds.attrs["gap"],
             "identity_max_abs_diff": check["max_abs_diff"], "oscillation": osc,

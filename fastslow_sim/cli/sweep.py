@@ -3,12 +3,12 @@ store (`fastslow_sim.sweep`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from ..errors import InputError
+from .common import json_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -76,7 +76,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     failed = [(k, str(m)) for k, s, m in zip(ds["cell_key"].values.ravel(), ds["status"].values.ravel(),
                                              ds["message"].values.ravel()) if s == "failed"]  # fmt: skip
     if as_json:
-        click.echo(json.dumps({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
+        click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
     else:
         click.echo(f"{task}: {res['n_cells']} cells over {', '.join(ds.attrs['swept'])}; "
                    f"{res['n_skipped']} already in the store, {res['n_run']} run, "
