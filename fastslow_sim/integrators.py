@@ -389,6 +389,9 @@ def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
+P_ST_CHUNK_BYTES = 64 * 2**20  # generators per critical_manifold call in _to_dataset
+
+
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     """Label a trajectory as a Dataset; adds `p_st`, manifold distance and mass error for ME systems."""
     lead = ("batch", "time") if batch else ("time",)
@@ -399,11 +402,16 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     if hasattr(system, "critical_manifold"):
         ok = np.all(np.isfinite(y), axis=-1)
         p = np.full_like(x, np.nan)
-        if np.any(ok):
+        where = np.nonzero(ok)
+        # in chunks of saved points: all of them at once would hold (batch, time, n, n) rates,
+        # 3.4 GB for 256 trajectories of 64 states at 401 points
+        rows = max(1, P_ST_CHUNK_BYTES // (8 * x.shape[-1] ** 2))
+        for a in range(0, where[0].size, rows):
+            idx = tuple(w[a : a + rows] for w in where)
             try:
-                p[ok] = system.critical_manifold(y[ok])
+                p[idx] = system.critical_manifold(y[idx])
             except InputError:  # rates beyond the float range at some y: left NaN, flagged
-                for i in zip(*np.nonzero(ok)):
+                for i in zip(*idx):
                     with contextlib.suppress(InputError):
                         p[i] = system.critical_manifold(y[i])
         data["p_st"] = (
