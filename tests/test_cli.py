@@ -291,6 +291,8 @@ def test_mapping_command():
     assert any("eps = 1/P" in r["ode"] and r["holds"] == "exact" for r in rows)
     md = run(["mapping", "--markdown"]).output
     assert md.startswith("| ODE object |") and md.count("\n") == len(rows) + 2  # header, rule, rows
+    both = run(["mapping", "--markdown", "--json"])  # printed JSON alone, silently
+    assert both.exit_code == 2 and "expected one of them" in both.output
 
 
 def test_figures_command_writes_the_figures_it_is_asked_for(tmp_path):

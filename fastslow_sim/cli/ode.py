@@ -424,6 +424,8 @@ def mapping(markdown, as_json):
     counterpart, whether the correspondence is exact or an analogy, and the gap."""
     from ..bridge.mapping import MAPPING, render_mapping
 
+    if markdown and as_json:
+        raise InputError("--markdown and --json ask for two formats; expected one of them.")
     if as_json:
         click.echo(json.dumps(MAPPING, indent=1))
     else:
