@@ -408,6 +408,9 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
             raise InputError(f"{name.strip()!r} cannot be swept in {task.name}; pass it as "
                              f"--{name.strip().replace('_', '-')} instead.")  # fmt: skip
         out = []
+        # values this key may have before the grid passes MAX_CELLS: checked before a range is
+        # expanded, so that no list longer than the cap is ever built
+        room = MAX_CELLS // math.prod(len(v) for v in grid.values())
         for item in values.split(","):
             item = item.strip()
             if not item:
@@ -422,21 +425,21 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                 if hi < lo:
                     raise InputError(f"--grid {spec!r}: a range is A:B with A <= B (both "
                                      f"included); got {item!r}.")  # fmt: skip
-                if hi - lo + 1 > MAX_CELLS:
+                if len(out) + hi - lo + 1 > room:
                     raise InputError(f"--grid {spec!r}: the range {item!r} holds {hi - lo + 1:,} "
-                                     f"values; a sweep has at most {MAX_CELLS:,} cells.")  # fmt: skip
+                                     f"values, which makes the grid more than {MAX_CELLS:,} "
+                                     f"cells, the most a sweep has.")  # fmt: skip
                 out += [_typed(task, key, str(v), f"--grid {spec!r}") for v in range(lo, hi + 1)]
             else:
+                if len(out) + 1 > room:
+                    raise InputError(f"--grid {spec!r} makes the grid more than {MAX_CELLS:,} "
+                                     f"cells, the most a sweep has.")  # fmt: skip
                 out.append(_typed(task, key, item, f"--grid {spec!r}"))
         if len(set(map(repr, out))) != len(out):
             raise InputError(f"--grid {spec!r} repeats a value; expected distinct values.")
         grid[key] = out
     if not grid:
         raise InputError("a sweep needs at least one --grid NAME=VALUES.")
-    n_cells = math.prod(len(v) for v in grid.values())
-    if n_cells > MAX_CELLS:
-        raise InputError(f"the grid {' x '.join(str(len(v)) for v in grid.values())} holds "
-                         f"{n_cells:,} cells; a sweep has at most {MAX_CELLS:,} cells.")  # fmt: skip
     clash = [k for k in grid if k in task.inner_dims]
     if clash:
         raise InputError(f"{clash[0]!r} is a dimension of each {task.name} cell and cannot be "

@@ -223,7 +223,7 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
         causal = causal_train_flops(cfgs["coupled"], T) / causal_train_flops(cfgs["dense"], T)
         row = (f"| {T} | {1e3 * med['dense'][0]:.1f} | {1e3 * med['coupled'][0]:.1f} | {ratio:.3f} | "
                f"{flop:.3f} | {ratio - flop:+.3f} | {cmp['mean_diff']:+.3f} [{cmp['ci95'][0]:+.3f}, "
-               f"{cmp['ci95'][1]:+.3f}] ({cmp['df']}) | {_interval(bm)} | {r1:+.2f} | {part_opt:+.3f} | {part_fb:+.3f} | {causal:.3f} | {ratio_cpu:.3f} | {ratio_min:.3f} | {ratio_fb:.3f} | "
+               f"{cmp['ci95'][1]:+.3f}] ({cmp['df']}) | {_interval(bm)} | {'n/a' if np.isnan(r1) else f'{r1:+.2f}'} | {part_opt:+.3f} | {part_fb:+.3f} | {causal:.3f} | {ratio_cpu:.3f} | {ratio_min:.3f} | {ratio_fb:.3f} | "
                f"{1e3 * med['dense'][3]:.1f} / {1e3 * med['coupled'][3]:.1f} | "
                f"{1e3 * med['coupled-reference'][0]:.1f} | {ratio_ref:.3f} |")  # fmt: skip
         if peak:
@@ -233,8 +233,9 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
         print(row, flush=True)
         out[T] = (ratio, flop, cmp, bm)
     print("target: coupled/dense training-loop wall ratio within 0.03 of the FLOP ratio (judged "
-          "on the t intervals of the per-round excess and of its batch means: met when both lie "
-          "inside +-0.03, NOT met when both lie outside, else inconclusive): " + "; ".join(
+          "on the t intervals of the per-round excess and of its batch means, which need at least "
+          f"{2 * BATCH_ROUNDS} rounds: met when both lie inside +-0.03, NOT met when both lie "
+          "outside, else inconclusive): " + "; ".join(
               f"T={T} {_verdict(c, b)} (median {r:.3f} vs {f:.3f}, {r - f:+.3f}; mean excess "
               f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], df {c['df']}; "
               f"batch means {_interval(b)})"
@@ -317,11 +318,14 @@ def slow_path_breakdown(T, rounds, device):
     return med
 
 
-def _verdict(cmp, bm=None) -> str:
-    """met / NOT met / inconclusive from `paired_comparison(..., margin=0.03)`, and from its
-    batch-means twin `bm` where there is one: both intervals must agree."""
+def _verdict(cmp, bm) -> str:
+    """met / NOT met / inconclusive from `paired_comparison(..., margin=0.03)` and its
+    batch-means twin `bm`: both intervals must agree, and without a batch-means interval (under
+    two blocks of rounds) nothing is decided."""
+    if bm["df"] < 1:
+        return "inconclusive"
     verdicts = set()
-    for c in (cmp, bm) if bm is not None and bm["df"] > 0 else (cmp,):
+    for c in (cmp, bm):
         lo, hi = c["ci95"]
         verdicts.add("met" if c["verdict"] == "equivalent"
                      else "NOT met" if lo > 0.03 or hi < -0.03 else "inconclusive")  # fmt: skip
@@ -349,7 +353,7 @@ def lag1_autocorrelation(x) -> float:
     """Sample autocorrelation at lag 1, `sum (x_i - m)(x_{i+1} - m) / sum (x_i - m)^2`."""
     d = np.asarray(x, dtype=np.float64) - np.mean(x)
     den = float(d @ d)
-    return float(d[:-1] @ d[1:]) / den if den > 0 else float("nan")
+    return float(d[:-1] @ d[1:]) / den if den > 0 and len(d) >= 3 else float("nan")
 
 
 def _interval(c) -> str:

@@ -91,7 +91,7 @@ $PY -c \"import jax; print('jax', jax.__version__, jax.devices())\" || echo 'jax
   step pytest-cuda 90 "$PY" -m pytest -q -p no:cacheprovider tests/test_rosenbrock.py -k cuda
   step bench_integrators 120 "$PY" scripts/bench_integrators.py --gpu-only --gpu-batch 65536 \
     --diffrax-configs Kvaerno3:0.3:0.3 --gpu-diffrax-trajectories 8192 --reference 8
-  step bench_network 90 "$PY" scripts/bench_network.py --device cuda --autocast --rounds 5
+  step bench_network 90 "$PY" scripts/bench_network.py --device cuda --autocast --rounds 5 --loop-rounds 10
   for v in dense coupled; do
     step "train-$v" 60 "$PY" -m fastslow_sim train-network --variant "$v" --corpus me --device cuda \
       --out "$out/train-$v" --json

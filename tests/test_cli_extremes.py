@@ -214,16 +214,19 @@ def test_json_text_is_strict():
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("args", [["mapping"], ["integrate", "--eps", "0.125", "--t-end", "0.5",
+@pytest.mark.parametrize("args", [["mapping"], ["--help"], ["--version"], ["integrate", "--eps", "0.125", "--t-end", "0.5",
                                                 "--no-plot", "--out", "d.nc", "--json"]])  # fmt: skip
 def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
     """`> /dev/full` ended in an OSError traceback: now one sentence on stderr and exit 1; the
     dataset a command writes is written first and complete."""
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = str(Path(__file__).resolve().parents[1])  # this tree, not another installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     with open("/dev/full", "w") as full:
-        r = subprocess.run([sys.executable, "-m", "fastslow_sim", *args], stdout=full,
+        r = subprocess.run([sys.executable, "-m", "fastslow_sim", *args], stdout=full, env=env,
                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr

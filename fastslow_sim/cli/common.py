@@ -25,8 +25,23 @@ KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of 
 
 class Group(click.Group):
     """Turns `InputError` from any command into one sentence and exit status 2, and a standard
-    output that cannot take the output (`> /dev/full`, a closed pipe) into one sentence and
-    exit status 1, not a traceback."""
+    output that cannot take the output (`> /dev/full`, a closed pipe; `--help` and `--version`
+    included) into one sentence and exit status 1, not a traceback."""
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except OSError as err:
+            if not _raised_writing_stdout(err):
+                raise
+            # the output written so far is lost; so is what Python would flush again at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            if not isinstance(err, BrokenPipeError):  # a closed pipe: its reader chose to stop
+                click.echo(f"Error: standard output cannot take the printed output "
+                           f"({err.strerror}).", err=True)  # fmt: skip
+            sys.exit(1)
 
     def invoke(self, ctx):
         try:
@@ -34,15 +49,6 @@ class Group(click.Group):
         except InputError as err:
             click.echo(f"Error: {err}", err=True)
             ctx.exit(2)
-        except OSError as err:
-            if not _raised_writing_stdout(err):
-                raise
-            # the output written so far is lost; so is what Python would flush again at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            if not isinstance(err, BrokenPipeError):  # a closed pipe: its reader chose to stop
-                click.echo(f"Error: standard output cannot take the printed output "
-                           f"({err.strerror}).", err=True)  # fmt: skip
-            ctx.exit(1)
 
 
 def _raised_writing_stdout(err: OSError) -> bool:
@@ -68,11 +74,9 @@ def json_text(obj) -> str:
             return {k: finite(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [finite(x) for x in v]
-        if isinstance(v, (float, np.floating)):
-            return float(v) if math.isfinite(v) else None
-        if isinstance(v, np.integer):
-            return int(v)
-        if isinstance(v, np.ndarray):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if hasattr(v, "tolist"):  # numpy scalars and arrays, torch tensors: Python values
             return finite(v.tolist())
         return v
 
