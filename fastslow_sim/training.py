@@ -38,7 +38,21 @@ _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progr
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became non-finite; the last good checkpoint is kept."""
+    """The loss became non-finite; the run's last checkpoint is kept (the message says whose
+    weights it holds)."""
+
+
+def _kept_checkpoint(path, saved, bad) -> str:
+    """The end of a divergence message: what `path` holds when the weights after `bad` updates
+    are the first non-finite ones and this run last saved after `saved` updates (None: never).
+    A checkpoint is written after an update, before that update's weights have a loss."""
+    if saved is None:
+        return f"; this run has written no checkpoint to {str(path)!r}."
+    if saved >= bad:
+        return (f"; its last checkpoint, {str(path)!r}, holds those weights (after {saved} "
+                f"steps): resume from an earlier copy, if any, not from it.")  # fmt: skip
+    return (f"; its last checkpoint, {str(path)!r}, holds the weights after {saved} steps, "
+            f"whose loss was finite.")  # fmt: skip
 
 
 def parse_tokens(text) -> int:
@@ -353,6 +367,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             torch.distributed.barrier()
 
     end = steps if cfg.stop_after_steps is None else min(steps, cfg.stop_after_steps)
+    saved = {"step": start_step if checkpoint is not None else None}  # this run's last checkpoint
     bar = tqdm(range(start_step, end), desc=f"{cfg.variant} on {cfg.corpus}", unit="step",
                disable=True if (not cfg.progress or rank != 0) else None, leave=False)  # fmt: skip
     t_start = time.perf_counter()
@@ -375,9 +390,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             raise TrainingDivergedError(
                 f"the loss became non-finite {where} at step {step}"
                 + (f" (rank {rank} of {world} stops)" if world > 1 else "")
-                + f"; the last good checkpoint is kept at {str(ckpt_path)!r}"
-                + ("" if ckpt_path.exists() else " (none yet)")
-                + "."
+                + _kept_checkpoint(ckpt_path, saved["step"], step)
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -395,14 +408,13 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             logs["val_loss"].append(_evaluate(model, val_batches, autocast_on, device))
             if not math.isfinite(logs["val_loss"][-1]):  # the loss check never sees the last update
                 raise TrainingDivergedError(
-                    f"the validation loss became non-finite after step {step}; the last good "
-                    f"checkpoint is kept at {str(ckpt_path)!r}"
-                    + ("" if ckpt_path.exists() else " (none yet)")
-                    + "."
+                    f"the validation loss became non-finite after step {step}"
+                    + _kept_checkpoint(ckpt_path, saved["step"], step + 1)
                 )
             bar.set_postfix(loss=f"{logs['loss'][-1]:.3f}", val=f"{logs['val_loss'][-1]:.3f}")
         if (step + 1) % cfg.ckpt_interval == 0 or step + 1 == end:
             save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start)
+            saved["step"] = step + 1
     wall = wall_before + time.perf_counter() - t_start
     done = len(logs["loss"])
     rank_params = _gather(_sha256(*raw_model.state_dict().values()), world)

@@ -131,7 +131,8 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, text_fil
         return logits, loss
 
     monkeypatch.setattr(FastSlowLM, "forward", poisoned)
-    with pytest.raises(TrainingDivergedError, match="non-finite .* at step 6"):
+    with pytest.raises(TrainingDivergedError,
+                       match="non-finite .* at step 6.* holds the weights after 4 steps, whose loss was finite"):  # fmt: skip
         train(_cfg(tmp_path, "nan", f"text:{text_file}", tokens=4000), corpus)
     ckpt = torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=False)
     assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
@@ -142,16 +143,23 @@ def test_last_step_divergence_is_a_failure_not_a_nan_summary(tmp_path, text_file
     # one step: its loss (at initialisation) is finite, its update makes the parameters NaN
     corpus = text_corpus(text_file)
     cfg = _cfg(tmp_path, "big-lr", f"text:{text_file}", tokens=128, lr=1e10, min_lr=1e10)
-    with pytest.raises(TrainingDivergedError, match="non-finite"):
+    with pytest.raises(TrainingDivergedError, match="non-finite after step 0; this run has "
+                                                   "written no checkpoint"):  # fmt: skip
         train(cfg, corpus)
     assert not (tmp_path / "big-lr" / "summary.json").exists()
-    ckpt = tmp_path / "big-lr" / "ckpt.pt"
-    assert not ckpt.exists() or all(
-        torch.isfinite(v).all() for v in torch.load(ckpt, weights_only=False)["model"].values()
-    )
+    assert not (tmp_path / "big-lr" / "ckpt.pt").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_kept_checkpoint_says_whose_weights_it_holds():
+    from fastslow_sim.training import _kept_checkpoint
+
+    assert "no checkpoint" in _kept_checkpoint("r/ckpt.pt", None, 3)
+    assert "after 2 steps, whose loss was finite" in _kept_checkpoint("r/ckpt.pt", 2, 3)
+    # saved after update 3, whose weights are the first non-finite ones: not a good checkpoint
+    assert "holds those weights (after 3 steps)" in _kept_checkpoint("r/ckpt.pt", 3, 3)
+
+
 def test_cuda_requested_where_none(tmp_path, text_file):
     with pytest.raises(fs.InputError, match="no CUDA device"):
         train(_cfg(tmp_path, "c", f"text:{text_file}", tokens=1000, device="cuda"))
