@@ -234,3 +234,24 @@ def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
         "Error: standard output cannot take the printed output (No space left on device).")
     if "--out" in args:
         assert fs.load_dataset(tmp_path / "d.nc").attrs["status"] == "success"
+
+
+def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
+    """`--states 1024` at the default 401 saved states means 401 GTH eliminations of 1024 x 1024
+    (1.4e11 operations, minutes here): a warning says so before the run starts; a small run
+    prints none."""
+    import fastslow_sim.integrators as integ
+
+    class StopError(Exception):
+        pass
+
+    def refuse(*args, **kwargs):
+        raise StopError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(integ, "integrate", refuse)  # the warning must come before the solve
+    r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--states", "1024", "--no-plot"])
+    assert isinstance(r.exception, StopError)
+    assert "Warning: p_st(y(t)) at 401 saved states of a 1024-state chain is about 1.4e+11" in r.output
+    r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--states", "64", "--no-plot"])
+    assert isinstance(r.exception, StopError) and "Warning" not in r.output

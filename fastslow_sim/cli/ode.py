@@ -33,6 +33,8 @@ from .common import (
     use_agg,
 )
 
+P_ST_WARN_FLOPS = 1e11  # about 5 minutes of GTH at the 0.3 GFLOP/s measured at n = 256-1024
+
 
 @click.command()
 @system_option("Named system. " + systems_help())
@@ -185,6 +187,14 @@ def integrate(
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
+    if hasattr(system, "critical_manifold"):  # the dataset's p_st(y(t)): a GTH per saved state
+        n, points = system.n_fast, (batch or 1) * n_eval
+        work = points * n**3 / 3
+        if work > P_ST_WARN_FLOPS:
+            click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {n}-state chain is "
+                       f"about {work:.2g} floating-point operations (a GTH elimination, n^3/3, "
+                       f"each; 0.3 GFLOP/s on this project's build machine): expect minutes to "
+                       f"hours; --n-eval sets how many states are saved.", err=True)  # fmt: skip
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
