@@ -392,6 +392,12 @@ def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:
 P_ST_CHUNK_BYTES = 64 * 2**20  # generators per critical_manifold call in _to_dataset
 
 
+def p_st_flops(system, points: int) -> float:
+    """Floating-point operations of the dataset's `p_st(y(t))` at `points` saved states: one GTH
+    elimination, `n^3/3`, each (0 for systems without a critical manifold)."""
+    return points * system.n_fast**3 / 3 if hasattr(system, "critical_manifold") else 0.0
+
+
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     """Label a trajectory as a Dataset; adds `p_st`, manifold distance and mass error for ME systems."""
     lead = ("batch", "time") if batch else ("time",)

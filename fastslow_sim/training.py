@@ -367,7 +367,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             torch.distributed.barrier()
 
     end = steps if cfg.stop_after_steps is None else min(steps, cfg.stop_after_steps)
-    saved = {"step": start_step if checkpoint is not None else None}  # this run's last checkpoint
+    saved_step = start_step if checkpoint is not None else None  # this run's last checkpoint
     bar = tqdm(range(start_step, end), desc=f"{cfg.variant} on {cfg.corpus}", unit="step",
                disable=True if (not cfg.progress or rank != 0) else None, leave=False)  # fmt: skip
     t_start = time.perf_counter()
@@ -390,7 +390,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             raise TrainingDivergedError(
                 f"the loss became non-finite {where} at step {step}"
                 + (f" (rank {rank} of {world} stops)" if world > 1 else "")
-                + _kept_checkpoint(ckpt_path, saved["step"], step)
+                + _kept_checkpoint(ckpt_path, saved_step, step)
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -409,12 +409,12 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             if not math.isfinite(logs["val_loss"][-1]):  # the loss check never sees the last update
                 raise TrainingDivergedError(
                     f"the validation loss became non-finite after step {step}"
-                    + _kept_checkpoint(ckpt_path, saved["step"], step + 1)
+                    + _kept_checkpoint(ckpt_path, saved_step, step + 1)
                 )
             bar.set_postfix(loss=f"{logs['loss'][-1]:.3f}", val=f"{logs['val_loss'][-1]:.3f}")
         if (step + 1) % cfg.ckpt_interval == 0 or step + 1 == end:
             save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start)
-            saved["step"] = step + 1
+            saved_step = step + 1
     wall = wall_before + time.perf_counter() - t_start
     done = len(logs["loss"])
     rank_params = _gather(_sha256(*raw_model.state_dict().values()), world)

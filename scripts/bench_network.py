@@ -342,10 +342,8 @@ def batch_means_comparison(excess, margin: float, size: int = BATCH_ROUNDS) -> d
     this one. `paired_comparison`'s dict; df 0 (no interval) below two blocks."""
     x = np.asarray(excess, dtype=np.float64)
     blocks = len(x) // size
-    if blocks < 2:
-        return {"mean_diff": float("nan"), "ci95": [float("nan")] * 2, "df": 0,
-                "verdict": "inconclusive", "excludes_zero": False}  # fmt: skip
-    means = x[: blocks * size].reshape(blocks, size).mean(axis=1)
+    # under one whole block, the mean of all rounds: one value, so df 0 and no interval
+    means = x[: blocks * size].reshape(blocks, size).mean(axis=1) if blocks else x.mean(keepdims=True)
     return paired_comparison(means, np.zeros_like(means), margin=margin)
 
 

@@ -127,7 +127,7 @@ def integrate(
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
       fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
-    from ..integrators import IgnoredOptionWarning, StiffnessWarning, check_eps_range
+    from ..integrators import IgnoredOptionWarning, StiffnessWarning, check_eps_range, p_st_flops
     from ..integrators import integrate as run_integrate
     from ..io import save_dataset
     from ..systems import make_system
@@ -187,14 +187,13 @@ def integrate(
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
-    if hasattr(system, "critical_manifold"):  # the dataset's p_st(y(t)): a GTH per saved state
-        n, points = system.n_fast, (batch or 1) * n_eval
-        work = points * n**3 / 3
-        if work > P_ST_WARN_FLOPS:
-            click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {n}-state chain is "
-                       f"about {work:.2g} floating-point operations (a GTH elimination, n^3/3, "
-                       f"each; 0.3 GFLOP/s on this project's build machine): expect minutes to "
-                       f"hours; --n-eval sets how many states are saved.", err=True)  # fmt: skip
+    points = (batch or 1) * n_eval
+    work = p_st_flops(system, points)
+    if work > P_ST_WARN_FLOPS:  # said before the run, which takes that long
+        click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {system.n_fast}-state "
+                   f"chain is about {work:.2g} floating-point operations (a GTH elimination, "
+                   f"n^3/3, each; 0.3 GFLOP/s on this project's build machine): expect minutes "
+                   f"to hours; --n-eval sets how many states are saved.", err=True)  # fmt: skip
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
