@@ -26,6 +26,7 @@ from .integrators import (
 )
 from .io import load_dataset, save_dataset
 from .stationary import (
+    chain_stationary,
     fundamental_matrix,
     stationary_derivative,
     stationary_distribution,
@@ -50,6 +51,7 @@ __all__ = [
     "random_generators",
     "validate_generator",
     "stationary_distribution",
+    "chain_stationary",
     "stationary_derivative",
     "fundamental_matrix",
     "SYSTEMS",

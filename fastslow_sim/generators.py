@@ -44,6 +44,18 @@ def from_off_diagonal(rates: np.ndarray) -> np.ndarray:
     return q
 
 
+def _neighbour_generator(up, down) -> np.ndarray:
+    """The generator `(..., n, n)` of a neighbour chain from its rates `(..., n-1)`: `Q_{i,i+1}
+    = up_i`, `Q_{i+1,i} = down_i`, the diagonal minus the row sums."""
+    up, down = np.broadcast_arrays(up, down)
+    n = up.shape[-1] + 1
+    i = np.arange(n - 1)
+    q = np.zeros(up.shape[:-1] + (n, n))
+    q[..., i, i + 1] = up
+    q[..., i + 1, i] = down
+    return from_off_diagonal(q)
+
+
 def validate_generator(Q, *, atol: float | None = None, name: str = "Q") -> None:
     """Raise `InputError` (one sentence) unless `Q` is a batch of valid generators.
 
@@ -130,6 +142,13 @@ class Generator:
         d.pop("name", None)
         return {"generator": self.name, **d}
 
+    def neighbour_rates(self, y):
+        """For a chain that jumps between neighbours only, `i <-> i+1`: `(up, down)`, numpy
+        `(..., n-1)` each for `y (..., m)`, the rates `i -> i+1` and `i+1 -> i` (`rates(y)` is
+        built from them, and `p_st` takes O(n) from them, `stationary.chain_stationary`). `None`
+        (the default) for any other generator."""
+        return None
+
     # torch forms, beside the numpy ones: batched over `y (B, 1)` and differentiable in parameters
     # that are tensors; the torch solvers (rodas4, torchdiffeq) use only these.
 
@@ -192,13 +211,12 @@ class TwoState(Generator):
     def n_states(self) -> int:
         return 2
 
+    def neighbour_rates(self, y):
+        up = self.a * np.exp(self.beta * _as_slow(y)[..., :1])
+        return up, np.full_like(up, float(self.b))
+
     def rates(self, y):
-        y = _as_slow(y)[..., 0]
-        up = self.a * np.exp(self.beta * y)
-        q = np.zeros(y.shape + (2, 2))
-        q[..., 0, 1] = up
-        q[..., 1, 0] = self.b
-        return from_off_diagonal(q)
+        return _neighbour_generator(*self.neighbour_rates(y))
 
     def rates_dy(self, y):
         y = _as_slow(y)[..., 0]
@@ -254,14 +272,13 @@ class BirthDeath(Generator):
     def up_rate(self, y):
         return self.up * np.exp(self.beta * (_as_slow(y)[..., 0] - self.y_mid))
 
+    def neighbour_rates(self, y):
+        u = self.up_rate(y)[..., None]
+        up = np.broadcast_to(u, u.shape[:-1] + (self.n_states - 1,))
+        return up, np.full(up.shape, float(self.down))
+
     def rates(self, y):
-        u = self.up_rate(y)
-        n = self.n_states
-        q = np.zeros(u.shape + (n, n))
-        i = np.arange(n - 1)
-        q[..., i, i + 1] = u[..., None]
-        q[..., i + 1, i] = self.down
-        return from_off_diagonal(q)
+        return _neighbour_generator(*self.neighbour_rates(y))
 
     def rates_dy(self, y):
         du = self.beta * self.up_rate(y)
@@ -430,14 +447,14 @@ class MichaelisMenten(Generator):
     def domain(self):
         return (0.0, math.inf)
 
+    def neighbour_rates(self, y):
+        y = _as_slow(y)[..., :1]
+        i = np.arange(self.n_states - 1)
+        up = (self.N - i) * self.k1 * y
+        return up, np.broadcast_to((i + 1) * (self.k_minus1 + self.k2), up.shape).copy()
+
     def rates(self, y):
-        y = _as_slow(y)[..., 0]
-        n = self.n_states
-        i = np.arange(n - 1)
-        q = np.zeros(y.shape + (n, n))
-        q[..., i, i + 1] = (self.N - i) * self.k1 * y[..., None]
-        q[..., i + 1, i] = (i + 1) * (self.k_minus1 + self.k2)
-        return from_off_diagonal(q)
+        return _neighbour_generator(*self.neighbour_rates(y))
 
     def rates_dy(self, y):
         y = _as_slow(y)[..., 0]

@@ -13,7 +13,8 @@ registry `solvers.METHODS` (one module per back-end in `fastslow_sim/solvers/`):
 not stop the others. `rodas4` solves the batch in one march; the other methods row by row.
 
 `method="auto"` measures stiffness at the start, `S = max_i |Re lambda_i(J(z0))| * (t1 - t0)`
-with `J` the full Jacobian (whose fast eigenvalues scale as `1/eps`), and chooses by the cost
+with `J` the full Jacobian (whose fast eigenvalues scale as `1/eps`; above 1,024 unknowns a
+Gershgorin bound on them, `stiffness_index`), and chooses by the cost
 measured in `scripts/bench_auto.py` (birth-death, rtol 1e-8, atol 1e-10, 401 output times):
 
 - `S <= 1e9` (eps down to about 1e-8 on unit rates): LSODA, run at tolerances ten times
@@ -80,9 +81,24 @@ class IgnoredOptionWarning(UserWarning):
 
 
 def stiffness_index(system, z0, t_span) -> float:
-    """`max |Re lambda(J(z0))| * (t1 - t0)`: how many unit-stability steps an explicit method needs."""
-    lam = np.linalg.eigvals(system.jacobian(t_span[0], z0))
-    return float(np.max(np.abs(lam.real)) * (t_span[1] - t_span[0]))
+    """`max |Re lambda(J(z0))| * (t1 - t0)`: how many unit-stability steps an explicit method
+    needs. Above `EIG_MAX` unknowns, where the eigenvalues cost O(n^3) (42 s at 4,097), it is
+    Gershgorin's bound `min(max_i sum_j |B_ij|, max_j sum_i |B_ij|) >= max |Re lambda|` on the
+    balanced Jacobian `B = D^-1 J D` (same eigenvalues; the balancing keeps the slow row and
+    column from inflating the bound), in O(n^2): 1.42 times the eigenvalue's on the default
+    birth-death chain of 1,024 states."""
+    jac = system.jacobian(t_span[0], z0)
+    if jac.shape[-1] > EIG_MAX:
+        import scipy.linalg
+
+        a = np.abs(scipy.linalg.matrix_balance(jac, permute=False)[0])
+        rate = min(a.sum(-1).max(), a.sum(-2).max())
+    else:
+        rate = np.max(np.abs(np.linalg.eigvals(jac).real))
+    return float(rate * (t_span[1] - t_span[0]))
+
+
+EIG_MAX = 1024
 
 
 def estimate_explicit_nfev(method: str, stiffness: float) -> int:
@@ -394,8 +410,12 @@ P_ST_CHUNK_BYTES = 64 * 2**20  # generators per critical_manifold call in _to_da
 
 def p_st_flops(system, points: int) -> float:
     """Floating-point operations of the dataset's `p_st(y(t))` at `points` saved states: one GTH
-    elimination, `n^3/3`, each (0 for systems without a critical manifold)."""
-    return points * system.n_fast**3 / 3 if hasattr(system, "critical_manifold") else 0.0
+    elimination, `n^3/3`, each; about `10 n` on a neighbour chain (`chain_stationary`); 0 for
+    systems without a critical manifold."""
+    if not hasattr(system, "critical_manifold"):
+        return 0.0
+    n = system.n_fast
+    return points * (10.0 * n if getattr(system, "chain_p_st", False) else n**3 / 3)
 
 
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
@@ -410,8 +430,11 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
         p = np.full_like(x, np.nan)
         where = np.nonzero(ok)
         # in chunks of saved points: all of them at once would hold (batch, time, n, n) rates,
-        # 3.4 GB for 256 trajectories of 64 states at 401 points
-        rows = max(1, P_ST_CHUNK_BYTES // (8 * x.shape[-1] ** 2))
+        # 3.4 GB for 256 trajectories of 64 states at 401 points (a neighbour chain holds a few
+        # (n,) arrays per point instead)
+        n = x.shape[-1]
+        rows = max(1, P_ST_CHUNK_BYTES // (64 * n if getattr(system, "chain_p_st", False)
+                                           else 8 * n**2))  # fmt: skip
         for a in range(0, where[0].size, rows):
             idx = tuple(w[a : a + rows] for w in where)
             try:

@@ -20,6 +20,8 @@ return the same kind. Torch tensors that require grad get gradients from the ide
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 
@@ -28,6 +30,7 @@ from .generators import validate_generator
 
 __all__ = [
     "stationary_distribution",
+    "chain_stationary",
     "stationary_derivative",
     "fundamental_matrix",
     "closed_classes",
@@ -84,6 +87,11 @@ def _gth(q, check: bool = False):
     batch = t.shape[:-2]
     flat = t.reshape(-1, n * n)
     count = flat.shape[0]
+    tol = max(1e-10, 100 * float(finfo.eps))
+    kernel = None if torch_in or t.dtype != np.float64 else _gth_kernel(count * n**3 / 3)
+    if kernel is not None:  # bit for bit the elimination below, compiled
+        p, bad, invalid = kernel(flat.reshape(count, n, n), tol, check)
+        return p.reshape(batch + (n,)), bad.reshape(batch), invalid
     if torch_in:
         p_out = torch.empty((count, n), dtype=t.dtype, device=t.device)
         bad_out = torch.empty(count, dtype=torch.bool, device=t.device)
@@ -91,7 +99,6 @@ def _gth(q, check: bool = False):
         p_out = np.empty((count, n), dtype=t.dtype)
         bad_out = np.empty(count, dtype=bool)
     invalid = False
-    tol = max(1e-10, 100 * float(finfo.eps))
     # Chunks keep each transposed block and its rank-one updates in cache.
     on_cpu = not torch_in or t.device.type == "cpu"
     chunk = _GTH_CHUNK if on_cpu else max(count, 1)
@@ -117,6 +124,30 @@ def _gth(q, check: bool = False):
 
 
 _GTH_CHUNK = 8192
+KERNEL_MIN_FLOPS = 1e7  # about 50 ms of the vectorised elimination; loading the kernel: 0.8 s
+_KERNEL = {}  # "gth": the compiled kernel, or None where numba does not import
+
+
+def _gth_kernel(flops: float):
+    """The compiled GTH (`stationary_kernel.gth`) for a numpy batch of `flops` operations: once
+    it is loaded, or for a batch of at least `KERNEL_MIN_FLOPS` (a small call is not worth the
+    once-per-process load); `None` otherwise, and where numba does not import (one warning)."""
+    if "gth" not in _KERNEL:
+        if flops < KERNEL_MIN_FLOPS:
+            return None
+        try:
+            from .stationary_kernel import gth
+        except Exception as e:  # numba missing or built for another numpy; no cache folder
+            warnings.warn(
+                f"fastslow-sim: the compiled GTH is unavailable ({type(e).__name__}: {e}); "
+                f"stationary distributions use the vectorised elimination (the same numbers, "
+                f"3-40 times slower).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            gth = None
+        _KERNEL["gth"] = gth
+    return _KERNEL["gth"]
 
 
 def _isfinite(x):
@@ -381,6 +412,49 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
             _STATIONARY_FN = _torch_function()
         return _STATIONARY_FN.apply(q, method, allow_transient, check)
     return _solve(q, method, allow_transient, check)
+
+
+def chain_stationary(up, down) -> np.ndarray:
+    """`p_st` of a neighbour chain in O(n): `p_{i+1} / p_i = up_i / down_i`, for the rates
+    `up_i` (`i -> i+1`) and `down_i` (`i+1 -> i`), positive, of shape `(..., n-1)`; returns
+    `(..., n)`.
+
+    This is GTH on a tridiagonal generator (censoring the last state touches only its neighbour's
+    diagonal, which GTH never reads), without the O(n^3) of the dense elimination: products of
+    positive numbers, no subtraction. Each ratio and running product is kept as a mantissa in
+    [0.5, 1) and a separate power of two (`frexp`), so nothing overflows however far the mass sits
+    from state 0; entry `k` has a relative error of at most about `(n + k) u`, except entries
+    below the smallest float times the largest, which are 0 (as the dense elimination gives).
+    """
+    up, down = np.broadcast_arrays(np.asarray(up, dtype=np.float64),
+                                   np.asarray(down, dtype=np.float64))  # fmt: skip
+    if up.ndim < 1:
+        raise InputError(f"chain rates must have shape (..., n-1); got shape {up.shape}.")
+    if not (np.all(np.isfinite(up)) and np.all(np.isfinite(down))
+            and np.all(up > 0) and np.all(down > 0)):  # fmt: skip
+        raise InputError(
+            "a neighbour chain's stationary distribution in O(n) needs finite, positive up and "
+            "down rates; use stationary_distribution on its generator otherwise."
+        )
+    mu, eu = np.frexp(up)
+    md, ed = np.frexp(down)
+    ratio = mu / md  # in (0.5, 2); up_i / down_i = ratio_i 2^(eu_i - ed_i)
+    shift = (eu - ed).astype(np.int64)
+    links = up.shape[-1]
+    mant = np.empty(up.shape[:-1] + (links + 1,))
+    expo = np.empty(mant.shape, dtype=np.int64)
+    mant[..., 0], expo[..., 0] = 0.5, 1  # p_0 = 1 before normalisation
+    for c in range(0, links, _CHAIN_BLOCK):  # a block of products stays within 2^(+-block)
+        e = min(c + _CHAIN_BLOCK, links)
+        w = mant[..., c : c + 1] * np.cumprod(ratio[..., c:e], axis=-1)
+        mant[..., c + 1 : e + 1], de = np.frexp(w)
+        expo[..., c + 1 : e + 1] = expo[..., c : c + 1] + np.cumsum(shift[..., c:e], -1) + de
+    rel = np.maximum(expo - expo.max(-1, keepdims=True), -2000).astype(np.int32)
+    p = np.ldexp(mant, rel)  # the largest entry in [0.5, 1); entries below 2^-1074 are 0
+    return p / p.sum(-1, keepdims=True)
+
+
+_CHAIN_BLOCK = 512
 
 
 def fundamental_matrix(Q, p=None) -> np.ndarray:

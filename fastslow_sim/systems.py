@@ -28,7 +28,7 @@ from .generators import (
     TwoState,
     readout_vector,
 )
-from .stationary import stationary_derivative, stationary_distribution
+from .stationary import chain_stationary, stationary_derivative, stationary_distribution
 
 __all__ = [
     "resolve_eps",
@@ -248,6 +248,15 @@ class MichaelisMentenSlowLaw(SlowLaw):
         return g, g_xy
 
 
+def _neighbour_rates(gen: Generator):
+    """`gen.neighbour_rates` where the generator is a neighbour chain, else `None`; a subclass
+    that changes `rates` without `neighbour_rates` is not taken to be one."""
+    owner = next((k for k in type(gen).__mro__ if "neighbour_rates" in vars(k)), Generator)
+    if owner is Generator or type(gen).rates is not owner.rates:
+        return None
+    return gen.neighbour_rates
+
+
 class MasterEquationSystem(FastSlowSystem):
     """`eps dx/dt = Q(y)^T x`, `dy/dt = g(x, y)`: total probability `1^T x` is conserved."""
 
@@ -273,7 +282,15 @@ class MasterEquationSystem(FastSlowSystem):
         )
 
     def _f(self, x, y):
-        return np.einsum("...ji,...j->...i", self.generator.rates(y), x)
+        """`Q(y)^T x`; on a neighbour chain in O(n) as the divergence of the net fluxes
+        `J_i = up_i x_i - down_i x_{i+1}` (which telescope, so `1^T f = 0` to rounding)."""
+        rates = _neighbour_rates(self.generator)
+        if rates is None:
+            return np.einsum("...ji,...j->...i", self.generator.rates(y), x)
+        up, down = rates(y)
+        flux = up * x[..., :-1] - down * x[..., 1:]
+        pad = np.zeros(flux.shape[:-1] + (1,))
+        return np.concatenate([pad, flux], -1) - np.concatenate([flux, pad], -1)
 
     def _f_x(self, x, y):
         return np.swapaxes(self.generator.rates(y), -1, -2)
@@ -283,8 +300,19 @@ class MasterEquationSystem(FastSlowSystem):
         return np.einsum("...kji,...j->...ik", dq, x)
 
     def critical_manifold(self, y, method="gth"):
-        """`h0(y) = p_st(Q(y))`: the equilibrium manifold of the fast master equation."""
+        """`h0(y) = p_st(Q(y))`: the equilibrium manifold of the fast master equation. GTH on a
+        neighbour chain takes O(n) from its rates (`chain_stationary`) where they are all
+        positive; otherwise, and for the other methods, the generator's `(..., n, n)` matrices."""
+        rates = _neighbour_rates(self.generator)
+        chain = rates(y) if rates is not None and method == "gth" else None
+        if chain is not None and all(np.all(np.isfinite(r) & (r > 0)) for r in chain):
+            return chain_stationary(*chain)
         return stationary_distribution(self.generator.rates(y), method)
+
+    @property
+    def chain_p_st(self) -> bool:
+        """Whether `critical_manifold` (GTH) runs in O(n) per point, on a neighbour chain."""
+        return _neighbour_rates(self.generator) is not None
 
     def critical_manifold_dy(self, y):
         """`dh0/dy = -Z (dQ/dy)^T p_st`, shape `(..., n, m)`."""
@@ -460,7 +488,7 @@ SYSTEMS: dict[str, tuple[Callable, str]] = {
     "random": (_random, "seeded random irreducible 8-state family, g = c.x - y"),
     "michaelis-menten": (_michaelis_menten, "4 enzymes (5 states), substrate y, eps = E0/S0"),
 }
-MAX_STATES = 4096  # --states: beyond, the dense analysis (eigenvalues, GTH) takes minutes
+MAX_STATES = 4096  # --states: beyond, a dense system's p_st (GTH, O(n^3) a point) takes hours
 
 
 def make_system(name: str = "birth-death", eps=None, P=None, states=None) -> MasterEquationSystem:

@@ -162,3 +162,14 @@ def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys
     whole = share["slow path, whole"]
     parts = share["attention among pooled tokens (+LN)"] + share["phi_theta (+LN)"]
     assert abs(whole - parts) <= 0.15, (whole, parts)  # three shares rounded to 0.1%
+
+
+def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):
+    load_script("bench_stationary").chain_table([16, 40], rounds=1)
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 16 |")
+            or r.startswith("| 40 |")]  # fmt: skip
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert int(cells[1]) == 401  # small chains: every point of a default dataset
+        assert float(cells[7]) < 1e-12 and float(cells[8]) < 1e-12  # the two paths agree

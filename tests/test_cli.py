@@ -326,3 +326,12 @@ def test_batch_dataset_records_its_seed_and_reproduces(tmp_path):
     np.testing.assert_array_equal(saved["a"]["y"].values[:, 0], y0)
     np.testing.assert_array_equal(saved["a"]["x"].values, saved["b"]["x"].values)
     assert not np.array_equal(saved["a"]["x"].values[:, 0], saved["c"]["x"].values[:, 0])
+
+
+def test_long_vectors_are_summarised_in_the_printed_summary():
+    from fastslow_sim.cli.common import fmt_vec
+
+    assert fmt_vec(np.arange(16) / 16) == "[" + ", ".join(f"{i / 16:.4g}" for i in range(16)) + "]"
+    v = np.arange(4096) / 4096
+    assert fmt_vec(v) == "[0, 0.0002441, 0.0004883, 0.0007324, 0.0009766, 0.001221, 0.001465, " \
+        "0.001709, ..., 0.9995, 0.9998] (4,096 entries)"

@@ -237,9 +237,9 @@ def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
 
 
 def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
-    """`--states 1024` at the default 401 saved states means 401 GTH eliminations of 1024 x 1024
-    (1.4e11 operations, minutes here): a warning says so before the run starts; a small run
-    prints none."""
+    """`--system cycle --states 1024` at the default 401 saved states means 401 GTH eliminations
+    of 1024 x 1024 (1.4e11 operations, minutes here): a warning says so before the run starts; a
+    small run prints none, nor does a neighbour chain (O(n) per point) of 4096 states."""
     import fastslow_sim.integrators as integ
 
     class StopError(Exception):
@@ -250,8 +250,10 @@ def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(integ, "integrate", refuse)  # the warning must come before the solve
-    r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--states", "1024", "--no-plot"])
+    args = ["integrate", "--eps", "0.1", "--no-plot", "--system"]
+    r = CliRunner().invoke(main, [*args, "cycle", "--states", "1024"])
     assert isinstance(r.exception, StopError)
     assert "Warning: p_st(y(t)) at 401 saved states of a 1024-state chain is about 1.4e+11" in r.output
-    r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--states", "64", "--no-plot"])
-    assert isinstance(r.exception, StopError) and "Warning" not in r.output
+    for system, states in [("cycle", "64"), ("birth-death", "4096")]:
+        r = CliRunner().invoke(main, [*args, system, "--states", states])
+        assert isinstance(r.exception, StopError) and "Warning" not in r.output

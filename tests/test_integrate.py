@@ -211,12 +211,13 @@ def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):
     """The dataset's p_st(y(t)) is computed in chunks of saved points: bit for bit the values of
     one call over all of them (NaN rows skipped, a partial last chunk), with a peak of allocated
     memory well below the (batch, time, n, n) rates that one call holds (256 trajectories of 64
-    states at 401 points were 3.4 GB of rates and 7.1 GB of resident memory)."""
+    states at 401 points were 3.4 GB of rates and 7.1 GB of resident memory). A cycle: a
+    neighbour chain holds no such matrices (its p_st is O(n) from the rates)."""
     import tracemalloc
 
     import fastslow_sim.integrators as integ
 
-    system = fs.make_system("birth-death", eps=0.1, states=32)
+    system = fs.make_system("cycle", eps=0.1, states=32)
     rng = np.random.default_rng(0)
     B, nt, n = 16, 51, 32
     x = rng.dirichlet(np.ones(n), size=(B, nt))
@@ -238,3 +239,28 @@ def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):
     assert np.isnan(chunked["p_st"].values[3, 7]).all()
     assert np.isfinite(np.delete(chunked["p_st"].values.reshape(-1, n), 3 * nt + 7, 0)).all()
     assert peak_one > whole and 4 * peak_chunked < peak_one, (peak_one, peak_chunked, whole)
+
+
+def test_stiffness_index_above_the_eigenvalue_limit_is_an_upper_bound(monkeypatch):
+    # Gershgorin on the balanced Jacobian: never below max |Re lambda|, and on these systems
+    # within a factor 2 of it (1.42 on the 1,024-state birth-death chain, from the docstring)
+    import fastslow_sim.integrators as integ
+
+    for name in ["birth-death", "cycle", "michaelis-menten", "random"]:
+        system = fs.make_system(name, eps=0.01)
+        z0 = np.concatenate([system.x0, system.y0])
+        exact = integ.stiffness_index(system, z0, (0.0, 2.0))
+        monkeypatch.setattr(integ, "EIG_MAX", 2)
+        bound = integ.stiffness_index(system, z0, (0.0, 2.0))
+        monkeypatch.undo()
+        assert exact <= bound <= 2.0 * exact, (name, exact, bound)
+
+
+def test_p_st_work_is_linear_on_a_neighbour_chain():
+    from fastslow_sim.integrators import p_st_flops
+
+    chain, cycle = fs.make_system("birth-death", eps=0.1, states=64), fs.make_system(
+        "cycle", eps=0.1, states=64)  # fmt: skip
+    assert chain.chain_p_st and not cycle.chain_p_st
+    assert p_st_flops(chain, 401) == 401 * 10 * 64
+    assert p_st_flops(cycle, 401) == pytest.approx(401 * 64**3 / 3)

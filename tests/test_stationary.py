@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import fastslow_sim as fs
-from fastslow_sim.generators import from_off_diagonal
+from fastslow_sim.generators import from_off_diagonal, readout_vector
 from fastslow_sim.stationary import STATIONARY_METHODS, closed_classes
+from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
 
 CLOSED = [fs.TwoState(beta=1.7), fs.BirthDeath(n=12, beta=3.0), fs.MichaelisMenten(N=6, k1=2.0)]
 
@@ -330,3 +331,150 @@ def test_numpy_input_never_imports_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# --- neighbour chains in O(n): chain_stationary ------------------------------------------------
+
+
+def _exact_chain(up, down):
+    """`p_{i+1} / p_i = up_i / down_i` in exact rational arithmetic, correctly rounded."""
+    w = [Fraction(1)]
+    for u, d in zip(up, down):
+        w.append(w[-1] * Fraction(float(u)) / Fraction(float(d)))
+    total = sum(w)
+    return np.array([float(v / total) for v in w])
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 64])
+def test_chain_stationary_against_exact_arithmetic(n):
+    # rates from 1e-5 to 1e5 per link: the entries spread over up to 10 n orders of magnitude;
+    # the bound is about (n + k) u per entry, asserted as 2 n u (with n u >= 4.4e-16)
+    rng = np.random.default_rng(n)
+    u = np.finfo(np.float64).eps
+    for _ in range(10):
+        up, down = 10.0 ** rng.uniform(-5, 5, (2, n - 1))
+        exact = _exact_chain(up, down)
+        _assert_relative(fs.chain_stationary(up, down), exact, rtol=2 * n * u)
+
+
+def test_chain_stationary_beyond_the_float_range_of_ratios():
+    # up/down = 1e600 is not a float, and 1e300^k overflows in a naive product; the mass sits
+    # at the far end (exact p = (1e-1200, 1e-600, 1) / sum, and the dense GTH refuses this chain)
+    p = fs.chain_stationary([1e300, 1e300], [1e-300, 1e-300])
+    assert np.array_equal(p, [0.0, 0.0, 1.0])
+    up, down = np.array([1e300, 1.0]), np.array([1e-300, 1.0])
+    np.testing.assert_array_equal(fs.chain_stationary(up, down), [0.0, 0.5, 0.5])
+    with pytest.raises(fs.InputError, match="cannot be computed"):
+        fs.stationary_distribution(fs.generators._neighbour_generator(up, down))
+    # 3,000 states with ratio 31.9 = 1.99 * 2^4: p_k spans 1e4500, and the mantissas' running
+    # product (1.99^k) would overflow within 1,100 links without the blocks it is renormalised in
+    # reference: p_k = r^(k-n+1) (1 - 1/r) / (1 - r^-n) in logs, relative error <= |log p_k| u
+    # (below 2e-13 in the normal range; exact arithmetic takes minutes at this size)
+    n, r = 3000, 31.9
+    k = np.arange(n)
+    exact = np.exp((k - n + 1) * np.log(r) + np.log1p(-1 / r) - np.log1p(-(r**-n)))
+    _assert_relative(fs.chain_stationary(np.full(n - 1, r), np.ones(n - 1)), exact, 1e-12)
+
+
+def test_chain_stationary_refuses_rates_that_are_not_positive():
+    for up in ([1.0, 0.0], [1.0, -1.0], [1.0, np.nan], [1.0, np.inf]):
+        with pytest.raises(fs.InputError, match="finite, positive up and down rates"):
+            fs.chain_stationary(up, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("gen", [fs.TwoState(beta=1.7), fs.BirthDeath(n=300, beta=3.0),
+                                 fs.MichaelisMenten(N=40, k1=2.0)], ids=lambda g: g.name)  # fmt: skip
+def test_critical_manifold_of_a_chain_is_the_dense_gth(gen):
+    # the O(n) path and the dense elimination of the same generator, on a batch of y
+    system = MasterEquationSystem(gen, LinearSlowLaw(readout_vector(gen.n_states)), eps=0.1)
+    y = np.linspace(0.05, 2.0, 7)[:, None]
+    fast = system.critical_manifold(y)
+    dense = fs.stationary_distribution(gen.rates(y))
+    assert fast.shape == dense.shape == (7, gen.n_states)
+    big = dense > 1e-250
+    assert np.max(np.abs(fast - dense)[big] / dense[big]) < 1e-12
+    assert np.all(np.abs(fast - dense)[~big] <= 1e-250)
+    np.testing.assert_allclose(fast, gen.closed_form(y), rtol=1e-10, atol=1e-300)
+
+
+def test_critical_manifold_falls_back_to_the_dense_elimination():
+    # Michaelis-Menten at y = 0 binds nothing: state 0 absorbs, which the dense path names
+    gen = fs.MichaelisMenten(N=3)
+    system = MasterEquationSystem(gen, LinearSlowLaw(readout_vector(gen.n_states)), eps=0.1)
+    with pytest.raises(fs.ReducibleGeneratorError, match="transient"):
+        system.critical_manifold(np.array([0.0]))
+
+    class Reshaped(fs.BirthDeath):  # changes the rates, not the neighbour rates: not a chain
+        def rates(self, y):
+            q = super().rates(y)
+            q[..., 0, -1] += 1.0
+            q[..., 0, 0] -= 1.0
+            return q
+
+    shaped = MasterEquationSystem(Reshaped(n=5), LinearSlowLaw(readout_vector(5)), eps=0.1)
+    assert not shaped.chain_p_st
+    y = np.array([0.3])
+    np.testing.assert_allclose(shaped.critical_manifold(y),
+                               fs.stationary_distribution(Reshaped(n=5).rates(y)), rtol=1e-14)  # fmt: skip
+    x = np.full(5, 0.2)
+    np.testing.assert_allclose(shaped.f(x, y), Reshaped(n=5).rates(y).T @ x, rtol=1e-14, atol=1e-16)
+
+
+def test_chain_right_hand_side_is_the_dense_product():
+    # the flux form of Q(y)^T x on a neighbour chain: the dense product, and 1^T f = 0
+    gen = fs.BirthDeath(n=50, beta=2.0)
+    system = MasterEquationSystem(gen, LinearSlowLaw(readout_vector(50)), eps=0.1)
+    rng = np.random.default_rng(3)
+    x, y = rng.dirichlet(np.ones(50), 4), rng.uniform(0, 1, (4, 1))
+    f = system.f(x, y)
+    dense = np.einsum("bji,bj->bi", gen.rates(y), x)
+    np.testing.assert_allclose(f, dense, rtol=1e-13, atol=1e-15)
+    assert np.max(np.abs(f.sum(-1))) < 1e-14
+
+
+# --- the compiled GTH (stationary_kernel) against the vectorised elimination ------------------
+
+
+def _both_gth(q, monkeypatch, check=True):
+    import fastslow_sim.stationary as st
+
+    monkeypatch.setattr(st, "_KERNEL", {"gth": None})  # the vectorised elimination
+    vec = st._gth(q, check)
+    monkeypatch.setattr(st, "_KERNEL", {})
+    monkeypatch.setattr(st, "KERNEL_MIN_FLOPS", 0.0)  # the compiled one, whatever the size
+    return vec, st._gth(q, check)
+
+
+def test_compiled_gth_is_bit_for_bit_the_vectorised_one(monkeypatch):
+    rng = np.random.default_rng(5)
+    nasty = np.zeros((3, 3))
+    nasty[0, 1] = nasty[1, 2] = 1.0
+    nasty[1, 0] = nasty[2, 1] = 1e-200
+    cases = [fs.random_generators(300, n, seed=n) for n in (2, 3, 8, 17, 40)]
+    cases += [fs.BirthDeath(n=260, up=20.0, down=1.0, beta=0.0).rates(0.0)[None],
+              from_off_diagonal(nasty)[None],
+              from_off_diagonal(rng.uniform(0, 1, (50, 6, 6)) * (rng.uniform(size=(50, 6, 6)) < 0.3))]  # fmt: skip
+    bad_rows = fs.random_generators(4, 5, seed=1)
+    bad_rows[0, 1, 2] += 1e-3  # a row that does not sum to zero
+    bad_rows[1, 3, 0] = -0.1  # a negative rate, in a row that sums to zero
+    bad_rows[1] = from_off_diagonal(bad_rows[1])
+    bad_rows[2, 2, 4] = np.nan
+    bad_rows[3, 0, 1] = np.inf
+    cases += [bad_rows[i : i + 1] for i in range(4)]
+    flagged = invalid = 0
+    for q in cases:
+        (pv, bv, iv), (pk, bk, ik) = _both_gth(q, monkeypatch)
+        assert np.array_equal(pv, pk, equal_nan=True) and np.array_equal(bv, bk) and iv == ik
+        flagged += int(bv.sum())
+        invalid += int(iv)
+    assert flagged > 0 and invalid == 4  # the reducible, NaN and inf cases were exercised
+
+
+def test_small_calls_do_not_load_the_compiled_gth(monkeypatch):
+    import fastslow_sim.stationary as st
+
+    monkeypatch.setattr(st, "_KERNEL", {})
+    st.stationary_distribution(fs.BirthDeath(n=8).rates(np.linspace(0, 1, 5)))
+    assert "gth" not in st._KERNEL  # 5 x 8^3 / 3 operations: not worth loading it
+    st.stationary_distribution(fs.random_generators(3000, 24, seed=0))
+    assert st._KERNEL["gth"] is not None

@@ -33,7 +33,8 @@ from .common import (
     use_agg,
 )
 
-P_ST_WARN_FLOPS = 1e11  # about 5 minutes of GTH at the 0.3 GFLOP/s measured at n = 256-1024
+P_ST_WARN_FLOPS = 1e11  # about 40 s of GTH (scripts/bench_stationary.py)
+GTH_FLOPS_PER_S = (0.86e9, 2.8e9)  # the compiled GTH, 2 cores: 4,096 and 1,024 states
 
 
 @click.command()
@@ -72,7 +73,10 @@ P_ST_WARN_FLOPS = 1e11  # about 5 minutes of GTH at the 0.3 GFLOP/s measured at 
     default=None,
     type=int,
     metavar="N",
-    help="Number of states of the system (every system but two-state) [default: per system].",
+    help="Number of states of the system (every system but two-state), up to 4,096 "
+    "[default: per system]. The neighbour chains (birth-death, michaelis-menten) take seconds "
+    "at 4,096; cycle and random need a dense elimination per saved point for p_st (O(n^3): "
+    "hours at 4,096, announced before the run).",
 )
 @click.option(
     "--H",
@@ -192,8 +196,10 @@ def integrate(
     if work > P_ST_WARN_FLOPS:  # said before the run, which takes that long
         click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {system.n_fast}-state "
                    f"chain is about {work:.2g} floating-point operations (a GTH elimination, "
-                   f"n^3/3, each; 0.3 GFLOP/s on this project's build machine): expect minutes "
-                   f"to hours; --n-eval sets how many states are saved.", err=True)  # fmt: skip
+                   f"n^3/3, each; {work / GTH_FLOPS_PER_S[1] / 60:.2g} to "
+                   f"{work / GTH_FLOPS_PER_S[0] / 60:.2g} minutes at the 0.86-2.8 GFLOP/s of "
+                   f"this project's 2-core build machine); --n-eval sets how many states are "
+                   f"saved.", err=True)  # fmt: skip
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StiffnessWarning)
