@@ -3,10 +3,17 @@
 Run: python scripts/bench_stationary.py [--count 10000] [--states 16] [--rounds 5]
 
 Speed: `count` random irreducible generators with `states` states, timed interleaved in each
-round (GTH batched, batched LU, a Python loop over scipy.linalg.null_space); medians and ratios.
+round (GTH batched, the same GTH without its compiled kernel, batched LU, a Python loop over
+scipy.linalg.null_space); medians and ratios.
 Accuracy: the largest relative error of each method on a 40-state birth-death chain with rate
 ratio 0.1 (entries of p_st from 1 down to 1e-39) against its closed form.
 Targets (issue 2): GTH >= 30x faster than the null_space loop; GTH relative error <= 1e-12.
+
+Neighbour chains (`--chain-states`, no target): `p_st` of the birth-death chain at `points`
+values of y, as `MasterEquationSystem.critical_manifold` computes it (O(n) from the rates,
+`chain_stationary`) against the dense GTH of the same generators (`stationary_distribution`,
+O(n^3), compiled and vectorised: what it did before), interleaved; the dense sides include
+building the matrices, as the old path did. Fewer points at larger n keep them to seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import numpy as np
 import scipy.linalg
 
 import fastslow_sim as fs
+import fastslow_sim.stationary as st
 
 
 def null_space_loop(Q):
@@ -30,17 +38,32 @@ def null_space_loop(Q):
     return out
 
 
+def vectorised(Q):
+    """GTH as `stationary_distribution` ran it before the compiled kernel (`stationary_kernel`):
+    the batch-last vectorised elimination, bit for bit the same numbers."""
+    saved = dict(st._KERNEL)
+    st._KERNEL["gth"] = None
+    try:
+        return fs.stationary_distribution(Q, "gth")
+    finally:
+        st._KERNEL.clear()
+        st._KERNEL.update(saved)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--states", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chain-states", type=int, nargs="*", default=[64, 256, 1024],
+                        help="neighbour-chain sizes for the O(n) table (none: skip it)")  # fmt: skip
     args = parser.parse_args()
 
     Q = fs.random_generators(args.count, args.states, seed=args.seed)
     runners = {
         "gth (batched)": lambda: fs.stationary_distribution(Q, "gth"),
+        "gth, vectorised elimination (without the compiled kernel)": lambda: vectorised(Q),
         "lu (batched)": lambda: fs.stationary_distribution(Q, "lu"),
         "null_space loop": lambda: null_space_loop(Q),
     }
@@ -59,6 +82,7 @@ def main():
     Qbd, exact = bd.rates(0.0), bd.closed_form(0.0)
     acc = {
         "gth (batched)": fs.stationary_distribution(Qbd, "gth"),
+        "gth, vectorised elimination (without the compiled kernel)": vectorised(Qbd),
         "lu (batched)": fs.stationary_distribution(Qbd, "lu"),
         "null_space loop": null_space_loop(Qbd[None])[0],
     }
@@ -85,6 +109,43 @@ def main():
         f"targets: GTH speed-up >= 30x: {'met' if ratio >= 30 else 'NOT met'} ({ratio:.1f}x); "
         f"GTH rel. error <= 1e-12: {'met' if rel_gth <= 1e-12 else 'NOT met'} ({rel_gth:.1e})"
     )
+    if args.chain_states:
+        chain_table(args.chain_states, args.rounds)
+
+
+def chain_table(sizes, rounds):
+    """O(n) `p_st` of neighbour chains against the dense GTH, per point, interleaved."""
+    print(f"\n## neighbour chains: critical_manifold (O(n)) against dense GTH, {rounds} "
+          f"interleaved rounds, medians")  # fmt: skip
+    print("| states | points | O(n) ms/point | dense GTH, compiled, ms/point | speed-up | dense "
+          "GTH, vectorised, ms/point | compiled over vectorised | max rel. difference O(n) vs "
+          "dense (entries > 1e-250) | max rel. error vs closed form (entries > 1e-250) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        system = fs.make_system("birth-death", eps=0.1, states=n)
+        gen = system.generator
+        points = max(2, min(401, int(4e8 / n**3)))  # the dense side: about 0.5 s per round
+        y = np.linspace(-1.0, 2.0, points)[:, None]
+        runners = {
+            "chain": lambda: system.critical_manifold(y),
+            "dense": lambda: fs.stationary_distribution(gen.rates(y)),
+            "vectorised": lambda: vectorised(gen.rates(y)),
+        }
+        times = {k: [] for k in runners}
+        out = {}
+        for _ in range(rounds):
+            for name, fn in runners.items():
+                t0 = time.perf_counter()
+                out[name] = fn()
+                times[name].append((time.perf_counter() - t0) / points)
+        exact = gen.closed_form(y)
+        big = exact > 1e-250
+        diff = np.max(np.abs(out["chain"] - out["dense"])[big] / out["dense"][big])
+        err = np.max(np.abs(out["chain"] - exact)[big] / exact[big])
+        assert np.array_equal(out["dense"], out["vectorised"])  # the kernel: the same numbers
+        tc, td, tv = (np.median(times[k]) for k in runners)
+        print(f"| {n} | {points} | {1e3 * tc:.4f} | {1e3 * td:.2f} | {td / tc:,.0f}x | "
+              f"{1e3 * tv:.2f} | {tv / td:.1f}x | {diff:.1e} | {err:.1e} |")  # fmt: skip
 
 
 if __name__ == "__main__":
