@@ -110,7 +110,10 @@ def _gth(q, check: bool = False):
         buf = torch.empty((n * n, min(chunk, count)), dtype=t.dtype, device=t.device)
     for c in range(0, count, chunk):
         b = min(chunk, count - c)
-        a = _batch_last_copy(flat[c : c + b], buf, n)  # (n, n, b), a private copy
+        rows = flat[c : c + b]
+        if buf is None and b == 1:  # numpy sums a contiguous (k, 1) column pairwise; with two
+            rows = np.concatenate([rows, rows])  # columns it sums in order, as the kernel does
+        a = _batch_last_copy(rows, buf, n)  # (n, n, b), a private copy
         diag = np.arange(n)
         if check:
             rowsum = a.sum(1)  # (n, b)
@@ -122,7 +125,8 @@ def _gth(q, check: bool = False):
         if check:
             invalid = invalid or bool((a < 0).any())
         with np.errstate(all="ignore"):  # zero pivots (flagged) divide by zero
-            p_out[c : c + b], bad_out[c : c + b] = _gth_batch_last(a)
+            p_c, bad_c = _gth_batch_last(a)
+        p_out[c : c + b], bad_out[c : c + b] = p_c[:b], bad_c[:b]
     return p_out.reshape(batch + (n,)), bad_out.reshape(batch), invalid
 
 

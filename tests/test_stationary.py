@@ -461,6 +461,8 @@ def test_compiled_gth_is_bit_for_bit_the_vectorised_one(monkeypatch):
     bad_rows[2, 2, 4] = np.nan
     bad_rows[3, 0, 1] = np.inf
     cases += [bad_rows[i : i + 1] for i in range(4)]
+    # one dense generator: a batch of 1, where numpy would sum the (k, 1) columns pairwise
+    cases += [fs.random_generators(1, n, seed=n) for n in (20, 37, 64)]
     flagged = invalid = 0
     for q in cases:
         (pv, bv, iv), (pk, bk, ik) = _both_gth(q, monkeypatch)
