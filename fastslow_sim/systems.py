@@ -309,6 +309,15 @@ class MasterEquationSystem(FastSlowSystem):
             return chain_stationary(*chain)
         return stationary_distribution(self.generator.rates(y), method)
 
+    def _chain_fits(self, y):
+        """Mask over the points of `y (..., m)` where `critical_manifold` takes the O(n) path
+        (every neighbour rate finite and positive); `None` unless the generator is a chain."""
+        rates = _neighbour_rates(self.generator)
+        if rates is None:
+            return None
+        up, down = np.broadcast_arrays(*rates(y))
+        return np.all(np.isfinite(up) & (up > 0) & np.isfinite(down) & (down > 0), axis=-1)
+
     @property
     def chain_p_st(self) -> bool:
         """Whether `critical_manifold` (GTH) runs in O(n) per point, on a neighbour chain."""

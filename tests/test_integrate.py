@@ -264,3 +264,28 @@ def test_p_st_work_is_linear_on_a_neighbour_chain():
     assert chain.chain_p_st and not cycle.chain_p_st
     assert p_st_flops(chain, 401) == 401 * 10 * 64
     assert p_st_flops(cycle, 401) == pytest.approx(401 * 64**3 / 3)
+
+
+def test_p_st_of_a_chain_with_a_zero_rate_at_some_point_stays_in_bounded_memory():
+    """A neighbour chain's chunks of saved points are sized for (n,) arrays; a point where the
+    O(n) path does not apply (Michaelis-Menten at y = 0: no binding, reducible) takes the dense
+    path alone, not its whole chunk (401 x 256 x 256 rates, 210 MB here; 34 GB at 4,096 states,
+    `integrate --system michaelis-menten --states 4096 --y0 0`)."""
+    import tracemalloc
+
+    import fastslow_sim.integrators as integ
+
+    system = fs.make_system("michaelis-menten", eps=0.1, states=256)
+    n, nt = system.n_fast, 401
+    t, x = np.linspace(0.0, 1.0, nt), np.full((nt, n), 1.0 / n)
+    y = np.linspace(1.0, 0.01, nt)[:, None]
+    y[200] = 0.0
+    tracemalloc.start()
+    ds = integ._to_dataset(system, t, x, y, {})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    p = ds["p_st"].values
+    assert np.isnan(p[200]).all()
+    rest = np.delete(np.arange(nt), 200)
+    np.testing.assert_array_equal(p[rest], system.critical_manifold(y[rest]))
+    assert peak < 50e6, peak
