@@ -433,8 +433,14 @@ def chain_stationary(up, down) -> np.ndarray:
     from state 0; entry `k` has a relative error of at most about `(n + k) u`, except entries
     below the smallest float times the largest, which are 0 (as the dense elimination gives).
     """
-    up, down = np.broadcast_arrays(np.asarray(up, dtype=np.float64),
-                                   np.asarray(down, dtype=np.float64))  # fmt: skip
+    up, down = np.asarray(up, dtype=np.float64), np.asarray(down, dtype=np.float64)
+    try:
+        up, down = np.broadcast_arrays(up, down)
+    except ValueError:
+        raise InputError(
+            f"up and down rates must broadcast to one shape (..., n-1); got shapes {up.shape} "
+            f"and {down.shape}."
+        ) from None
     if up.ndim < 1:
         raise InputError(f"chain rates must have shape (..., n-1); got shape {up.shape}.")
     if not (np.all(np.isfinite(up)) and np.all(np.isfinite(down))

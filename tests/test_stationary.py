@@ -380,6 +380,8 @@ def test_chain_stationary_refuses_rates_that_are_not_positive():
     for up in ([1.0, 0.0], [1.0, -1.0], [1.0, np.nan], [1.0, np.inf]):
         with pytest.raises(fs.InputError, match="finite, positive up and down rates"):
             fs.chain_stationary(up, [1.0, 1.0])
+    with pytest.raises(fs.InputError, match=r"broadcast to one shape .*got shapes \(3,\) and \(4,\)"):
+        fs.chain_stationary(np.ones(3), np.ones(4))
 
 
 @pytest.mark.parametrize("gen", [fs.TwoState(beta=1.7), fs.BirthDeath(n=300, beta=3.0),

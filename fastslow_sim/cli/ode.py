@@ -37,6 +37,11 @@ P_ST_WARN_FLOPS = 1e11  # about 40 s of GTH (scripts/bench_stationary.py)
 GTH_FLOPS_PER_S = (0.86e9, 2.8e9)  # the compiled GTH, 2 cores: 4,096 and 1,024 states
 
 
+def _minutes(seconds: float) -> str:
+    m = seconds / 60
+    return f"{m:.2g}" if m < 10 else f"{m:,.0f}"
+
+
 @click.command()
 @system_option("Named system. " + systems_help())
 @click.option("--eps", default=None, metavar="E", help="Time-scale ratio eps > 0 (eps = 1/P).")
@@ -196,8 +201,8 @@ def integrate(
     if work > P_ST_WARN_FLOPS:  # said before the run, which takes that long
         click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {system.n_fast}-state "
                    f"chain is about {work:.2g} floating-point operations (a GTH elimination, "
-                   f"n^3/3, each; {work / GTH_FLOPS_PER_S[1] / 60:.2g} to "
-                   f"{work / GTH_FLOPS_PER_S[0] / 60:.2g} minutes at the 0.86-2.8 GFLOP/s of "
+                   f"n^3/3, each; {_minutes(work / GTH_FLOPS_PER_S[1])} to "
+                   f"{_minutes(work / GTH_FLOPS_PER_S[0])} minutes at the 0.86-2.8 GFLOP/s of "
                    f"this project's 2-core build machine); --n-eval sets how many states are "
                    f"saved.", err=True)  # fmt: skip
 
