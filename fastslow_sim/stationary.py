@@ -270,21 +270,27 @@ def _check_flagged(q_np: np.ndarray, flagged: np.ndarray, allow_transient: bool)
             if transient:
                 unichains.append((index, closed[0]))
             continue
-        where = f" (batch index {tuple(int(i) for i in index)})" if batch_shape else ""
-        if len(closed) > 1:
-            msg = (
-                f"the generator{where} is reducible with {len(closed)} closed classes "
-                f"{closed}, so its stationary distribution is not unique; expected an "
-                f"irreducible generator."
-            )
-        else:
-            msg = (
-                f"the generator{where} is reducible: states {transient} are transient and "
-                f"{closed[0]} is the only closed class; expected an irreducible generator "
-                f"(pass allow_transient=True to accept zero mass on transient states)."
-            )
-        raise ReducibleGeneratorError(msg, closed, transient)
+        raise _reducible(closed, transient, index if batch_shape else None)
     return unichains
+
+
+def _reducible(closed, transient, index=None) -> ReducibleGeneratorError:
+    """The error for a chain without a unique answer: several closed classes, or (without
+    `allow_transient`) one with transient states; `index` the batch index, if any."""
+    where = f" (batch index {tuple(int(i) for i in index)})" if index is not None else ""
+    if len(closed) > 1:
+        msg = (
+            f"the generator{where} is reducible with {len(closed)} closed classes "
+            f"{closed}, so its stationary distribution is not unique; expected an "
+            f"irreducible generator."
+        )
+    else:
+        msg = (
+            f"the generator{where} is reducible: states {transient} are transient and "
+            f"{closed[0]} is the only closed class; expected an irreducible generator "
+            f"(pass allow_transient=True to accept zero mass on transient states)."
+        )
+    return ReducibleGeneratorError(msg, closed, transient)
 
 
 def _solve_on_closed_class(p, q_np, unichains):
@@ -421,10 +427,13 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
     return _solve(q, method, allow_transient, check)
 
 
-def chain_stationary(up, down) -> np.ndarray:
+def chain_stationary(up, down, *, allow_transient: bool = False) -> np.ndarray:
     """`p_st` of a neighbour chain in O(n): `p_{i+1} / p_i = up_i / down_i`, for the rates
-    `up_i` (`i -> i+1`) and `down_i` (`i+1 -> i`), positive, of shape `(..., n-1)`; returns
-    `(..., n)`.
+    `up_i` (`i -> i+1`) and `down_i` (`i+1 -> i`), finite and non-negative, of shape
+    `(..., n-1)`; returns `(..., n)`. A zero rate splits the chain into classes (runs of links
+    with both rates positive); as in `stationary_distribution`, one closed class plus transient
+    states needs `allow_transient` (the mass then sits on the closed class), and several closed
+    classes raise `ReducibleGeneratorError`.
 
     This is GTH on a tridiagonal generator (censoring the last state touches only its neighbour's
     diagonal, which GTH never reads), without the O(n^3) of the dense elimination: products of
@@ -444,11 +453,45 @@ def chain_stationary(up, down) -> np.ndarray:
     if up.ndim < 1:
         raise InputError(f"chain rates must have shape (..., n-1); got shape {up.shape}.")
     if not (np.all(np.isfinite(up)) and np.all(np.isfinite(down))
-            and np.all(up > 0) and np.all(down > 0)):  # fmt: skip
+            and np.all(up >= 0) and np.all(down >= 0)):  # fmt: skip
         raise InputError(
-            "a neighbour chain's stationary distribution in O(n) needs finite, positive up and "
-            "down rates; use stationary_distribution on its generator otherwise."
+            "a neighbour chain's stationary distribution in O(n) needs finite, non-negative up "
+            "and down rates; use stationary_distribution on its generator otherwise."
         )
+    split = ~np.all((up > 0) & (down > 0), axis=-1)  # chains that a zero rate splits
+    if split.ndim == 0:
+        return _split_chain(up, down, allow_transient, None) if split else _positive_chain(up, down)
+    if np.any(split):
+        p = np.zeros(up.shape[:-1] + (up.shape[-1] + 1,))
+        if not np.all(split):
+            p[~split] = _positive_chain(up[~split], down[~split])
+        for index in zip(*np.nonzero(split)):
+            p[index] = _split_chain(up[index], down[index], allow_transient, index)
+        return p
+    return _positive_chain(up, down)
+
+
+def _split_chain(up, down, allow_transient, index):
+    """One chain `(n-1,)` with a zero rate: its classes are the runs of links with both rates
+    positive; a class is closed unless a rate leads out of it at either end."""
+    n = up.size + 1
+    cuts = np.flatnonzero(~((up > 0) & (down > 0)))  # link i cuts between i and i+1
+    starts = np.concatenate([[0], cuts + 1])
+    ends = np.concatenate([cuts, [n - 1]])  # class [l, r]
+    closed = [(lo, hi) for lo, hi in zip(starts, ends)
+              if not ((lo > 0 and down[lo - 1] > 0) or (hi < n - 1 and up[hi] > 0))]  # fmt: skip
+    members = [list(range(lo, hi + 1)) for lo, hi in closed]
+    transient = sorted(set(range(n)).difference(*members))
+    if len(closed) > 1 or (transient and not allow_transient):
+        raise _reducible(members, transient, index)
+    lo, hi = closed[0]
+    p = np.zeros(n)
+    p[lo : hi + 1] = _positive_chain(up[lo:hi], down[lo:hi])
+    return p
+
+
+def _positive_chain(up, down):
+    """`chain_stationary` for rates that are all positive."""
     mu, eu = np.frexp(up)
     md, ed = np.frexp(down)
     ratio = mu / md  # in (0.5, 2); up_i / down_i = ratio_i 2^(eu_i - ed_i)

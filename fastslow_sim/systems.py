@@ -300,23 +300,25 @@ class MasterEquationSystem(FastSlowSystem):
         return np.einsum("...kji,...j->...ik", dq, x)
 
     def critical_manifold(self, y, method="gth"):
-        """`h0(y) = p_st(Q(y))`: the equilibrium manifold of the fast master equation. GTH on a
-        neighbour chain takes O(n) from its rates (`chain_stationary`) where they are all
-        positive; otherwise, and for the other methods, the generator's `(..., n, n)` matrices."""
+        """`h0(y) = p_st(Q(y))`: the equilibrium manifold of the fast master equation, which the
+        fast dynamics reach from any start, so transient states (Michaelis-Menten at `y = 0`)
+        are allowed and get no mass; several closed classes raise. GTH on a neighbour chain
+        takes O(n) from its rates (`chain_stationary`) where they are finite and non-negative;
+        otherwise, and for the other methods, the generator's `(..., n, n)` matrices."""
         rates = _neighbour_rates(self.generator)
         chain = rates(y) if rates is not None and method == "gth" else None
-        if chain is not None and all(np.all(np.isfinite(r) & (r > 0)) for r in chain):
-            return chain_stationary(*chain)
-        return stationary_distribution(self.generator.rates(y), method)
+        if chain is not None and all(np.all(np.isfinite(r) & (r >= 0)) for r in chain):
+            return chain_stationary(*chain, allow_transient=True)
+        return stationary_distribution(self.generator.rates(y), method, allow_transient=True)
 
     def _chain_fits(self, y):
         """Mask over the points of `y (..., m)` where `critical_manifold` takes the O(n) path
-        (every neighbour rate finite and positive); `None` unless the generator is a chain."""
+        (every neighbour rate finite and non-negative); `None` unless the generator is a chain."""
         rates = _neighbour_rates(self.generator)
         if rates is None:
             return None
         up, down = np.broadcast_arrays(*rates(y))
-        return np.all(np.isfinite(up) & (up > 0) & np.isfinite(down) & (down > 0), axis=-1)
+        return np.all(np.isfinite(up) & (up >= 0) & np.isfinite(down) & (down >= 0), axis=-1)
 
     @property
     def chain_p_st(self) -> bool:

@@ -268,9 +268,9 @@ def test_p_st_work_is_linear_on_a_neighbour_chain():
 
 def test_p_st_of_a_chain_with_a_zero_rate_at_some_point_stays_in_bounded_memory():
     """A neighbour chain's chunks of saved points are sized for (n,) arrays; a point where the
-    O(n) path does not apply (Michaelis-Menten at y = 0: no binding, reducible) takes the dense
-    path alone, not its whole chunk (401 x 256 x 256 rates, 210 MB here; 34 GB at 4,096 states,
-    `integrate --system michaelis-menten --states 4096 --y0 0`)."""
+    O(n) path does not apply (Michaelis-Menten at y < 0, outside its domain: a negative rate)
+    takes the dense path alone, not its whole chunk (401 x 256 x 256 rates, 210 MB here; 34 GB
+    at 4,096 states). At y = 0 (no binding: transient states) the O(n) path applies."""
     import tracemalloc
 
     import fastslow_sim.integrators as integ
@@ -279,13 +279,26 @@ def test_p_st_of_a_chain_with_a_zero_rate_at_some_point_stays_in_bounded_memory(
     n, nt = system.n_fast, 401
     t, x = np.linspace(0.0, 1.0, nt), np.full((nt, n), 1.0 / n)
     y = np.linspace(1.0, 0.01, nt)[:, None]
-    y[200] = 0.0
+    y[200], y[300] = -0.5, 0.0
     tracemalloc.start()
     ds = integ._to_dataset(system, t, x, y, {})
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     p = ds["p_st"].values
     assert np.isnan(p[200]).all()
+    assert p[300, 0] == 1.0 and np.all(p[300, 1:] == 0.0)
     rest = np.delete(np.arange(nt), 200)
     np.testing.assert_array_equal(p[rest], system.critical_manifold(y[rest]))
     assert peak < 50e6, peak
+
+
+def test_michaelis_menten_from_no_substrate_is_an_equilibrium():
+    # y0 = 0 and all enzymes free: nothing binds, y stays 0, and x sits on the critical
+    # manifold h0(0) = all mass on state 0 (which was NaN while transient states were refused)
+    system = fs.make_system("michaelis-menten", eps=0.125)
+    x0 = np.eye(system.n_fast)[0]
+    ds = fs.integrate(system, (0.0, 5.0), x0, np.array([0.0]))
+    assert ds.attrs["status"] == "success"
+    assert np.all(ds["y"].values == 0.0)
+    assert np.all(ds["p_st"].values[:, 0] == 1.0) and np.all(ds["p_st"].values[:, 1:] == 0.0)
+    assert np.max(ds["manifold_distance"].values) == 0.0

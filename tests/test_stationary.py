@@ -376,9 +376,9 @@ def test_chain_stationary_beyond_the_float_range_of_ratios():
     _assert_relative(fs.chain_stationary(np.full(n - 1, r), np.ones(n - 1)), exact, 1e-12)
 
 
-def test_chain_stationary_refuses_rates_that_are_not_positive():
-    for up in ([1.0, 0.0], [1.0, -1.0], [1.0, np.nan], [1.0, np.inf]):
-        with pytest.raises(fs.InputError, match="finite, positive up and down rates"):
+def test_chain_stationary_refuses_negative_or_non_finite_rates():
+    for up in ([1.0, -1.0], [1.0, np.nan], [1.0, np.inf]):
+        with pytest.raises(fs.InputError, match="finite, non-negative up and down rates"):
             fs.chain_stationary(up, [1.0, 1.0])
     with pytest.raises(fs.InputError, match=r"broadcast to one shape .*got shapes \(3,\) and \(4,\)"):
         fs.chain_stationary(np.ones(3), np.ones(4))
@@ -399,12 +399,42 @@ def test_critical_manifold_of_a_chain_is_the_dense_gth(gen):
     np.testing.assert_allclose(fast, gen.closed_form(y), rtol=1e-10, atol=1e-300)
 
 
-def test_critical_manifold_falls_back_to_the_dense_elimination():
-    # Michaelis-Menten at y = 0 binds nothing: state 0 absorbs, which the dense path names
+def test_critical_manifold_with_transient_states():
+    # Michaelis-Menten at y = 0 binds nothing: state 0 absorbs the others, and the equilibrium
+    # the fast dynamics reach is all mass there (the binomial closed form at bound fraction 0)
     gen = fs.MichaelisMenten(N=3)
     system = MasterEquationSystem(gen, LinearSlowLaw(readout_vector(gen.n_states)), eps=0.1)
-    with pytest.raises(fs.ReducibleGeneratorError, match="transient"):
-        system.critical_manifold(np.array([0.0]))
+    y = np.array([[0.0], [0.5]])
+    np.testing.assert_allclose(system.critical_manifold(y), gen.closed_form(y), rtol=1e-14)
+    assert np.array_equal(system.critical_manifold(np.array([0.0])), [1.0, 0, 0, 0])
+
+
+def test_split_chains_against_the_dense_elimination():
+    # zero rates split a chain into classes: the O(n) path finds the same closed classes and
+    # transient states as the graph search of the dense path, and the same p where it is unique
+    rng = np.random.default_rng(11)
+    outcomes = set()
+    for _ in range(300):
+        n = int(rng.integers(2, 9))
+        up, down = 10.0 ** rng.uniform(-3, 3, (2, n - 1)) * (rng.uniform(size=(2, n - 1)) < 0.8)
+        q = fs.generators._neighbour_generator(up, down)
+        for allow in (False, True):
+            try:
+                dense = fs.stationary_distribution(q, allow_transient=allow)
+            except fs.ReducibleGeneratorError as e:
+                with pytest.raises(fs.ReducibleGeneratorError) as got:
+                    fs.chain_stationary(up, down, allow_transient=allow)
+                assert str(got.value) == str(e)
+                assert (got.value.closed_classes, got.value.transient) == (e.closed_classes, e.transient)
+                outcomes.add(("raise", min(len(e.closed_classes), 2)))
+                continue
+            fast = fs.chain_stationary(up, down, allow_transient=allow)
+            np.testing.assert_allclose(fast, dense, rtol=1e-12, atol=1e-300)
+            outcomes.add(("p", bool(np.any(dense == 0))))
+    assert outcomes == {("raise", 1), ("raise", 2), ("p", True), ("p", False)}
+
+
+def test_critical_manifold_falls_back_to_the_dense_elimination():
 
     class Reshaped(fs.BirthDeath):  # changes the rates, not the neighbour rates: not a chain
         def rates(self, y):
