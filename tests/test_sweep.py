@@ -417,15 +417,25 @@ def test_client_killed_and_the_command_rerun(tmp_path):
 
 
 @pytest.mark.slow
-def test_reproduce_on_two_workers_is_the_in_process_table(tmp_path, text_file):
+def test_reproduce_on_two_workers_is_the_in_process_table(tmp_path, text_file, monkeypatch):
     """`reproduce` on a local cluster of 2 workers gives the in-process table, bit for bit
-    (CPU training with one thread per process is deterministic)."""
+    (CPU training with one thread per process is deterministic). The workers run one thread
+    each (cores // workers here); a cell takes its threads from OMP_NUM_THREADS, so the
+    in-process run is given one too (with two, its reductions differ in the last bits)."""
+    import torch
+
     from fastslow_sim.training import reproduce
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    saved = torch.get_num_threads()
 
     tiny = dict(block_size=32, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
                 eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False)  # fmt: skip
-    here = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "a"), tiny,
-                     log=lambda *a: None)  # fmt: skip
+    try:
+        here = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "a"),
+                         tiny, log=lambda *a: None)  # fmt: skip
+    finally:
+        torch.set_num_threads(saved)  # the cell set this process's to 1
     there = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "b"),
                       tiny, log=lambda *a: None, workers=2)  # fmt: skip
     for arm in ("dense", "coupled"):
