@@ -435,21 +435,14 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
         n = x.shape[-1]
         rows = max(1, P_ST_CHUNK_BYTES // (64 * n if getattr(system, "chain_p_st", False)
                                            else 8 * n**2))  # fmt: skip
-        fits = getattr(system, "_chain_fits", lambda y: None)
         for a in range(0, where[0].size, rows):
             idx = tuple(w[a : a + rows] for w in where)
-            alone = ()  # points to take one at a time
-            chain = fits(y[idx])
-            if chain is not None and not chain.all():  # a zero or non-finite rate: the dense
-                alone = zip(*(w[~chain] for w in idx))  # path, (n, n) per point, not per chunk
-                idx = tuple(w[chain] for w in idx)
             try:
                 p[idx] = system.critical_manifold(y[idx])
             except InputError:  # rates beyond the float range at some y: left NaN, flagged
-                alone = [*zip(*idx), *alone]
-            for i in alone:
-                with contextlib.suppress(InputError):
-                    p[i] = system.critical_manifold(y[i])
+                for i in zip(*idx):
+                    with contextlib.suppress(InputError):
+                        p[i] = system.critical_manifold(y[i])
         data["p_st"] = (
             (*lead, "state"), p,
             {"long_name": "stationary distribution p_st(Q(y(t))), the critical manifold h0(y)"},

@@ -452,23 +452,24 @@ def chain_stationary(up, down, *, allow_transient: bool = False) -> np.ndarray:
         ) from None
     if up.ndim < 1:
         raise InputError(f"chain rates must have shape (..., n-1); got shape {up.shape}.")
-    if not (np.all(np.isfinite(up)) and np.all(np.isfinite(down))
-            and np.all(up >= 0) and np.all(down >= 0)):  # fmt: skip
-        raise InputError(
-            "a neighbour chain's stationary distribution in O(n) needs finite, non-negative up "
-            "and down rates; use stationary_distribution on its generator otherwise."
-        )
+    for name, r in (("up", up), ("down", down)):
+        bad = ~(np.isfinite(r) & (r >= 0))
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InputError(
+                f"a neighbour chain's stationary distribution in O(n) needs finite, non-negative "
+                f"up and down rates; got {name}{list(at)} = {r[at]:g}."
+            )
+    batch, links = up.shape[:-1], up.shape[-1]
+    up, down = up.reshape(-1, links), down.reshape(-1, links)
     split = ~np.all((up > 0) & (down > 0), axis=-1)  # chains that a zero rate splits
-    if split.ndim == 0:
-        return _split_chain(up, down, allow_transient, None) if split else _positive_chain(up, down)
-    if np.any(split):
-        p = np.zeros(up.shape[:-1] + (up.shape[-1] + 1,))
-        if not np.all(split):
-            p[~split] = _positive_chain(up[~split], down[~split])
-        for index in zip(*np.nonzero(split)):
-            p[index] = _split_chain(up[index], down[index], allow_transient, index)
-        return p
-    return _positive_chain(up, down)
+    p = np.zeros((up.shape[0], links + 1))
+    if not split.all():
+        p[~split] = _positive_chain(up[~split], down[~split])
+    for i in np.flatnonzero(split):
+        index = np.unravel_index(i, batch) if batch else None
+        p[i] = _split_chain(up[i], down[i], allow_transient, index)
+    return p.reshape(batch + (links + 1,))
 
 
 def _split_chain(up, down, allow_transient, index):

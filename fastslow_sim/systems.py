@@ -248,13 +248,12 @@ class MichaelisMentenSlowLaw(SlowLaw):
         return g, g_xy
 
 
-def _neighbour_rates(gen: Generator):
-    """`gen.neighbour_rates` where the generator is a neighbour chain, else `None`; a subclass
-    that changes `rates` without `neighbour_rates` is not taken to be one."""
-    owner = next((k for k in type(gen).__mro__ if "neighbour_rates" in vars(k)), Generator)
-    if owner is Generator or type(gen).rates is not owner.rates:
-        return None
-    return gen.neighbour_rates
+def _gives(gen: Generator, name: str, partner: str) -> bool:
+    """Whether `gen`'s class has its own `name` (not `Generator`'s default) from the class whose
+    `partner` it uses: a subclass that changes `partner` (its rates) without `name` (the same
+    rates in another form) is not taken to give it."""
+    owner = next((k for k in type(gen).__mro__ if name in vars(k)), Generator)
+    return owner is not Generator and getattr(type(gen), partner) is getattr(owner, partner)
 
 
 class MasterEquationSystem(FastSlowSystem):
@@ -263,6 +262,9 @@ class MasterEquationSystem(FastSlowSystem):
     def __init__(self, generator: Generator, slow_law, eps, *, name=None, x0=None, y0=None):
         self.generator = generator
         self.slow_law = slow_law
+        # (up, down) of y on a neighbour chain, for p_st and Q^T x in O(n); None otherwise
+        self._neighbour = (generator.neighbour_rates
+                           if _gives(generator, "neighbour_rates", "rates") else None)  # fmt: skip
         n, m = generator.n_states, generator.n_slow
         super().__init__(
             f=self._f,
@@ -284,10 +286,9 @@ class MasterEquationSystem(FastSlowSystem):
     def _f(self, x, y):
         """`Q(y)^T x`; on a neighbour chain in O(n) as the divergence of the net fluxes
         `J_i = up_i x_i - down_i x_{i+1}` (which telescope, so `1^T f = 0` to rounding)."""
-        rates = _neighbour_rates(self.generator)
-        if rates is None:
+        if self._neighbour is None:
             return np.einsum("...ji,...j->...i", self.generator.rates(y), x)
-        up, down = rates(y)
+        up, down = self._neighbour(y)
         flux = up * x[..., :-1] - down * x[..., 1:]
         pad = np.zeros(flux.shape[:-1] + (1,))
         return np.concatenate([pad, flux], -1) - np.concatenate([flux, pad], -1)
@@ -303,27 +304,17 @@ class MasterEquationSystem(FastSlowSystem):
         """`h0(y) = p_st(Q(y))`: the equilibrium manifold of the fast master equation, which the
         fast dynamics reach from any start, so transient states (Michaelis-Menten at `y = 0`)
         are allowed and get no mass; several closed classes raise. GTH on a neighbour chain
-        takes O(n) from its rates (`chain_stationary`) where they are finite and non-negative;
+        takes O(n) from its rates (`chain_stationary`, which refuses negative or non-finite
+        ones in O(n), as the dense path's validation would after building the matrices);
         otherwise, and for the other methods, the generator's `(..., n, n)` matrices."""
-        rates = _neighbour_rates(self.generator)
-        chain = rates(y) if rates is not None and method == "gth" else None
-        if chain is not None and all(np.all(np.isfinite(r) & (r >= 0)) for r in chain):
-            return chain_stationary(*chain, allow_transient=True)
+        if self._neighbour is not None and method == "gth":
+            return chain_stationary(*self._neighbour(y), allow_transient=True)
         return stationary_distribution(self.generator.rates(y), method, allow_transient=True)
-
-    def _chain_fits(self, y):
-        """Mask over the points of `y (..., m)` where `critical_manifold` takes the O(n) path
-        (every neighbour rate finite and non-negative); `None` unless the generator is a chain."""
-        rates = _neighbour_rates(self.generator)
-        if rates is None:
-            return None
-        up, down = np.broadcast_arrays(*rates(y))
-        return np.all(np.isfinite(up) & (up >= 0) & np.isfinite(down) & (down >= 0), axis=-1)
 
     @property
     def chain_p_st(self) -> bool:
         """Whether `critical_manifold` (GTH) runs in O(n) per point, on a neighbour chain."""
-        return _neighbour_rates(self.generator) is not None
+        return self._neighbour is not None
 
     def critical_manifold_dy(self, y):
         """`dh0/dy = -Z (dQ/dy)^T p_st`, shape `(..., n, m)`."""
@@ -344,9 +335,8 @@ class MasterEquationSystem(FastSlowSystem):
         (c.x)` (linear: `w = c`, `kappa = 0`; Michaelis-Menten: `w = k_minus1 c`, `a = kappa =
         k1`, `b = 0`); `inv_eps = 1/eps`."""
         gen, law = self.generator, self.slow_law
-        owner = next((k for k in type(gen).__mro__ if "chain_constants" in vars(k)), None)
         # a subclass that changes the rates without their constants keeps the torch path
-        if self.n_slow != 1 or owner is None or type(gen).chain_rates is not owner.chain_rates:
+        if self.n_slow != 1 or not _gives(gen, "chain_constants", "chain_rates"):
             return None
         k, beta, lk, down = gen.chain_constants()
         n = self.n_fast

@@ -218,11 +218,13 @@ def fmt_vec(v, digits=4, edge=8):
     """`[a, b, ...]` with `digits` significant digits; over `2 edge` entries, the first `edge`
     and the last 2, and how many there are (a 4,096-state vector is not a summary)."""
     a = np.ravel(v)
-    num = [f"{float(e):.{digits}g}" for e in (a if a.size <= 2 * edge else a[:edge])]
+
+    def text(part):
+        return ", ".join(f"{float(e):.{digits}g}" for e in part)
+
     if a.size <= 2 * edge:
-        return "[" + ", ".join(num) + "]"
-    tail = ", ".join(f"{float(e):.{digits}g}" for e in a[-2:])
-    return f"[{', '.join(num)}, ..., {tail}] ({a.size:,} entries)"
+        return f"[{text(a)}]"
+    return f"[{text(a[:edge])}, ..., {text(a[-2:])}] ({a.size:,} entries)"
 
 
 def systems_help():
