@@ -23,7 +23,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .stationary import stationary_derivative, stationary_distribution
+from .stationary import stationary_derivative
 
 __all__ = [
     "h0",
@@ -63,9 +63,10 @@ def _slow(system, y):
 
 
 def h0(system, y):
-    """Critical manifold `h0(y) = p_st(Q(y))`, shape `(..., n)`."""
+    """Critical manifold `h0(y) = p_st(Q(y))`, shape `(..., n)` (`system.critical_manifold`:
+    transient states get no mass, several closed classes raise)."""
     _require_me(system)
-    return stationary_distribution(system.generator.rates(_slow(system, y)))
+    return system.critical_manifold(_slow(system, y))
 
 
 def h1(system, y):
@@ -77,7 +78,7 @@ def h1(system, y):
     _require_me(system)
     y = _slow(system, y)
     Q = system.generator.rates(y)
-    p = stationary_distribution(Q)
+    p = system.critical_manifold(y)
     dp = stationary_derivative(Q, system.generator.rates_dy(y), p)  # (..., n, m)
     r = np.einsum("...nm,...m->...n", dp, system.g(p, y))  # (dh0/dy) g(h0, y)
     M = np.swapaxes(Q, -1, -2) - p[..., :, None]

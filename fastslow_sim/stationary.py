@@ -515,10 +515,11 @@ _CHAIN_BLOCK = 512
 
 
 def fundamental_matrix(Q, p=None) -> np.ndarray:
-    """`Z = (Q^T - p 1^T)^{-1}`, batched; non-singular for an irreducible `Q` (DESIGN 3.1)."""
+    """`Z = (Q^T - p 1^T)^{-1}`, batched (DESIGN 3.1); non-singular whenever 0 is a simple
+    eigenvalue of `Q`: one closed class, with or without transient states."""
     q = np.asarray(Q, dtype=np.float64)
     if p is None:
-        p = stationary_distribution(q)
+        p = stationary_distribution(q, allow_transient=True)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]
     return np.linalg.inv(m)
 
@@ -527,12 +528,14 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
     """`dp/dy = -Z (dQ/dy)^T p` for `dQ` of shape `(..., m, n, n)`; returns `(..., n, m)`.
 
     This is the derivative of `p_st(Q(y))` along the slow variables, computed by one batched
-    linear solve with `Q^T - p 1^T` (no differentiation of the elimination).
+    linear solve with `Q^T - p 1^T` (no differentiation of the elimination). It holds wherever
+    `p_st` is unique, so transient states are allowed (Michaelis-Menten at `y = 0`: the mass
+    on state 0 leaks to state 1 at the binding rate's slope); several closed classes raise.
     """
     q = np.asarray(Q, dtype=np.float64)
     dq = np.asarray(dQ, dtype=np.float64)
     if p is None:
-        p = stationary_distribution(q)
+        p = stationary_distribution(q, allow_transient=True)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]  # (..., n, n)
     rhs = np.einsum("...kji,...j->...ki", dq, p)  # (dQ_k^T p)_i, shape (..., m, n)
     dp = np.linalg.solve(m[..., None, :, :], -rhs[..., None])[..., 0]  # (..., m, n)

@@ -317,8 +317,10 @@ class MasterEquationSystem(FastSlowSystem):
         return self._neighbour is not None
 
     def critical_manifold_dy(self, y):
-        """`dh0/dy = -Z (dQ/dy)^T p_st`, shape `(..., n, m)`."""
-        return stationary_derivative(self.generator.rates(y), self.generator.rates_dy(y))
+        """`dh0/dy = -Z (dQ/dy)^T p_st`, shape `(..., n, m)`; transient states allowed, as in
+        `critical_manifold`."""
+        p = self.critical_manifold(y)
+        return stationary_derivative(self.generator.rates(y), self.generator.rates_dy(y), p)
 
     def has_torch_form(self) -> bool:
         gen, law = type(self.generator), type(self.slow_law)

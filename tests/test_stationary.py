@@ -123,6 +123,32 @@ def test_dp_dy_identity_against_finite_differences(gen):
     np.testing.assert_allclose(dp.sum(-2), 0.0, atol=1e-12)  # probability stays normalised
 
 
+def test_dp_dy_with_transient_states_is_the_closed_form_slope():
+    # Michaelis-Menten at y = 0: state 0 is the only closed class, the rest transient; p_st is
+    # binomial(N, f) with f = y / (y + K_M), so dp/dy at 0 is -N/K_M on state 0, +N/K_M on
+    # state 1 and 0 elsewhere (d f^k/dy = 0 at f = 0 for k >= 2)
+    system = fs.make_system("michaelis-menten", eps=0.1)
+    gen = system.generator
+    y = np.array([0.0])
+    slope = gen.N / gen.K_M
+    expected = np.zeros(gen.n_states)
+    expected[:2] = -slope, slope
+    np.testing.assert_allclose(system.critical_manifold_dy(y)[:, 0], expected, atol=1e-13)
+    np.testing.assert_allclose(fs.stationary_derivative(gen.rates(y), gen.rates_dy(y))[:, 0],
+                               expected, atol=1e-13)  # fmt: skip
+    # the first-order correction is finite there and keeps the total mass
+    from fastslow_sim import manifold
+
+    corr = manifold.h1(system, y)
+    assert np.all(np.isfinite(corr)) and abs(corr.sum()) < 1e-12
+    # two closed classes: no unique p_st, so no derivative either
+    q = np.zeros((3, 3))
+    q[1, 0] = q[1, 2] = 1.0
+    q[1, 1] = -2.0
+    with pytest.raises(fs.ReducibleGeneratorError, match="closed class"):
+        fs.stationary_derivative(q, np.zeros((1, 3, 3)))
+
+
 @pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_torch_autograd_matches_finite_differences(method):
     Q = torch.tensor(fs.random_generators(2, 5, seed=4), requires_grad=True)
