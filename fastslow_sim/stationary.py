@@ -6,7 +6,10 @@ has exactly one closed class; we require irreducibility unless `allow_transient=
 Methods (a string registry, as in torchdiffeq):
 - `"gth"` (default): Grassmann-Taksar-Heyman elimination. It reads only off-diagonal rates and
   performs no subtractions, so every entry has a small *relative* error however ill-conditioned
-  the chain (O'Cinneide 1993).
+  the chain (O'Cinneide 1993). Rows are scaled into jump probabilities, so nothing overflows;
+  a chain whose numbers may leave the normal range on the way (rates 1e+-300) is screened in
+  O(n^2) and redone, its back-substitution with each entry's power of two kept apart, its
+  elimination in long double (exponents to 1e-4932).
 - `"lu"`: one linear solve of `Q^T` with its last row replaced by ones. Fine for
   well-conditioned chains, loses relative accuracy on nearly decomposable ones.
 - `"svd"`: the right singular vector of `Q^T` for its smallest singular value (what
@@ -93,7 +96,8 @@ def _gth(q, check: bool = False):
     tol = max(1e-10, 100 * float(finfo.eps))
     kernel = None if torch_in or t.dtype != np.float64 else _gth_kernel(count * n**3 / 3)
     if kernel is not None:  # bit for bit the elimination below, compiled
-        p, bad, invalid = kernel(flat.reshape(count, n, n), tol, check)
+        p, bad, risky, invalid = kernel(flat.reshape(count, n, n), tol, check)
+        _redo_extended(flat, p, bad, risky)
         return p.reshape(batch + (n,)), bad.reshape(batch), invalid
     if torch_in:
         p_out = torch.empty((count, n), dtype=t.dtype, device=t.device)
@@ -101,6 +105,7 @@ def _gth(q, check: bool = False):
     else:
         p_out = np.empty((count, n), dtype=t.dtype)
         bad_out = np.empty(count, dtype=bool)
+    risky_out = bad_out.clone() if torch_in else bad_out.copy()
     invalid = False
     # Chunks keep each transposed block and its rank-one updates in cache.
     on_cpu = not torch_in or t.device.type == "cpu"
@@ -125,9 +130,54 @@ def _gth(q, check: bool = False):
         if check:
             invalid = invalid or bool((a < 0).any())
         with np.errstate(all="ignore"):  # zero pivots (flagged) divide by zero
-            p_c, bad_c = _gth_batch_last(a)
+            p_c, bad_c, risky_c = _gth_batch_last(a)
         p_out[c : c + b], bad_out[c : c + b] = p_c[:b], bad_c[:b]
+        risky_out[c : c + b] = risky_c[:b]
+    _redo_extended(flat, p_out, bad_out, risky_out)
     return p_out.reshape(batch + (n,)), bad_out.reshape(batch), invalid
+
+
+def _redo_extended(flat, p, bad, risky):
+    """Redo, in place, the chains whose elimination may have lost a transition below the normal
+    range (`risky`) in numpy's extended precision, whose exponent reaches 1e-4932
+    (x86's 80-bit long double; 128-bit on aarch64): `flat (count, n*n)`, `p (count, n)`, flags
+    `(count,)`. A chain still at risk there, or where long double is plain float64, gets NaN
+    (refused by the caller in one sentence)."""
+    redo = np.flatnonzero(_numpy(risky))  # a zero pivot there may be an underflow too
+    if not redo.size:
+        return
+    n = p.shape[-1]
+    rows = _numpy(flat[_index_like(flat, redo)]).astype(np.float64)
+    rows = rows if redo.size > 1 else np.concatenate([rows, rows])  # summed in order
+    wide = np.full((redo.size, n), np.nan)
+    if np.finfo(np.longdouble).minexp < -16000:  # exponents to 2^-16382
+        a = np.array(rows.T, dtype=np.longdouble, order="C").reshape(n, n, -1)
+        a[np.arange(n), np.arange(n)] = 0.0
+        with np.errstate(all="ignore"):
+            p_w, bad_w, risky_w = _gth_batch_last(a)
+        keep = ~risky_w[: redo.size] | bad_w[: redo.size]  # a zero pivot: the graph decides
+        wide[keep] = p_w[: redo.size][keep]
+    _put(p, redo, wide)
+    _put(bad, redo, ~np.isfinite(wide).all(-1) | ~(wide > 0).all(-1))
+
+
+def _index_like(x, idx):
+    """A numpy index array as an index for `x` (a torch tensor on its device), else itself."""
+    if _is_torch(x) and isinstance(idx, np.ndarray):
+        import torch
+
+        return torch.as_tensor(idx, device=x.device)
+    return idx
+
+
+def _put(x, index, values):
+    """`x[index] = values` for numpy `values`, with `x` numpy or torch (cast to its dtype)."""
+    if not _is_torch(x):
+        x[index] = values
+        return
+    if isinstance(index, tuple):
+        index = tuple(_index_like(x, i) for i in index)
+    x[_index_like(x, index)] = x.new_tensor(values)
 
 
 _GTH_CHUNK = 8192
@@ -186,31 +236,138 @@ def _add_product(dst, x, y):
 
 
 def _gth_batch_last(a):
-    """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)`, flags.
+    """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)` and the
+    flags `bad` (see `_gth`) and `risky` (see `_censor_batch_last`).
 
     Written once for numpy and torch (operators, `sum`, `abs`, slicing). The back-substitution
     `p_k = sum_{i<k} p_i a_ik` keeps `p_0..p_{k-1}` normalised to sum 1 as it goes, so no
     partial sum can overflow however far the mass sits from state 0 (fixing `p_0 = 1` overflows
     once `p_k / p_0 > 1e308`); each step divides by a number >= 1, so an entry only shrinks and a
-    final entry in the normal range kept its relative accuracy all the way.
+    final entry in the normal range kept its relative accuracy all the way. An inflow
+    `p_i a_ik` or a final entry below that range may have lost bits that later entries were
+    built from (rates 1e+-300 can put `p_2 / p_0 = 1e-351` on the way to `p_6 / p_0 = 1e67`), so
+    such chains are redone with `_wide_back_substitution`, from the same censored matrix.
     """
-    n = a.shape[0]
-    bad = a[0, 0] != 0.0  # (b,) all False: the diagonal was zeroed
-    for k in range(n - 1, 0, -1):
-        s = a[k, :k].sum(0)  # (b,) rate of k into the lower states
-        bad = bad | ~(s > 0)  # a zero pivot: reducible (or underflow); also catches NaN
-        a[:k, k] /= s  # a zero pivot gives inf/nan here; such chains are flagged
-        # censor state k: i -> k -> j becomes i -> j, with no subtraction anywhere
-        _add_product(a[:k, :k], a[:k, k, None], a[k, None, :k])
-    # back-substitution, normalised at every step
+    bad, risky, low_rate = _censor_batch_last(a)
+    tiny = _finfo(a).tiny
     p = a[0] * 0.0  # (n, b); every row is written below
     p[0] = 1.0
-    for k in range(1, n):
-        pk = (p[:k] * a[:k, k]).sum(0)  # p_0..p_{k-1} sum to 1: no overflow
+    for k in range(1, a.shape[0]):
+        pk = (p[:k] * a[:k, k]).sum(0) / a[k, k]  # p_0..p_{k-1} sum to 1: no overflow
         p[k] = pk
         p[: k + 1] /= 1.0 + pk
-    bad = bad | ~(p > 0).all(0)  # also catches NaN and inf
-    return p.T, bad
+    # an entry below the normal range (or NaN), or maybe an inflow p_i a_ik: p_i only shrinks,
+    # so p_i a_ik >= min(p) times the smallest positive rate
+    lost = ~(p >= tiny).all(0) | (_amin(p) * low_rate < tiny)
+    redo = np.flatnonzero(_numpy(lost & ~bad))  # pivots fine, some entry out of the normal range
+    if redo.size:
+        cols = redo if redo.size > 1 else np.repeat(redo, 2)  # two columns: summed in order
+        sub = _numpy(a[:, :, _index_like(a, cols)])
+        wide, zero = _wide_back_substitution(sub if sub.dtype != np.float32 else sub.astype(float))
+        _put(p, (slice(None), redo), wide[:, : redo.size])
+        _put(lost, redo, zero[: redo.size])
+    return p.T, bad | lost, risky
+
+
+def _censor_batch_last(a):
+    """Eliminate states n-1, ..., 1 of `a (n, n, b)` (zero diagonal) in place. Afterwards
+    `a[i, k]` (i < k) is the rate i -> k of the chain censored to {0..k}, `a[k, k]` the pivot
+    `s_k` (the rate of k into the lower states) and `a[k, j]` (j < k) the probability that k's
+    next jump below goes to j. Scaling the row, not the column, keeps every number within the
+    range of the rates: a probability is at most 1, so neither `a_kj / s_k` nor the update
+    `a_ij += a_ik a_kj / s_k` can overflow, and the ratio `a_ik / s_k`, which can (rates 1e+-200),
+    is never formed. A probability, or a product of one with a rate, can still fall below the
+    normal range (rates 1e+-300 in one row), losing a transition that may matter.
+
+    Returns `(bad, risky, low_rate)`: the flags of a zero or non-finite pivot and of chains
+    where some probability `a_kj / s_k` or product `a_ik a_kj / s_k` may have left the normal
+    range, screened from the smallest positive ones in O(n^2) (division by `s_k` is monotone,
+    so the smallest probability is the smallest rate over `s_k`; the screen never misses one),
+    and the smallest positive censored rate `a_ik` (i < k), for the back-substitution's screen.
+    `stationary_kernel._censor` computes the same, flags included."""
+    tiny = _finfo(a).tiny
+    bad = a[0, 0] != 0.0  # (b,) all False: the diagonal was zeroed
+    risky = bad
+    low_rate = a[0, 0] + float("inf")  # (b,)
+    for k in range(a.shape[0] - 1, 0, -1):
+        row = a[k, :k]  # (k, b) rates of k into the lower states
+        s = row.sum(0)  # (b,) their sum, the pivot
+        bad = bad | ~(s > 0)  # a zero pivot: reducible (or underflow); also catches NaN
+        low_prob = _min_positive(row) / s
+        row /= s  # a zero pivot gives inf/nan here; such chains are flagged
+        a[k, k] = s
+        rate = _min_positive(a[:k, k])
+        low_rate = _minimum(low_rate, rate)
+        risky = risky | (low_prob < tiny) | (rate * low_prob < tiny)
+        # censor state k: i -> k -> j becomes i -> j, with no subtraction anywhere
+        _add_product(a[:k, :k], a[:k, k, None], a[k, None, :k])
+    return bad, risky, low_rate
+
+
+def _min_positive(x):
+    """The smallest positive entry along the first axis (inf where there is none); one pass
+    where every entry is positive (a dense generator)."""
+    low = _amin(x)
+    if bool((low > 0).all()):
+        return low
+    if _is_torch(x):
+        import torch
+
+        return torch.where(x > 0, x, torch.inf).amin(0)
+    return np.where(x > 0, x, np.inf).min(0)
+
+
+def _amin(x):
+    return x.amin(0) if _is_torch(x) else x.min(0)
+
+
+def _minimum(x, y):
+    if _is_torch(x):
+        import torch
+
+        return torch.minimum(x, y)
+    return np.minimum(x, y)
+
+
+def _finfo(a):
+    if _is_torch(a):
+        import torch
+
+        return torch.finfo(a.dtype)
+    return np.finfo(a.dtype)
+
+
+def _wide_back_substitution(a):
+    """`p (n, b)` and flags from censored `a (n, n, b)` (numpy): each `p_k = sum_{i<k} p_i
+    a_ik / s_k` kept as a mantissa in [0.5, 1) and a power of two apart (`frexp`), so no entry
+    under- or overflows on the way however far apart they are; entries below 2^-1074 of the
+    largest are 0 at the end. Flags chains with an entry whose inflow is exactly zero (a
+    transient state) or not finite; `stationary_kernel._wide` is the same, operation for
+    operation."""
+    n, _, b = a.shape
+    mant = np.zeros((n, b), dtype=a.dtype)
+    expo = np.full((n, b), _NO_EXPONENT, dtype=np.int64)
+    mant[0], expo[0] = 0.5, 1  # p_0 = 1
+    for k in range(1, n):
+        t = mant[:k] * a[:k, k]  # (k, b): a mantissa times a censored rate: finite
+        mt, et = np.frexp(t)
+        tot = np.where(t > 0, expo[:k] + et, _NO_EXPONENT)
+        top = tot.max(0)  # (b,) the largest term's exponent
+        shift = np.maximum(tot - top, -2000).astype(np.int32)
+        ms, es = np.frexp(a[k, k])  # the pivot s_k
+        mant[k], de = np.frexp(np.ldexp(mt, shift).sum(0) / ms)
+        expo[k] = np.where(mant[k] > 0, top + de - es, _NO_EXPONENT)
+    zero = ~(mant > 0).all(0)
+    rel = np.maximum(expo - expo.max(0), -2000).astype(np.int32)
+    p = np.ldexp(mant, rel)  # the largest entry in [0.5, 1)
+    return p / p.sum(0), zero
+
+
+_NO_EXPONENT = np.iinfo(np.int64).min // 4  # the exponent of a zero entry
+
+
+def _numpy(x):
+    return x.detach().cpu().numpy() if _is_torch(x) else x
 
 
 def _lu(q):
@@ -337,8 +494,9 @@ def _solve(q, method: str, allow_transient: bool, check: bool = False):
 
 
 def _check_finite(p, q_np, flags):
-    """Raise `InputError` (one sentence) if an irreducible chain's `p` is not finite: its rates
-    span more than the floating-point range, so the elimination itself over- or underflowed."""
+    """Raise `InputError` (one sentence) if a chain's `p` is not finite: the elimination only
+    adds products of rates and probabilities, so a rate of the censored chain overflowed (rates
+    near the largest float), or a pivot underflowed to zero."""
     finite = _isfinite(p).all(-1)
     finite = finite.cpu().numpy() if _is_torch(finite) else np.asarray(finite)
     if finite.all():
@@ -352,7 +510,8 @@ def _check_finite(p, q_np, flags):
     raise InputError(
         f"the stationary distribution of the generator{where} cannot be computed in "
         f"{q_np.dtype} arithmetic: its positive rates span {pos.min():.3g} to {pos.max():.3g}, "
-        f"beyond the floating-point range; expected rates whose ratios stay within it."
+        f"and the eliminated chain's rates (sums of products of them) left the floating-point "
+        f"range; expected rates whose sums stay within {np.finfo(q_np.dtype).max:.3g}."
     )
 
 

@@ -330,12 +330,103 @@ def test_gradient_with_the_mass_far_from_state_0():
     assert grad.item() == pytest.approx(var, rel=1e-9)
 
 
-def test_rates_beyond_the_float_range_raise_one_sentence():
-    # p_0 / p_1 = 1e-300 / 1e300 is fine, but the censored rate 1e300 / 1e-300 is not a float
+def test_rates_spanning_the_float_range_give_the_exact_answer():
+    # p_1 / p_0 = 1e300 / 1e-300 = 1e600 is no float, but p = (1e-600 ~ 0, 1/2, 1/2) is: the
+    # elimination scales rows into probabilities (the ratio 1e300 / 1e-300 is never formed) and
+    # the back-substitution keeps p_k's exponent apart once an entry leaves the normal range
     off = np.zeros((3, 3))
     off[0, 1], off[1, 0], off[1, 2], off[2, 1] = 1e300, 1e-300, 1.0, 1.0
-    with pytest.raises(fs.InputError, match="cannot be computed in float64"):
-        fs.stationary_distribution(from_off_diagonal(off))
+    np.testing.assert_array_equal(fs.stationary_distribution(from_off_diagonal(off)), [0, 0.5, 0.5])
+
+
+def test_a_censored_rate_that_overflows_raises_one_sentence():
+    # rates 1.5e308 on two paths 0 -> 1: censoring state 2 adds them, beyond the largest float
+    # (the validator refuses the row sum first, so this is the unchecked path)
+    q = np.zeros((3, 3))
+    q[0, 1] = q[0, 2] = 1.5e308
+    q[2, 1] = q[1, 0] = 1.0
+    with pytest.raises(fs.InputError, match="cannot be computed in float64.*left the floating"):
+        fs.stationary_distribution(q, check=False)
+
+
+def _exact_stationary(off):
+    """p_st of the generator with off-diagonal rates `off (n, n)` in exact rational arithmetic
+    (the rates are binary fractions, so this is the true answer), as floats (0 below 1e-300)."""
+    n = off.shape[0]
+    a = [[Fraction(float(off[i, j])) if i != j else Fraction(0) for j in range(n)] for i in range(n)]
+    for k in range(n - 1, 0, -1):
+        s = sum(a[k][:k])
+        for i in range(k):
+            a[i][k] /= s
+            for j in range(k):
+                a[i][j] += a[i][k] * a[k][j]
+    p = [Fraction(1)]
+    for k in range(1, n):
+        p.append(sum(p[i] * a[i][k] for i in range(k)))
+    total = sum(p)
+    return np.array([float(x / total) if x / total > Fraction(10) ** -300 else 0.0 for x in p])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["vectorised", "compiled"])
+def test_dense_generators_with_rates_1e300_apart_are_exact(compiled, monkeypatch):
+    # rates 10^U(-300, 300), half of them zero: probabilities and products fall below the
+    # normal range in the elimination; such chains are redone in long double. Against exact
+    # rationals: every entry above 1e-300 to 1e-12 relative, the rest below 1e-290. At
+    # 725df89, 400 such 6-state generators gave 27 wrong answers and 115 refusals.
+    import fastslow_sim.stationary as st
+
+    monkeypatch.setattr(st, "KERNEL_MIN_FLOPS", 0.0 if compiled else np.inf)
+    monkeypatch.setattr(st, "_KERNEL", {} if compiled else {"gth": None})
+    rng = np.random.default_rng(11)
+    done = 0
+    for _ in range(80):
+        off = 10.0 ** rng.uniform(-300, 300, (6, 6)) * (rng.uniform(size=(6, 6)) < 0.6)
+        np.fill_diagonal(off, 0.0)
+        try:
+            p = fs.stationary_distribution(from_off_diagonal(off))
+        except fs.ReducibleGeneratorError:
+            closed, transient = closed_classes(off)
+            assert len(closed) > 1 or transient  # reducible from its zero pattern alone
+            continue
+        exact = _exact_stationary(off)
+        big = exact > 0
+        np.testing.assert_allclose(p[big], exact[big], rtol=1e-12)
+        assert np.all(p[~big] < 1e-290)
+        done += 1
+    assert done > 60
+
+
+def _extreme_chains(count, n, seed):
+    """`count` neighbour chains of `n` states with rates 10^U(-300, 300), as dense generators,
+    and their up and down rates."""
+    rng = np.random.default_rng(seed)
+    up, down = 10.0 ** rng.uniform(-300, 300, (2, count, n - 1))
+    off = np.zeros((count, n, n))
+    idx = np.arange(n - 1)
+    off[:, idx, idx + 1], off[:, idx + 1, idx] = up, down
+    return from_off_diagonal(off), up, down
+
+
+@pytest.mark.parametrize("dense_only", [False, True, "torch"], ids=["small", "compiled", "torch"])
+def test_entries_far_below_the_largest_keep_their_relative_accuracy(dense_only):
+    # neighbour chains with rates 1e+-300 given as dense matrices: the ratios p_{k+1}/p_k span
+    # far beyond the float range on the way (p_2 / p_0 = 1e-351 before p_6 / p_0 = 1e67), which
+    # put the mass on the wrong state before the back-substitution kept exponents apart; the
+    # O(n) chain formula (mantissas and exponents apart, tested against exact rationals) is
+    # the reference, to 1e-12 on every entry above 1e-250
+    q, up, down = _extreme_chains(300, 6, seed=0)
+    if dense_only is True:  # the compiled kernel's elimination for the wide back-substitution
+        from fastslow_sim.stationary import _gth_kernel
+
+        assert _gth_kernel(1e9) is not None
+    if dense_only == "torch":
+        p = fs.stationary_distribution(torch.tensor(q)).numpy()
+    else:
+        p = fs.stationary_distribution(q)
+    ref = fs.chain_stationary(up, down)
+    big = ref > 1e-250
+    np.testing.assert_allclose(p[big], ref[big], rtol=1e-12)
+    assert np.all(p[~big] < 1e-240)
 
 
 def test_numpy_input_never_imports_torch():
@@ -385,13 +476,13 @@ def test_chain_stationary_against_exact_arithmetic(n):
 
 def test_chain_stationary_beyond_the_float_range_of_ratios():
     # up/down = 1e600 is not a float, and 1e300^k overflows in a naive product; the mass sits
-    # at the far end (exact p = (1e-1200, 1e-600, 1) / sum, and the dense GTH refuses this chain)
+    # at the far end (exact p = (1e-1200, 1e-600, 1) / sum; the dense GTH agrees)
     p = fs.chain_stationary([1e300, 1e300], [1e-300, 1e-300])
     assert np.array_equal(p, [0.0, 0.0, 1.0])
     up, down = np.array([1e300, 1.0]), np.array([1e-300, 1.0])
     np.testing.assert_array_equal(fs.chain_stationary(up, down), [0.0, 0.5, 0.5])
-    with pytest.raises(fs.InputError, match="cannot be computed"):
-        fs.stationary_distribution(fs.generators._neighbour_generator(up, down))
+    dense = fs.stationary_distribution(fs.generators._neighbour_generator(up, down))
+    np.testing.assert_array_equal(dense, [0.0, 0.5, 0.5])
     # 3,000 states with ratio 31.9 = 1.99 * 2^4: p_k spans 1e4500, and the mantissas' running
     # product (1.99^k) would overflow within 1,100 links without the blocks it is renormalised in
     # reference: p_k = r^(k-n+1) (1 - 1/r) / (1 - r^-n) in logs, relative error <= |log p_k| u
@@ -521,13 +612,22 @@ def test_compiled_gth_is_bit_for_bit_the_vectorised_one(monkeypatch):
     cases += [bad_rows[i : i + 1] for i in range(4)]
     # one dense generator: a batch of 1, where numpy would sum the (k, 1) columns pairwise
     cases += [fs.random_generators(1, n, seed=n) for n in (20, 37, 64)]
-    flagged = invalid = 0
+    # rates 1e+-300: entries leave the normal range, so the back-substitution is redone with
+    # exponents apart (a whole batch, one chain of a batch, a batch of one; dense ones too)
+    extreme = _extreme_chains(200, 7, seed=3)[0]
+    cases += [extreme, np.concatenate([fs.random_generators(5, 7, seed=2), extreme[:1]]),
+              extreme[1:2]]  # fmt: skip
+    dense = from_off_diagonal(10.0 ** rng.uniform(-150, 150, (100, 6, 6)))
+    cases += [dense, dense[:1]]
+    flagged = invalid = redone = 0
     for q in cases:
         (pv, bv, iv), (pk, bk, ik) = _both_gth(q, monkeypatch)
         assert np.array_equal(pv, pk, equal_nan=True) and np.array_equal(bv, bk) and iv == ik
         flagged += int(bv.sum())
         invalid += int(iv)
+        redone += int((~bv & (pv < np.finfo(float).tiny).any(-1)).sum())
     assert flagged > 0 and invalid == 4  # the reducible, NaN and inf cases were exercised
+    assert redone > 100  # and the wide back-substitution, in both
 
 
 def test_small_calls_do_not_load_the_compiled_gth(monkeypatch):
