@@ -1,26 +1,55 @@
-"""Saving and loading results as self-describing NetCDF files.
+"""Saving and loading results as self-describing NetCDF files, and the rule for every file the
+toolkit writes.
 
 Writes are atomic: the data go to a temporary file in the target folder, which is renamed onto
 the target only once complete, so an interrupted run never leaves a file that looks finished.
 The NetCDF-4 engine is h5netcdf (pure Python over h5py, no system netCDF library needed).
+
+Nothing a user owns is replaced. An output path may be absent or an empty regular file; an
+existing non-empty file is replaced only if fastslow-sim wrote it, as told by its content (never
+its name): every file carries a mark, sniffed cheaply from its first (PDF: last) few KB.
+
+* NetCDF-4/HDF5 (`save_dataset`): the root attribute `fastslow_sim_version`;
+* PNG, PDF, SVG (also gzipped), EPS/PS (`analysis.save_figure`): the Software (PNG) or Creator
+  metadata begins with `fastslow-sim` (JPEG, TIFF, WebP, GIF, AVIF, raw and PGF figures carry no
+  mark, so an existing one is never replaced);
+* JSON (`save_json`): the object's first key is `fastslow_sim_version`; a JSON file without it
+  is fastslow-sim's when it lies in a run folder beside a checkpoint of fastslow-sim's (the run
+  folders that `train-network` guards, written before the key existed);
+* torch checkpoints (zip): the pickled object holds the key `fastslow_sim_version`.
+
+Anything else (a user's text, an image or HDF5 file without the mark, a corrupt or unreadable
+file) is refused with one sentence, before any work (`check_writable`) and again just before
+the rename. A symbolic link is followed: the file it points to is judged, and replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import stat
 import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from ._version import __version__
 from .errors import InputError
 
-__all__ = ["save_dataset", "load_dataset", "check_writable", "atomic_path"]
+__all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "atomic_path",
+           "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
 
 ENGINE = "h5netcdf"
+MARK = "fastslow-sim"  # how a figure's Creator/Software metadata begins
+VERSION_KEY = "fastslow_sim_version"  # a dataset's root attribute, a JSON file's first key
+# figure formats whose files carry no metadata that matplotlib lets us set
+UNMARKED_FORMATS = ("jpg", "jpeg", "tif", "tiff", "webp", "gif", "avif", "raw", "rgba", "pgf")
+_HEAD = 8192  # bytes read to sniff a file
 
 
 def _special(path: Path) -> str | None:
@@ -38,9 +67,130 @@ def _special(path: Path) -> str | None:
     return "special file"
 
 
+def _sniff_hdf5(path: Path, head: bytes) -> bool:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return VERSION_KEY in f.attrs
+
+
+def _sniff_png(path: Path, head: bytes) -> bool:
+    """A tEXt or iTXt chunk `Software` beginning with the mark, before the image data."""
+    i = 8
+    while i + 8 <= len(head):
+        n, kind = int.from_bytes(head[i : i + 4], "big"), head[i + 4 : i + 8]
+        if kind == b"IDAT":
+            break
+        data = head[i + 8 : i + 8 + n]
+        key, _, text = data.partition(b"\0")
+        if kind == b"iTXt":  # compression flag and method, language and translated keyword
+            text = text[2:].split(b"\0", 2)[-1] if text[:1] == b"\0" else b""
+        if kind in (b"tEXt", b"iTXt") and key == b"Software" and text.startswith(MARK.encode()):
+            return True
+        i += 12 + n
+    return False
+
+
+_PDF_CREATOR = re.compile(rb"/(?:Creator|Producer)\s*\(" + re.escape(MARK.encode()))
+
+
+def _sniff_pdf(path: Path, head: bytes) -> bool:
+    """The Info dictionary's Creator or Producer, which matplotlib writes just before the
+    cross-reference table at the end: the last few KB, and those before `startxref`'s offset."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - _HEAD))
+        tail = f.read()
+        if _PDF_CREATOR.search(tail):
+            return True
+        found = re.findall(rb"startxref\s+(\d+)", tail)
+        if not found:
+            return False
+        xref = min(int(found[-1]), size)
+        f.seek(max(0, xref - _HEAD))
+        return bool(_PDF_CREATOR.search(f.read(xref - f.tell())))
+
+
+def _sniff_ps(path: Path, head: bytes) -> bool:
+    return re.search(rb"^%%Creator: " + re.escape(MARK.encode()), head, re.M) is not None
+
+
+_SVG_CREATOR = re.compile(
+    rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>" + re.escape(MARK.encode())
+)
+
+
+def _sniff_svg(path: Path, head: bytes) -> bool:
+    return b"<svg" in head and _SVG_CREATOR.search(head) is not None
+
+
+def _sniff_gzip(path: Path, head: bytes) -> bool:  # svgz
+    return _sniff_svg(path, zlib.decompressobj(wbits=31).decompress(head, _HEAD))
+
+
+def _sniff_zip(path: Path, head: bytes) -> bool:
+    """A torch checkpoint: its pickle (`*/data.pkl`, the tensors are apart) names the key
+    (read as bytes: a foreign pickle is never unpickled)."""
+    with zipfile.ZipFile(path) as z:
+        pickles = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        return len(pickles) == 1 and VERSION_KEY.encode() in z.read(pickles[0])
+
+
+_JSON_MARKED = re.compile(rb'\A\s*\{\s*"' + VERSION_KEY.encode() + rb'"\s*:')
+
+
+def _sniff_json(path: Path, head: bytes) -> bool:
+    if _JSON_MARKED.match(head):
+        return True
+    beside = path.parent / "ckpt.pt"  # an older run folder: our checkpoint sits beside it
+    return path.name != "ckpt.pt" and beside.is_file() and written_by_us(beside)
+
+
+_SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_png),
+             (b"%PDF-", _sniff_pdf), (b"%!PS-Adobe", _sniff_ps), (b"\x1f\x8b", _sniff_gzip),
+             (b"PK\x03\x04", _sniff_zip), (b"<?xml", _sniff_svg), (b"<svg", _sniff_svg),
+             (b"{", _sniff_json), (b"[", _sniff_json))  # fmt: skip
+
+
+def written_by_us(path) -> bool:
+    """Whether the regular file at `path` (a link followed) was written by fastslow-sim, told
+    from its first bytes (module docstring); an unreadable or corrupt file is not."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD)
+    except OSError:
+        return False
+    start = head.lstrip()
+    for magic, sniff in _SNIFFERS:
+        if (start if magic[:1] in b"<{[" else head).startswith(magic):
+            try:
+                return bool(sniff(Path(path), head))
+            except Exception:  # noqa: BLE001 - whatever fails to parse is not ours
+                return False
+    return False
+
+
+def _check_owned(p: Path, what: str):
+    """`InputError` when the regular file at `p` is not empty and not fastslow-sim's."""
+    try:
+        if not p.is_file() or p.stat().st_size == 0 or written_by_us(p):
+            return
+    except OSError:
+        pass
+    shown = str(p) + (f" (a link to {os.path.realpath(p)!r})" if p.is_symlink() else "")
+    fmt = p.suffix.lstrip(".").lower()
+    why = (f"; a .{fmt} figure carries no mark of who wrote it, so" if fmt in UNMARKED_FORMATS
+           and what in ("plot", "figure") else " that fastslow-sim did not write;")  # fmt: skip
+    raise InputError(
+        f"the {what} path {shown!r} holds a file{why} it is never replaced: remove it or "
+        f"choose another path."
+    )
+
+
 def check_writable(path, what="output") -> Path:
-    """Raise `InputError` unless `path` can be created or replaced: it is absent or a regular
-    file (never a directory, device, FIFO or socket), and its folder exists and is writable."""
+    """Raise `InputError` unless `path` can be created or replaced: it is absent, an empty
+    regular file or one that fastslow-sim wrote (`written_by_us`; never a directory, device,
+    FIFO, socket or a file of the user's), and its folder exists and is writable."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.exists() and p.is_dir():
@@ -51,6 +201,7 @@ def check_writable(path, what="output") -> Path:
             f"the {what} path {str(p)!r} is a {kind}, not a regular file; expected a new or "
             f"regular file (it is never replaced)."
         )
+    _check_owned(p, what)
     if not parent.exists():
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."
@@ -75,13 +226,14 @@ def _can_create(folder: Path) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_path(path):
+def atomic_path(path, what="output"):
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds
-    and `path` is still absent or a regular file: a rename replaces whatever sits at the target,
-    and onto `/dev/full` it would replace the device with a regular file (`InputError` instead).
-    A symbolic link is followed, so the file it points to is replaced, not the link."""
+    and `path` is still absent or a file that may be replaced (`check_writable`): a rename
+    replaces whatever sits at the target, and onto `/dev/full` it would replace the device with
+    a regular file, or a user's file with ours (`InputError` instead). A symbolic link is
+    followed, so the file it points to is replaced, not the link."""
     path = Path(os.path.realpath(path))
-    check_writable(path)
+    check_writable(path, what)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
@@ -90,7 +242,7 @@ def atomic_path(path):
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
-        check_writable(path)  # once more: something may have appeared there meanwhile
+        check_writable(path, what)  # once more: something may have appeared there meanwhile
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -110,15 +262,24 @@ def _clean_attrs(attrs: dict) -> dict:
 
 
 def save_dataset(ds: xr.Dataset, path) -> Path:
-    """Write `ds` to NetCDF-4 at `path`, atomically."""
+    """Write `ds` to NetCDF-4 at `path`, atomically, with the root attribute
+    `fastslow_sim_version` (this version's, unless `ds` names the one that computed it)."""
     path = check_writable(path, "dataset")
     ds = ds.copy()
-    ds.attrs = _clean_attrs(ds.attrs)
+    ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})
     for name in ds.variables:
         ds[name].attrs = _clean_attrs(ds[name].attrs)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, "dataset") as tmp:
         ds.to_netcdf(tmp, engine=ENGINE)
     return path
+
+
+def save_json(obj: dict, path, what="output", indent: int | None = 1) -> Path:
+    """Write the JSON object `obj` to `path`, atomically, its first key `fastslow_sim_version`
+    (the mark that lets a later run replace it)."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_text(json.dumps({VERSION_KEY: __version__, **obj}, indent=indent))
+    return Path(path)
 
 
 def load_dataset(path) -> xr.Dataset:

@@ -154,13 +154,20 @@ def test_atomic_write_refuses_a_target_that_became_special(tmp_path):
             os.mkfifo(target)
     assert stat.S_ISFIFO(os.stat(target).st_mode)
     assert not list(tmp_path.glob("*.part"))
-    # a regular file is replaced, and a link to one is followed (the link stays a link)
+    # an earlier dataset of ours is replaced, and a link to one is followed (it stays a link)
     regular = tmp_path / "a.nc"
-    regular.write_bytes(b"old")
+    save_dataset(fs.integrate(fs.make_system("birth-death", eps=0.1), (0, 1), n_eval=5), regular)
     link = tmp_path / "link.nc"
     link.symlink_to(regular)
     save_dataset(ds, link)
     assert link.is_symlink() and fs.load_dataset(regular).attrs["system"] == "two-state"
+    # a file of the user's that appears meanwhile survives too
+    with pytest.raises(fs.InputError, match="did not write"):
+        with atomic_path(target.with_name("late.nc")) as tmp:
+            tmp.write_bytes(b"data")
+            target.with_name("late.nc").write_bytes(b"the user's")
+    assert target.with_name("late.nc").read_bytes() == b"the user's"
+    assert not list(tmp_path.glob("*.part"))
 
 
 def test_states_sets_the_size_of_the_chain(tmp_path):

@@ -12,6 +12,7 @@ import stat
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -177,6 +178,16 @@ def number(lo, hi):
     return st.one_of(valid, valid, valid, valid, specials)
 
 
+def _previous(out, ours: bool) -> bytes:
+    """Put a file at `out`: an earlier fastslow-sim dataset (`ours`) or the user's notes."""
+    out.unlink(missing_ok=True)  # tmp_path is shared by the examples
+    if ours:
+        fs.save_dataset(xr.Dataset(attrs={"status": "previous"}), out)
+    else:
+        out.write_bytes(b"previous")
+    return out.read_bytes()
+
+
 @settings(max_examples=30, **SETTINGS)
 @given(
     eps=number(1e-12, 0.5),
@@ -188,10 +199,12 @@ def number(lo, hi):
     seed=st.sampled_from(["0", "7", "7", str(2**40), "-1", "1e3"]),
     batch=st.sampled_from([None, None, "2", "0", "-3"]),
     method=st.sampled_from(["auto", "rodas4", "lsoda", "multirate"]),
+    ours=st.sampled_from([True, True, True, False]),
 )
-def test_cli_integrate_options(eps, t_end, rtol, atol, y0, n_eval, seed, batch, method, tmp_path):
+def test_cli_integrate_options(eps, t_end, rtol, atol, y0, n_eval, seed, batch, method, ours,
+                               tmp_path):  # fmt: skip
     out = tmp_path / "r.nc"
-    out.write_bytes(b"previous")  # a regular file: replaced only by a finished run
+    previous = _previous(out, ours)  # an earlier run's dataset: replaced only by a finished run
     args = ["integrate", "--eps", eps, "--t-end", t_end, "--rtol", rtol, "--atol", atol,
             "--n-eval", n_eval, "--seed", seed, "--method", method, "--out", str(out),
             "--no-plot", "--json"]  # fmt: skip
@@ -207,13 +220,15 @@ def test_cli_integrate_options(eps, t_end, rtol, atol, y0, n_eval, seed, batch, 
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert res.exit_code in (0, 1, 2), res.output
     assert not list(tmp_path.glob("*.part"))
+    if not ours:  # a file that fastslow-sim did not write is never replaced, whatever else
+        assert res.exit_code == 2 and out.read_bytes() == previous, res.output
     if res.exit_code == 2:  # bad input: one sentence (after click's usage line for a value
         # that is not a number at all), the old file untouched
         assert bad_input_sentence(res.output), res.output
-        assert out.read_bytes() == b"previous"
+        assert out.read_bytes() == previous
         return
     if res.output.startswith("Error: "):  # a failed computation: one sentence, file untouched
-        assert res.exit_code == 1 and out.read_bytes() == b"previous"
+        assert res.exit_code == 1 and out.read_bytes() == previous
         return
     ds = fs.load_dataset(out)  # a finished run replaced it with a complete dataset
     assert stat.S_ISREG(os.stat(out).st_mode)
@@ -233,7 +248,7 @@ def test_cli_integrate_options(eps, t_end, rtol, atol, y0, n_eval, seed, batch, 
 )
 def test_cli_manifold_options(kappa, osc_eps, y_lo, y_hi, tmp_path):
     out = tmp_path / "m.nc"
-    out.write_bytes(b"previous")
+    previous = _previous(out, True)
     args = ["manifold", f"--kappa={kappa}", f"--osc-eps={osc_eps}", "--y-range", y_lo, y_hi,
             "--out", str(out), "--no-plot", "--json"]  # fmt: skip
     res = CliRunner().invoke(main, args)
@@ -241,7 +256,7 @@ def test_cli_manifold_options(kappa, osc_eps, y_lo, y_hi, tmp_path):
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert res.exit_code in (0, 1, 2), res.output
     if res.exit_code != 0:
-        assert "Error: " in res.output and out.read_bytes() == b"previous"
+        assert "Error: " in res.output and out.read_bytes() == previous
     else:
         assert fs.load_dataset(out).attrs["gap"] >= 0
     assert not list(tmp_path.glob("*.part"))

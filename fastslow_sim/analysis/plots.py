@@ -15,20 +15,28 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .._version import __version__
 from .palette import WIDTH, eps_color, state_colors
 
 
 def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
-    either complete on disk or absent. Closes the figure unless `close=False`."""
-    from fastslow_sim.io import atomic_path
+    either complete on disk or absent. A PNG, PDF, SVG or PS file names fastslow-sim in its
+    Software or Creator metadata, the mark that lets a later run replace it (`fastslow_sim.io`:
+    a file without it is never replaced). Closes the figure unless `close=False`."""
+    import matplotlib
+
+    from fastslow_sim.io import MARK, atomic_path
 
     path = Path(path)
-    fmt = path.suffix.lstrip(".") or "png"
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    me = f"{MARK} {__version__} (Matplotlib v{matplotlib.__version__})"
     # no creation date in a PDF: the same figure gives the same bytes (clean diffs in figures/)
-    meta = {"CreationDate": None} if fmt == "pdf" else None
+    meta = {"png": {"Software": me}, "pdf": {"Creator": me, "CreationDate": None},
+            "svg": {"Creator": me}, "svgz": {"Creator": me}, "eps": {"Creator": me},
+            "ps": {"Creator": me}}.get(fmt)  # fmt: skip
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, "figure") as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", metadata=meta)
     finally:
         if close:
