@@ -116,7 +116,7 @@ class _Context:
     def dataset(self, path: Path, what: str, recipe: dict, compute, total: int = 1):
         """The dataset at `path` if it was made by `recipe`, else `compute(bar)` saved there
         first; returned as loaded from the file."""
-        from .io import load_dataset, save_dataset
+        from .io import check_writable, load_dataset, save_dataset
 
         stamp = json.dumps(recipe, sort_keys=True, default=float)
         if path.is_file():
@@ -127,6 +127,7 @@ class _Context:
         if not self.compute:
             raise _MissingError(f"{what} ({path})")
         path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(path, "dataset")  # a file of the user's there: refused before computing
         with self.bar(what, total) as bar:
             ds = compute(bar)
             bar.update(bar.total - bar.n)
@@ -427,10 +428,13 @@ def phi_sweep(out, plan, seed: int = 0, base: dict | None = None, max_windows: i
     distance to `p_st` (`probe.phi_vs_pst`); returns the rows, also written to
     `out/phi_vs_pst_sweep.json`. A finished run folder is reused."""
     from .corpora import load_corpus
+    from .io import check_writable, save_json
     from .probe import phi_vs_pst
     from .training import TrainConfig, arm_config, train
 
     out = Path(out)
+    if out.is_dir():  # refused before hours of training, not after
+        check_writable(out / "phi_vs_pst_sweep.json", "phi-vs-pst sweep")
     rows = []
     for sweep, corpus, arm, tokens, P in plan:
         folder = _sweep_folder(out, sweep, arm, tokens, P, seed)
@@ -448,10 +452,15 @@ def phi_sweep(out, plan, seed: int = 0, base: dict | None = None, max_windows: i
         if bar is not None:
             bar.update(1)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".phi_vs_pst_sweep.json.part"
-    tmp.write_text(json.dumps(rows, indent=1))
-    tmp.replace(out / "phi_vs_pst_sweep.json")
+    save_json({"rows": rows}, out / "phi_vs_pst_sweep.json", "phi-vs-pst sweep")
     return rows
+
+
+def sweep_rows(path: Path) -> list:
+    """The rows of a `phi_vs_pst_sweep.json` (`{"rows": [...]}`, or the bare list of a file
+    written before fastslow-sim marked its JSON files)."""
+    data = json.loads(Path(path).read_text())
+    return data["rows"] if isinstance(data, dict) else data
 
 
 def _fig_phi_sweep(ctx):
@@ -462,7 +471,7 @@ def _fig_phi_sweep(ctx):
     path = out / "phi_vs_pst_sweep.json"
     plan = sweep_plan(s)
     want = {_sweep_folder(out, sw, arm, tok, P, 0).name for sw, _, arm, tok, P in plan}
-    rows = json.loads(path.read_text()) if path.is_file() else None
+    rows = sweep_rows(path) if path.is_file() else None
     if rows is not None and (not ctx.compute or want <= {Path(r["run"]).name for r in rows}):
         ctx.used.append((str(path), "reused"))
     elif not ctx.compute:
@@ -615,6 +624,7 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     missing). Returns one record per figure: `{"name", "files", "seconds", "datasets"}` with
     `datasets` a list of `(path, "reused" | "computed")`, or `"skipped"` with the reason."""
     from .analysis import palette, save_figure
+    from .io import check_writable
 
     sizes = sizes or (QUICK if quick else FULL)
     root = Path("fastslow-results") / ("quick" if sizes.name == "quick" else "")
@@ -624,6 +634,10 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     runs = _folder(runs if runs is not None else (root / "runs" if sizes.name == "quick" else "runs"),
                    "runs folder")  # fmt: skip
     names = select(only)
+    if out.is_dir():  # a figure file there that fastslow-sim did not write: refused up front
+        for name in names:
+            for suffix in (".png", ".pdf"):
+                check_writable(out / f"{name}{suffix}", "figure")
     ctx = _Context(sizes, out, results, runs, text, progress, compute)
     records = []
     for name in names:

@@ -33,7 +33,7 @@ import torch
 from .bridge import BridgeConfig, FastSlowLM
 from .corpora import load_corpus
 from .errors import InputError
-from .io import atomic_path
+from .io import check_writable, save_json
 
 __all__ = ["load_run", "phi_vs_pst", "READOUTS"]
 
@@ -119,6 +119,7 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     from .stationary import stationary_distribution
 
     model, tcfg = load_run(run_dir)
+    check_writable(Path(run_dir) / "phi_vs_pst.json", "phi-vs-pst result")  # before the work
     corpus_spec = str(tcfg.get("corpus"))
     if not (corpus_spec == "me" or corpus_spec.startswith("me:")):
         raise InputError(
@@ -212,6 +213,5 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
         "binned": binned,
     }
     out = Path(run_dir) / "phi_vs_pst.json"
-    with atomic_path(out) as tmp:
-        tmp.write_text(json.dumps(result))
+    save_json(result, out, "phi-vs-pst result", indent=None)
     return result

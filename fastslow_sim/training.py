@@ -29,10 +29,12 @@ from .bridge.cost import flops_per_token, peak_flops
 from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
-from .io import atomic_path
+from .io import atomic_path, check_writable, save_json
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError"]
 
+# the files of a run folder, and what each is called in a message
+RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "training log"}
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
 
@@ -153,7 +155,7 @@ def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device, align
 
 
 def _save_atomic(obj, path: Path):
-    with atomic_path(path) as tmp:
+    with atomic_path(path, "checkpoint") as tmp:
         torch.save(obj, tmp)
 
 
@@ -304,6 +306,9 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             f"--resume: the checkpoint in {str(out)!r} was written by {checkpoint.get('world_size', 1)} "
             f"processes, this run has {world}; expected the same number."
         )
+    if out.is_dir():  # a file there that fastslow-sim did not write stops the run now
+        for name, what in RUN_FILES.items():
+            check_writable(out / name, what)
     # the corpus is checked before anything is written, so bad input leaves no folder behind
     corpus = corpus or load_corpus(cfg.corpus, P=cfg.P, context=cfg.block_size)
     corpus.check_fits(cfg.block_size, cfg.batch_size)
@@ -461,8 +466,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         )
     if rank == 0:
         save_dataset(_logs_dataset(logs, cfg, mcfg, corpus, summary), out / "train.nc")
-        with atomic_path(out / "summary.json") as tmp:
-            tmp.write_text(json.dumps(summary, indent=1))
+        save_json(summary, out / "summary.json", "summary")
     return summary
 
 
@@ -598,6 +602,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         raise InputError(f"--seeds must be a positive integer; got {seeds}.")
     if not (math.isfinite(margin) and margin > 0):
         raise InputError(f"--margin must be a positive number of nats; got {margin}.")
+    if Path(out).is_dir():  # refused before hours of training, not after
+        check_writable(Path(out) / "ablation.nc", "ablation")
     base = dict(base or {})
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
     options = {k: v for k, v in base.items() if k not in ("progress", "out")}

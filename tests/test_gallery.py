@@ -104,7 +104,7 @@ def test_training_figures_come_from_the_runs(tmp_path):
     assert c["mean_diff"] == pytest.approx(d.mean(), rel=1e-12)
     phi = {p for p, _ in rec["phi-vs-pst"]["datasets"] if p.endswith("phi_vs_pst.json")}
     assert len(phi) == len(gallery.ARMS)
-    rows = json.loads((runs / "phi-sweep" / "phi_vs_pst_sweep.json").read_text())
+    rows = gallery.sweep_rows(runs / "phi-sweep" / "phi_vs_pst_sweep.json")
     assert sorted((r["sweep"], r["P"], r["arm"]) for r in rows) == sorted(
         (sw, P, arm) for sw, _, arm, _, P in gallery.sweep_plan(TINY))
     # nothing is retrained the second time

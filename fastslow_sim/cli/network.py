@@ -141,7 +141,7 @@ def train_network(
       fastslow-sim train-network
       fastslow-sim train-network --variant dense --corpus text:input.txt --tokens 2M
     """
-    from ..training import TrainConfig, TrainingDivergedError, parse_tokens, train
+    from ..training import RUN_FILES, TrainConfig, TrainingDivergedError, parse_tokens, train
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, device, batch_size, block_size, use_compile)
@@ -150,7 +150,7 @@ def train_network(
         out = f"runs/{variant}-{tag}-seed{seed}"
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
-    existing = [n for n in ("ckpt.pt", "summary.json", "train.nc") if (Path(out) / n).exists()]
+    existing = [n for n in RUN_FILES if (Path(out) / n).exists()]
     if existing and not resume:
         raise InputError(
             f"--out {out!r} already holds {existing[0]} (another run's, or a file of yours); "
