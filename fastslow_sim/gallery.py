@@ -116,10 +116,10 @@ class _Context:
     def dataset(self, path: Path, what: str, recipe: dict, compute, total: int = 1):
         """The dataset at `path` if it was made by `recipe`, else `compute(bar)` saved there
         first; returned as loaded from the file."""
-        from .io import check_writable, load_dataset, save_dataset
+        from .io import check_writable, load_dataset, save_dataset, written_by_us
 
         stamp = json.dumps(recipe, sort_keys=True, default=float)
-        if path.is_file():
+        if path.is_file() and written_by_us(path):  # another file there is never read as ours
             ds = load_dataset(path)
             if not self.compute or ds.attrs.get("gallery_recipe") == stamp:
                 self.used.append((str(path), "reused"))

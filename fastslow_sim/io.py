@@ -9,7 +9,8 @@ Nothing a user owns is replaced. An output path may be absent or an empty regula
 existing non-empty file is replaced only if fastslow-sim wrote it, as told by its content (never
 its name): every file carries a mark, sniffed cheaply from its first (PDF: last) few KB.
 
-* NetCDF-4/HDF5 (`save_dataset`): the root attribute `fastslow_sim_version`;
+* NetCDF-4/HDF5 (`save_dataset`): the root attribute `fastslow_sim_version` (or, in a dataset
+  that `fastslow-sim figures` saved before every dataset carried it, `gallery_recipe`);
 * PNG, PDF, SVG (also gzipped), EPS/PS (`analysis.save_figure`): the Software (PNG) or Creator
   metadata begins with `fastslow-sim` (JPEG, TIFF, WebP, GIF, AVIF, raw and PGF figures carry no
   mark, so an existing one is never replaced);
@@ -70,8 +71,8 @@ def _special(path: Path) -> str | None:
 def _sniff_hdf5(path: Path, head: bytes) -> bool:
     import h5py
 
-    with h5py.File(path, "r") as f:
-        return VERSION_KEY in f.attrs
+    with h5py.File(path, "r") as f:  # gallery_recipe: a figure's dataset made before the mark
+        return VERSION_KEY in f.attrs or "gallery_recipe" in f.attrs
 
 
 def _sniff_png(path: Path, head: bytes) -> bool:
