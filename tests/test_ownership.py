@@ -1,0 +1,251 @@
+"""An output path never replaces a file the user owns: an absent path or an empty file is
+written, a file that fastslow-sim wrote (told from its content) is replaced, any other file is
+refused in one sentence before any work, its bytes unchanged and no `.part` left behind."""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import matplotlib
+
+matplotlib.use("Agg")  # this test process only
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import xarray as xr  # noqa: E402
+from PIL import Image  # noqa: E402
+from test_cli_extremes import invoke  # noqa: E402
+from test_gallery import TINY  # noqa: E402
+
+import fastslow_sim as fs  # noqa: E402
+from fastslow_sim import gallery  # noqa: E402
+from fastslow_sim.analysis import save_figure  # noqa: E402
+from fastslow_sim.io import save_json, written_by_us  # noqa: E402
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+
+
+def _text(path):
+    path.write_text("my notes\n")
+
+
+def _pil_png(path):
+    Image.new("RGB", (4, 4), "red").save(path, format="png")
+
+
+def _matplotlib_png(path):  # matplotlib's own Software text, not ours
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+def _hdf5(path):
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "someone else's data"
+        f["x"] = np.arange(3)
+
+
+def _netcdf_of_xarray(path):  # a NetCDF-4 file, but written by plain xarray
+    xr.Dataset({"x": ("t", np.arange(3))}).to_netcdf(path, engine="h5netcdf")
+
+
+FOREIGN = [_text, _pil_png, _matplotlib_png, _hdf5, _netcdf_of_xarray]
+
+
+def _refused(res, path, before):
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and res.output.startswith("Error: the "), res.output
+    assert f"{path.name}'" in res.output  # the path is named
+    assert "never replaced" in res.output
+    assert path.read_bytes() == before
+    assert not list(path.parent.rglob("*.part"))
+
+
+@pytest.mark.parametrize("make", FOREIGN, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_cli_refuses_a_foreign_file_before_any_work(make, option, tmp_path, monkeypatch):
+    target = tmp_path / ("notes.nc" if option == "--out" else "notes.png")
+    make(target)
+    before = target.read_bytes()
+    args = ["integrate", "--eps", "0.1", "--t-end", "0.5", option, str(target)]
+    if option == "--plot":
+        args += ["--out", str(tmp_path / "r.nc")]
+    res = invoke(args, tmp_path, monkeypatch)
+    _refused(res, target, before)
+    assert "did not write" in res.output
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no dataset, no plot
+
+
+def test_the_issue_example_notes_txt(tmp_path, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    _text(notes)
+    res = invoke(["integrate", "--eps", "0.1", "--out", "notes.txt"], tmp_path, monkeypatch)
+    _refused(res, notes, b"my notes\n")
+    assert res.output == ("Error: the dataset path 'notes.txt' holds a file that fastslow-sim did "
+                          "not write; it is never replaced: remove it or choose another path.\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("make", FOREIGN, ids=lambda f: f.__name__.strip("_"))
+def test_save_dataset_and_save_figure_refuse_a_foreign_file(make, tmp_path):
+    ds = fs.integrate(fs.make_system("two-state", eps=0.1), (0, 1), n_eval=5)
+    for path, write in [(tmp_path / "a.nc", lambda p: fs.save_dataset(ds, p)),
+                        (tmp_path / "a.png", lambda p: save_figure(plt.figure(), p)),
+                        (tmp_path / "a.pdf", lambda p: save_figure(plt.figure(), p))]:  # fmt: skip
+        make(path)
+        before = path.read_bytes()
+        with pytest.raises(fs.InputError, match="did not write; it is never replaced") as err:
+            write(path)
+        assert "\n" not in str(err.value) and str(path) in str(err.value)
+        assert path.read_bytes() == before
+    assert not list(tmp_path.glob(".*part"))
+
+
+def test_a_second_run_replaces_the_first_runs_files(tmp_path, monkeypatch):
+    out, plot = tmp_path / "r.nc", tmp_path / "r.png"
+    plots = []
+    for eps in (0.1, 0.05):
+        res = invoke(["integrate", "--eps", str(eps), "--t-end", "0.5", "--out", str(out),
+                    "--plot", str(plot)], tmp_path, monkeypatch)  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert fs.load_dataset(out).attrs["eps"] == eps
+        plots.append(plot.read_bytes())
+    assert plots[0] != plots[1] and written_by_us(plot) and written_by_us(out)
+
+
+def test_default_outputs_rerun(tmp_path, monkeypatch):
+    for _ in range(2):  # both runs write the same dataset and plot in ./fastslow-results/
+        res = invoke(["integrate", "--eps", "0.125", "--t-end", "0.5"], tmp_path, monkeypatch)
+        assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "fastslow-results").iterdir()) == [
+        "integrate-birth-death-eps0.125.nc", "integrate-birth-death-eps0.125.png"]
+
+
+def test_an_empty_file_is_written_and_a_link_is_followed(tmp_path, monkeypatch):
+    empty = tmp_path / "empty.nc"  # as from mktemp
+    empty.touch()
+    res = invoke(["integrate", "--eps", "0.1", "--t-end", "0.5", "--out", str(empty), "--no-plot"],
+               tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert fs.load_dataset(empty).attrs["eps"] == 0.1
+    link = tmp_path / "link.nc"
+    link.symlink_to(empty)  # a link to our file: followed, the file replaced, the link kept
+    res = invoke(["integrate", "--eps", "0.2", "--t-end", "0.5", "--out", str(link), "--no-plot"],
+               tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and fs.load_dataset(empty).attrs["eps"] == 0.2
+    notes = tmp_path / "notes.txt"  # a link to the user's file: judged by the file, refused
+    _text(notes)
+    (tmp_path / "to-notes.nc").symlink_to(notes)
+    res = invoke(["integrate", "--eps", "0.1", "--out", "to-notes.nc", "--no-plot"], tmp_path,
+               monkeypatch)  # fmt: skip
+    _refused(res, notes, b"my notes\n")
+    assert "a link to" in res.output and (tmp_path / "to-notes.nc").is_symlink()
+
+
+@pytest.mark.parametrize("fmt", ["png", "pdf", "svg", "svgz", "eps", "ps"])
+def test_every_marked_figure_format_is_recognised(fmt, tmp_path):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = save_figure(fig, tmp_path / f"f.{fmt}")
+    assert written_by_us(path)
+    save_figure(plt.figure(), path)  # and so replaced by the next one
+    assert written_by_us(path)
+
+
+def test_a_figure_format_without_a_mark_is_written_once(tmp_path):
+    path = save_figure(plt.figure(), tmp_path / "f.jpg")
+    with pytest.raises(fs.InputError, match=r"a \.jpg figure carries no mark"):
+        save_figure(plt.figure(), path)
+
+
+def _foreign_svg(path):
+    path.write_text('<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"></svg>\n')
+
+
+def test_the_sniffers(tmp_path):
+    """Marks are read from the content, never the name; anything corrupt is not ours."""
+    ds = xr.Dataset({"x": ("t", np.arange(3))})
+    fs.save_dataset(ds, tmp_path / "ours.txt")  # a name says nothing
+    assert written_by_us(tmp_path / "ours.txt")
+    _foreign_svg(tmp_path / "f.svg")
+    with gzip.open(tmp_path / "f.svgz", "wb") as f:
+        f.write((tmp_path / "f.svg").read_bytes())
+    (tmp_path / "f.pdf").write_bytes(b"%PDF-1.4\n% fastslow-sim\n/Creator (someone)\n%%EOF\n")
+    (tmp_path / "f.eps").write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%Creator: someone\n")
+    torch.save({"model": torch.zeros(2)}, tmp_path / "f.pt")
+    (tmp_path / "f.json").write_text(json.dumps({"a": 1, "fastslow_sim_version": "0"}))
+    cut = (tmp_path / "ours.txt").read_bytes()[:100]  # truncated HDF5, corrupt PNG and zip
+    (tmp_path / "cut.nc").write_bytes(cut)
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\xff" * 40)
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04garbage")
+    (tmp_path / "bad.svgz").write_bytes(b"\x1f\x8bgarbage")
+    for name in ["f.svg", "f.svgz", "f.pdf", "f.eps", "f.pt", "f.json", "cut.nc", "bad.png",
+                 "bad.pt", "bad.svgz"]:  # fmt: skip
+        assert not written_by_us(tmp_path / name), name
+    save_json({"a": 1}, tmp_path / "s.json")
+    assert written_by_us(tmp_path / "s.json")
+    assert json.loads((tmp_path / "s.json").read_text())["a"] == 1
+
+
+def test_an_old_json_file_counts_in_a_run_folder_of_ours(tmp_path):
+    # summary.json and phi_vs_pst.json written before the mark: ours beside our checkpoint
+    old = tmp_path / "summary.json"
+    old.write_text(json.dumps({"variant": "coupled"}))
+    assert not written_by_us(old)
+    torch.save({"model": torch.zeros(2)}, tmp_path / "ckpt.pt")
+    assert not written_by_us(old)  # a checkpoint, but not fastslow-sim's
+    torch.save({"model": torch.zeros(2), "fastslow_sim_version": "0.1"}, tmp_path / "ckpt.pt")
+    assert written_by_us(tmp_path / "ckpt.pt") and written_by_us(old)
+
+
+def test_the_committed_figures_are_ours():
+    files = sorted(FIGURES.glob("*.png")) + sorted(FIGURES.glob("*.pdf"))
+    assert len(files) >= 20
+    assert [f.name for f in files if not written_by_us(f)] == []
+
+
+def test_figures_regenerate_over_the_committed_ones(tmp_path):
+    out = tmp_path / "figures"
+    shutil.copytree(FIGURES, out)
+    kw = {"out": out, "results": tmp_path / "res", "runs": tmp_path / "runs", "sizes": TINY,
+          "progress": False, "text": None}  # fmt: skip
+    before = [(out / f"integrate-birth-death.{s}").stat().st_ino for s in ("png", "pdf")]
+    rec = gallery.make_figures(only="integrate-birth-death", **kw)
+    assert len(rec[0]["files"]) == 2  # both replaced (renamed onto: new inodes)
+    after = [(out / f"integrate-birth-death.{s}").stat().st_ino for s in ("png", "pdf")]
+    assert after[0] != before[0] and after[1] != before[1]
+    # a file of the user's among them: refused before any dataset is computed
+    _text(out / "convergence.pdf")
+    with pytest.raises(fs.InputError, match="convergence.pdf' holds a file that fastslow-sim"):
+        gallery.make_figures(only="convergence", **kw)
+    assert not (tmp_path / "res" / "convergence.nc").exists()
+
+
+def test_a_foreign_dataset_among_the_results_is_refused_before_computing(tmp_path):
+    res = tmp_path / "res"
+    res.mkdir()
+    _text(res / "integrate-birth-death.nc")
+    with pytest.raises(fs.InputError, match="integrate-birth-death.nc' holds a file that"):
+        gallery.make_figures(only="integrate-birth-death", out=tmp_path / "figs", results=res,
+                             runs=tmp_path / "runs", sizes=TINY, progress=False, text=None)  # fmt: skip
+    assert (res / "integrate-birth-death.nc").read_text() == "my notes\n"
+    assert not (tmp_path / "figs").exists()
+
+
+@pytest.mark.parametrize("name", ["summary.json", "train.nc", "ckpt.pt"])
+def test_train_refuses_a_foreign_file_in_its_folder_before_training(name, tmp_path):
+    from test_training import TINY as TRAIN_TINY
+
+    from fastslow_sim.training import TrainConfig, train
+
+    out = tmp_path / "run"
+    out.mkdir()
+    _text(out / name)
+    with pytest.raises(fs.InputError, match=f"{name}' holds a file that fastslow-sim did not"):
+        train(TrainConfig(corpus="random", tokens=256, out=str(out), **TRAIN_TINY))
+    assert sorted(p.name for p in out.iterdir()) == [name]
+    assert (out / name).read_text() == "my notes\n"
