@@ -178,12 +178,12 @@ def _check_owned(p: Path, what: str):
             return
     except OSError:
         pass
-    shown = str(p) + (f" (a link to {os.path.realpath(p)!r})" if p.is_symlink() else "")
+    link = f" (a link to {os.path.realpath(p)!r})" if p.is_symlink() else ""
     fmt = p.suffix.lstrip(".").lower()
     why = (f"; a .{fmt} figure carries no mark of who wrote it, so" if fmt in UNMARKED_FORMATS
            and what in ("plot", "figure") else " that fastslow-sim did not write;")  # fmt: skip
     raise InputError(
-        f"the {what} path {shown!r} holds a file{why} it is never replaced: remove it or "
+        f"the {what} path {str(p)!r}{link} holds a file{why} it is never replaced: remove it or "
         f"choose another path."
     )
 

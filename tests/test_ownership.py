@@ -143,7 +143,8 @@ def test_an_empty_file_is_written_and_a_link_is_followed(tmp_path, monkeypatch):
     res = invoke(["integrate", "--eps", "0.1", "--out", "to-notes.nc", "--no-plot"], tmp_path,
                monkeypatch)  # fmt: skip
     _refused(res, notes, b"my notes\n")
-    assert "a link to" in res.output and (tmp_path / "to-notes.nc").is_symlink()
+    assert f"'to-notes.nc' (a link to {str(notes)!r}) holds" in res.output
+    assert (tmp_path / "to-notes.nc").is_symlink()
 
 
 @pytest.mark.parametrize("fmt", ["png", "pdf", "svg", "svgz", "eps", "ps"])
