@@ -35,6 +35,7 @@ __all__ = [
     "newton_critical_manifold",
     "identity_check",
     "convergence",
+    "check_convergence",
     "manifold_curve",
 ]
 
@@ -173,6 +174,40 @@ def identity_check(system, y_values) -> dict:
 CONVERGENCE_EPS_MIN = 1e-5
 
 
+def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: float = 6.0,
+                      rtol: float = 1e-11) -> tuple[np.ndarray, list[float]]:
+    """The checks of `convergence`, before any integration: `(eps values, largest first; the
+    initial layer's duration at each)`, or `InputError`. Each layer is one eigenvalue problem
+    of `Q(y0)` (`initial_layer_duration`), so every eps is checked before the first solve."""
+    _require_me(system)
+    eps_values = np.asarray(eps_values, dtype=np.float64).reshape(-1)
+    if eps_values.size < 2:
+        raise InputError(f"convergence needs at least two eps values; got {eps_values.tolist()}.")
+    if not np.all(np.isfinite(eps_values)) or np.any(eps_values <= 0):
+        raise InputError(f"eps values must be positive and finite; got {eps_values.tolist()}.")
+    if np.unique(eps_values).size != eps_values.size:
+        raise InputError(f"eps values must be distinct to fit a slope; got {eps_values.tolist()}.")
+    if eps_values.min() < CONVERGENCE_EPS_MIN or eps_values.max() > 0.5:
+        raise InputError(
+            f"eps values must lie in [{CONVERGENCE_EPS_MIN:g}, 0.5] (below, the eps^2 error "
+            f"of h0 + eps h1 sinks under the solver tolerance rtol = {rtol:g}); got "
+            f"{eps_values.tolist()}."
+        )
+    if not np.isfinite(t_end) or t_end <= 0:
+        raise InputError(f"t_end must be a positive finite time; got {t_end}.")
+    eps_values = np.sort(eps_values)[::-1]
+    t_layers = []
+    for eps in eps_values:
+        t_layer = initial_layer_duration(system.with_eps(eps), factor=layer_factor)
+        if t_layer >= 0.5 * t_end:
+            raise InputError(
+                f"eps={eps:g} is too large for t_end={t_end:g}: the initial layer lasts about "
+                f"{t_layer:.3g}; expected smaller eps or a longer t_end."
+            )
+        t_layers.append(t_layer)
+    return eps_values, t_layers
+
+
 def convergence(
     system,
     eps_values,
@@ -193,43 +228,21 @@ def convergence(
     """
     from .integrators import integrate
 
-    _require_me(system)
-    eps_values = np.asarray(eps_values, dtype=np.float64).reshape(-1)
-    if eps_values.size < 2:
-        raise InputError(f"convergence needs at least two eps values; got {eps_values.tolist()}.")
-    if not np.all(np.isfinite(eps_values)) or np.any(eps_values <= 0):
-        raise InputError(f"eps values must be positive and finite; got {eps_values.tolist()}.")
-    if np.unique(eps_values).size != eps_values.size:
-        raise InputError(f"eps values must be distinct to fit a slope; got {eps_values.tolist()}.")
-    if eps_values.min() < CONVERGENCE_EPS_MIN or eps_values.max() > 0.5:
-        raise InputError(
-            f"eps values must lie in [{CONVERGENCE_EPS_MIN:g}, 0.5] (below, the eps^2 error "
-            f"of h0 + eps h1 sinks under the solver tolerance rtol = {rtol:g}); got "
-            f"{eps_values.tolist()}."
-        )
-    if not np.isfinite(t_end) or t_end <= 0:
-        raise InputError(f"t_end must be a positive finite time; got {t_end}.")
-    eps_values = np.sort(eps_values)[::-1]
+    eps_values, t_layers = check_convergence(system, eps_values, t_end, layer_factor, rtol)
     t = np.linspace(0.0, t_end, n_eval)
     y_red = integrate_reduced(system, t)
     errs = {"err_h0": [], "err_h1": [], "err_y": [], "t_layer": [], "nfev": []}
     start = time.perf_counter()
-    iterator = eps_values
+    iterator = zip(eps_values, t_layers)
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(eps_values, desc="convergence", unit="eps")
-    for eps in iterator:
+        iterator = tqdm(iterator, desc="convergence", unit="eps", total=eps_values.size)
+    for eps, t_layer in iterator:
         s = system.with_eps(eps)
         ds = integrate(s, (0.0, t_end), method="radau", rtol=rtol, atol=atol, t_eval=t)
         if ds.attrs["status"] != "success":
             raise RuntimeError(f"the full system failed at eps={eps:g}: {ds.attrs['message']}")
-        t_layer = initial_layer_duration(s, factor=layer_factor)
-        if t_layer >= 0.5 * t_end:
-            raise InputError(
-                f"eps={eps:g} is too large for t_end={t_end:g}: the initial layer lasts about "
-                f"{t_layer:.3g}; expected smaller eps or a longer t_end."
-            )
         keep = t >= t_layer
         x, y = ds["x"].values[keep], ds["y"].values[keep]
         x0 = h0(s, y)

@@ -284,6 +284,25 @@ def test_analysis_commands_bad_input(args, fragment, tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.nc"))
 
 
+def test_convergence_refuses_a_short_t_end_before_any_integration(tmp_path, monkeypatch):
+    """eps = 0.5 has an initial layer of about 1.6 > t_end / 2: refused in one sentence before
+    the reduced system or any eps is integrated (the check ran after the first integration)."""
+    import fastslow_sim.integrators
+    import fastslow_sim.manifold
+
+    def never(*a, **k):
+        raise AssertionError("integrated before the check")
+
+    monkeypatch.setattr(fastslow_sim.integrators, "integrate", never)
+    monkeypatch.setattr(fastslow_sim.manifold, "integrate_reduced", never)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["convergence", "--eps", "0.001,0.5", "--t-end", "1"])
+    assert res.exit_code == 2, res.output
+    assert res.output == ("Error: eps=0.5 is too large for t_end=1: the initial layer lasts about "
+                          "1.63; expected smaller eps or a longer t_end.\n")  # fmt: skip
+    assert not list(tmp_path.iterdir())  # not even the default fastslow-results/
+
+
 def test_mapping_command():
     res = run(["mapping", "--json"])
     rows = json.loads(res.output)

@@ -286,14 +286,16 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
       fastslow-sim convergence --system two-state --eps 0.02,0.01,0.005
     """
     from ..io import save_dataset
+    from ..manifold import check_convergence
     from ..manifold import convergence as run_convergence
     from ..systems import make_system
 
     values = parse_eps_list(eps_list)
     if not math.isfinite(t_end) or t_end <= 0:
         raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
-    out, plot_path = output_paths(f"convergence-{system_name}", out, plot_path, no_plot)
     system = make_system(system_name, eps=values[0])
+    check_convergence(system, values, t_end)  # every eps, before the default folder is made
+    out, plot_path = output_paths(f"convergence-{system_name}", out, plot_path, no_plot)
     ds = run_convergence(system, values, t_end=t_end, progress=not as_json)
     save_dataset(ds, out)
     if plot_path is not None:
