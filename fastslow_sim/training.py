@@ -35,6 +35,17 @@ __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDiverge
 
 # the files of a run folder, and what each is called in a message
 RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "training log"}
+# AdamW's first beta. Its step t moves the float32 parameters by lr_t / (1 - BETA1**t) times the
+# normalised moment, and torch converts that step size to the parameters' dtype (float32; bf16
+# autocast on CUDA keeps float32 parameters), failing with "value cannot be converted to type
+# float without overflow" above torch.finfo(torch.float32).max. The largest factor is the first
+# step's 1 / (1 - BETA1) = 10, so a learning rate (lr, and min_lr, which the cosine schedule
+# reaches) up to LR_MAX never overflows, and with warmup_steps = 0 one above it overflows at the
+# first step: measured with torch 2.13, lr = LR_MAX = 3.4028234663852877e37 steps, the next float
+# above it raises. Such a run diverges at once, but as a TrainingDivergedError, not torch's error.
+BETA1 = 0.9
+LR_MAX = torch.finfo(torch.float32).max * (1 - BETA1)
+
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
 
@@ -115,7 +126,7 @@ class TrainConfig:
 
 
 def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
-    """The training loop's AdamW: weight decay on matrices and embeddings only, betas (0.9, beta2)."""
+    """The training loop's AdamW: weight decay on matrices and embeddings only, betas (BETA1, beta2)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
@@ -123,7 +134,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
     # foreach, not fused: fused AdamW is about twice as fast on the CPU (scripts/bench_network.py
     # --fused-adamw) but not bit for bit foreach's (parameters up to 1.2e-7 apart after 10 steps),
     # and the saved runs that the README quotes were made with foreach
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(BETA1, cfg.beta2))
 
 
 def _device(name: str) -> torch.device:
@@ -217,6 +228,13 @@ def _validate(cfg: TrainConfig):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise InputError(f"{name} must be a positive number; got {v!r}.")
+    for name in ("lr", "min_lr"):  # the schedule passes through both
+        v = getattr(cfg, name)
+        if v > LR_MAX:
+            raise InputError(
+                f"{name} must be a positive number at most {LR_MAX:.6g} (AdamW steps by up to the "
+                f"learning rate / (1 - {BETA1}), which must fit in the model's float32); got {v!r}."
+            )
     v = cfg.warmup_steps
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise InputError(f"warmup_steps must be a non-negative integer; got {v!r}.")

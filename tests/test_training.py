@@ -253,6 +253,8 @@ def test_empty_corpus_file_cli(tmp_path):
     ({"beta2": float("nan")}, "beta2 must be a number in [0, 1)"),
     ({"warmup_steps": -3}, "warmup_steps must be a non-negative integer"),
     ({"weight_decay": -0.1}, "weight_decay must be a non-negative number"),
+    ({"lr": 1e38, "warmup_steps": 0}, "lr must be a positive number at most 3.40282e+37 (AdamW"),
+    ({"min_lr": 3.5e37}, "min_lr must be a positive number at most 3.40282e+37"),
 ])  # fmt: skip
 def test_bad_optimiser_settings_are_input_errors(tmp_path, kw, fragment):
     # beta2 >= 1 reached torch's AdamW (a bare ValueError); a negative warm-up silently
@@ -260,6 +262,28 @@ def test_bad_optimiser_settings_are_input_errors(tmp_path, kw, fragment):
     with pytest.raises(fs.InputError, match=re.escape(fragment)):
         train(_cfg(tmp_path, "o", "random", tokens=128, **kw))
     assert not (tmp_path / "o").exists()
+
+
+def test_largest_learning_rate_is_the_one_float32_adamw_takes():
+    """LR_MAX is the largest lr whose first AdamW step, lr / (1 - 0.9), torch converts to the
+    float32 parameters; the next float above it is torch's overflow error, so it is refused."""
+    from fastslow_sim.training import LR_MAX, _validate, make_optimizer
+
+    def first_step(lr):
+        model = torch.nn.Linear(2, 2)
+        opt = make_optimizer(model, TrainConfig(lr=lr))
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()
+
+    above = float(np.nextafter(LR_MAX, np.inf))
+    first_step(LR_MAX)
+    with pytest.raises(RuntimeError, match="overflow"):
+        first_step(above)
+    _validate(TrainConfig(lr=LR_MAX, min_lr=LR_MAX))
+    for name in ("lr", "min_lr"):
+        with pytest.raises(fs.InputError, match=f"^{name} must be a positive number at most "
+                                                f"3.40282e\\+37 .*; got {re.escape(repr(above))}\\.$"):  # fmt: skip
+            _validate(TrainConfig(**{name: above}))
 
 
 def test_model_config_error_leaves_no_run_folder(tmp_path):
