@@ -61,6 +61,20 @@ class SweepError(RuntimeError):
     """A sweep ended with cells that did not finish (their messages are in the store)."""
 
 
+class CellInputError(InputError):
+    """A cell of the grid is bad input: `values` are its swept values, `reason` the sentence of
+    the task's own check; the message names both (`--grid eps=1e-13: eps = 1e-13 is ...`)."""
+
+    def __init__(self, values: dict, reason: str):
+        self.values, self.reason = dict(values), reason
+        cell = ", ".join(f"{k}={_text(v)}" for k, v in values.items())
+        super().__init__(f"--grid {cell}: {reason}")
+
+
+def _text(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
 # ---------------------------------------------------------------------------------------------
 # tasks
 
@@ -88,7 +102,7 @@ class Task:
     batched: tuple[str, ...] = ()
     inner_dims: tuple[str, ...] = ()
     needs_out: bool = False
-    validate: Callable[[dict], None] | None = None
+    validate: Callable[[dict], None] | None = None  # the task's own checks of a cell, no work
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -124,7 +138,14 @@ def _cell_eps(cell) -> float:
 
 
 def _validate_integrate(cell):
-    _cell_eps(cell)  # exactly one of eps and P (DESIGN 2)
+    """What `fastslow-sim integrate` checks of these values: exactly one of eps and P (DESIGN
+    2), an eps that the method resolves, and the system's own checks."""
+    from .integrators import check_eps_range
+    from .systems import make_system
+
+    eps = _cell_eps(cell)
+    check_eps_range(eps, cell["method"])
+    make_system(cell["system"], eps=eps)
 
 
 def _integrate_group(cell):
@@ -176,16 +197,31 @@ def _run_integrate(cells):
 # -- convergence ------------------------------------------------------------------------------
 
 
-def _run_convergence(cells):
-    from .manifold import convergence
+def _convergence_args(c) -> tuple:
+    """`(system, eps values)` of a convergence cell; `InputError` unless the eps list is numbers."""
     from .systems import make_system
 
-    (c,) = cells
-    values = [float(v) for v in str(c["eps"]).split(",") if v.strip()]
+    try:
+        values = [float(v) for v in str(c["eps"]).split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"eps must be a comma-separated list of numbers; got {c['eps']!r}.") from None
     if len(values) < 2:
         raise InputError(f"eps must list at least two values to fit a slope; got {c['eps']!r}.")
-    ds = convergence(make_system(c["system"], eps=values[0]), values, t_end=c["t_end"],
-                     progress=False)  # fmt: skip
+    return make_system(c["system"], eps=values[0]), values
+
+
+def _validate_convergence(cell):
+    from .manifold import check_convergence
+
+    check_convergence(*_convergence_args(cell), t_end=cell["t_end"])
+
+
+def _run_convergence(cells):
+    from .manifold import convergence
+
+    (c,) = cells
+    system, values = _convergence_args(c)
+    ds = convergence(system, values, t_end=c["t_end"], progress=False)
     for k in ("err_h0", "err_h1", "err_y"):
         ds[f"slope_{k}"] = ((), float(ds.attrs[f"slope_{k}"]), {"long_name": f"log-log slope of {k}"})
     return [ds[[v for v in ds.data_vars]]]
@@ -194,16 +230,27 @@ def _run_convergence(cells):
 # -- manifold ---------------------------------------------------------------------------------
 
 
+def _manifold_args(c) -> tuple:
+    """`(family, (A, B))` of a manifold cell, checked as `fastslow-sim manifold` checks them."""
+    from .nonlinear import check_y_range, family_for
+
+    family = family_for(c["system"], c["kappa"])
+    return family, check_y_range(family, (c["y_min"], c["y_max"]))
+
+
+def _validate_manifold(cell):
+    _manifold_args(cell)
+
+
 def _run_manifold(cells):
     """What `fastslow-sim manifold` computes, as numbers: branches, folds, the gap to the
     linear identity, the identity check and, when it folds, the relaxation oscillation."""
     from .manifold import identity_check
-    from .nonlinear import check_y_range, family_for, manifold_dataset
+    from .nonlinear import manifold_dataset
     from .systems import make_system
 
     (c,) = cells
-    family = family_for(c["system"], c["kappa"])
-    a, b = check_y_range(family, (c["y_min"], c["y_max"]))
+    family, (a, b) = _manifold_args(c)
     ds = manifold_dataset(family, (a, b), osc_eps=c["osc_eps"])
     check = identity_check(make_system(c["system"], eps=0.1), np.linspace(a, b, 101))
     folds = json.loads(ds.attrs["folds"])
@@ -245,19 +292,12 @@ def _train_options():
     return opts
 
 
-def _validate_train(cell):
-    from .training import parse_tokens
-
-    parse_tokens(cell["tokens"])
-
-
-def _run_train(cells):
-    """`train` of one network (the `arm`, when given, sets the variant and the depth as in
-    `reproduce`); a finished run of the same configuration in its folder is reused."""
+def _train_config(c) -> tuple:
+    """`(TrainConfig, corpus)` of a train-network cell (the `arm`, when given, sets the variant
+    and the depth as in `reproduce`)."""
     from .corpora import load_corpus
-    from .training import TrainConfig, _finished_run, arm_config, parse_tokens, train
+    from .training import TrainConfig, arm_config, parse_tokens
 
-    (c,) = cells
     fields = {k: v for k, v in c.items() if k not in ("arm", "tokens")}
     fields["tokens"] = parse_tokens(c["tokens"])
     fields["progress"] = False
@@ -265,7 +305,21 @@ def _run_train(cells):
     if c["arm"]:
         fields.update(arm_config(c["arm"], {k: v for k, v in fields.items() if k != "variant"},
                                  corpus.vocab_size))  # fmt: skip
-    cfg = TrainConfig(**fields)
+    return TrainConfig(**fields), corpus
+
+
+def _validate_train(cell):
+    from .training import check_config
+
+    check_config(*_train_config(cell))
+
+
+def _run_train(cells):
+    """`train` of one network; a finished run of the same configuration in its folder is reused."""
+    from .training import _finished_run, train
+
+    (c,) = cells
+    cfg, corpus = _train_config(c)
     s = _finished_run(cfg)
     reused = s is not None
     s = s or train(cfg, corpus, log=lambda *a: None)
@@ -306,7 +360,7 @@ def _tasks() -> dict[str, Task]:
             {"system": _integrate_options()["system"],
              "eps": Option(str, "0.02,0.01,0.005,0.0025", sweepable=False),
              "t_end": Option(float, 3.0, (_positive, "a positive finite time"))},
-            _run_convergence, inner_dims=("eps",),
+            _run_convergence, inner_dims=("eps",), validate=_validate_convergence,
             description="errors to the slow manifold and their slopes in eps",
         ),
         "manifold": Task(
@@ -315,7 +369,7 @@ def _tasks() -> dict[str, Task]:
              "kappa": Option(float, 3.0, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
              "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
              "osc_eps": Option(float, 0.01, (lambda v: 1e-12 <= v <= 1, "from 1e-12 to 1"))},
-            _run_manifold, inner_dims=("point", "state", "fold"),
+            _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
             description="branches, folds and the gap to the linear identity",
         ),
         "train-network": Task(
@@ -474,18 +528,32 @@ def _label(grid: dict, values) -> str:
 
 
 def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple[tuple, str, dict]]:
-    """`[(grid index, key, params)]` for every cell, in C order over the grid."""
+    """`[(grid index, key, params)]` for every cell, in C order over the grid, each checked by
+    the task's own checks (`CellInputError` naming the cell's values at the first bad one)."""
     cells = []
+    checked = set()  # the checks never look at seed (checked by its option) or the run folder
     shape = [range(len(v)) for v in grid.values()]
     for idx in itertools.product(*shape):
         values = [grid[k][i] for k, i in zip(grid, idx)]
         params = {**fixed, **dict(zip(grid, values))}
         if task.needs_out:
             params["out"] = str(Path(runs_dir) / _label(grid, values))
-        if task.validate is not None:
-            task.validate(params)
+        what = repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("seed", "out")))
+        if task.validate is not None and what not in checked:
+            _check_cell(task.validate, grid, params)
+            checked.add(what)
         cells.append((idx, cell_key(task.name, params), params))
     return cells
+
+
+def _check_cell(check, grid: dict, params: dict):
+    """`check(params)`, its `InputError` as a `CellInputError` naming the cell's swept values."""
+    try:
+        check(params)
+    except CellInputError:
+        raise
+    except InputError as err:
+        raise CellInputError({k: params[k] for k in grid}, str(err)) from None
 
 
 def _chunks(task: Task, todo: list, chunk_size: int) -> list[list]:

@@ -31,7 +31,8 @@ from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, save_json
 
-__all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError"]
+__all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
+           "check_config"]
 
 # the files of a run folder, and what each is called in a message
 RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "training log"}
@@ -245,6 +246,28 @@ def _validate(cfg: TrainConfig):
         raise InputError(f"weight_decay must be a non-negative number; got {v!r}.")
 
 
+def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
+    """`(corpus, model config)` of `cfg` (the corpus loaded unless given), or `InputError`
+    unless the corpus holds the windows and the model configuration (P, widths) is valid."""
+    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P, context=cfg.block_size)
+    corpus.check_fits(cfg.block_size, cfg.batch_size)
+    if corpus.block_len and cfg.block_size % corpus.block_len:
+        raise InputError(
+            f"the context {cfg.block_size} is not a multiple of the {corpus.name!r} corpus's block "
+            f"length P={corpus.block_len}; expected whole blocks per window."
+        )
+    return corpus, cfg.model_config(corpus.vocab_size)
+
+
+def check_config(cfg: TrainConfig, corpus: Corpus | None = None):
+    """The checks `train` makes of `cfg` before it trains (its settings, the corpus, the model
+    configuration), without training: `InputError` on bad input. The run folder and the
+    device are `train`'s to check (a sweep's workers may have a CUDA device that the process
+    checking its cells lacks)."""
+    _validate(cfg)
+    _check_corpus_and_model(cfg, corpus)
+
+
 @torch.no_grad()
 def evaluate_windows(model, corpus: Corpus, T: int, device="cpu", batch_size: int = 32,
                      autocast_on: bool = False) -> float:  # fmt: skip
@@ -328,14 +351,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
         for name, what in RUN_FILES.items():
             check_writable(out / name, what)
     # the corpus is checked before anything is written, so bad input leaves no folder behind
-    corpus = corpus or load_corpus(cfg.corpus, P=cfg.P, context=cfg.block_size)
-    corpus.check_fits(cfg.block_size, cfg.batch_size)
-    if corpus.block_len and cfg.block_size % corpus.block_len:
-        raise InputError(
-            f"the context {cfg.block_size} is not a multiple of the {corpus.name!r} corpus's block "
-            f"length P={corpus.block_len}; expected whole blocks per window."
-        )
-    mcfg = cfg.model_config(corpus.vocab_size)  # checked (P, widths) before the folder is made
+    corpus, mcfg = _check_corpus_and_model(cfg, corpus)
     if rank == 0:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -614,7 +630,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     import xarray as xr
 
     from .io import save_dataset
-    from .sweep import SweepError, run_sweep
+    from .sweep import CellInputError, SweepError, run_sweep
 
     if seeds < 1:
         raise InputError(f"--seeds must be a positive integer; got {seeds}.")
@@ -626,11 +642,14 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
     options = {k: v for k, v in base.items() if k not in ("progress", "out")}
     options.update(corpus=corpus_spec, tokens=str(tokens))
-    res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
-                    Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler, client=client,
-                    runs_dir=out, progress=base.get("progress", True), log=log,
-                    attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
-                                                    "seeds": seeds, "margin": margin})})  # fmt: skip
+    try:
+        res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
+                        Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
+                        client=client, runs_dir=out, progress=base.get("progress", True), log=log,
+                        attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
+                                                        "seeds": seeds, "margin": margin})})  # fmt: skip
+    except CellInputError as err:  # the grid is reproduce's own, not the user's --grid
+        raise InputError(f"{err.values['arm']} seed {err.values['seed']}: {err.reason}") from None
     sw = res["dataset"]
     bad = [(a, s, str(sw["message"].values[i, j])) for i, a in enumerate(arms) for j, s in
            enumerate(range(seeds)) if sw["status"].values[i, j] != "done"]  # fmt: skip

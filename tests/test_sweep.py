@@ -70,6 +70,49 @@ def test_bad_grid_is_one_sentence_and_writes_nothing(tmp_path, spec, text):
     assert not store.exists()
 
 
+TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--batch-size", "4",
+              "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--P", "4"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [  # values of the option's type that the task's own checks refuse: each was a failed cell
+        (["integrate", "--grid", "eps=0.1,1e-13", "--grid", "seed=0,1", *sum(
+            ([f"--{k.replace('_', '-')}", v] for k, v in FAST.items() if k != "eps"), [])],
+         "--grid eps=1e-13, seed=0: eps = 1e-13 is below 1e-12, the smallest time-scale ratio"),
+        (["manifold", "--grid", "kappa=0,1", "--system", "cycle"],
+         "--grid kappa=1: system 'cycle' has no non-linear family; expected kappa = 0"),
+        (["manifold", "--grid", "y_min=0,2", "--y-max", "1"],
+         "--grid y_min=2: the y range must be two finite numbers A < B; got [2.0, 1.0]."),
+        (["convergence", "--grid", "system=two-state,birth-death", "--eps", "0.5,0.01", "--t-end", "1"],
+         "--grid system=birth-death: eps=0.5 is too large for t_end=1: the initial layer lasts"),
+        (["train-network", "--grid", "n_layer=1,0", *TINY_TRAIN],
+         "--grid n_layer=0: n_layer must be a positive integer; got 0."),
+        (["train-network", "--grid", "lr=1e-3,1e38", *TINY_TRAIN],
+         "--grid lr=1e+38: lr must be a positive number at most 3.40282e+37 (AdamW steps by up "
+         "to the learning rate / (1 - 0.9), which must fit in the model's float32); got 1e+38."),
+        (["train-network", "--grid", "seed=0,1", "--min-lr", "1e38", *TINY_TRAIN],
+         "--grid seed=0: min_lr must be a positive number at most 3.40282e+37"),
+        (["train-network", "--grid", "n_embd=32,33", *TINY_TRAIN], "--grid n_embd=33: "),
+    ],
+)  # fmt: skip
+def test_bad_cell_is_refused_before_any_cell_runs(tmp_path, monkeypatch, args, text):
+    """Every cell is checked by its task's own checks before any runs or the store is made:
+    one sentence naming the cell, exit status 2 (it was a failed cell and exit 1 after the
+    other cells' work)."""
+    import fastslow_sim.sweep as sw
+
+    def never(*a, **k):
+        raise AssertionError("a cell ran before the grid was checked")
+
+    monkeypatch.setattr(sw, "run_cells", never)
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", *args, "--store", str(store), "--workers", "0"])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"Error: {text}") and res.output.count("\n") == 1, res.output
+    assert not store.exists() and not (tmp_path / "s-runs").exists()
+
+
 def test_grid_too_large_is_refused_at_once(tmp_path, monkeypatch):
     """A range of 1e8 seeds, several ranges each under the cap, or a product of grids beyond it:
     one sentence, before any list longer than the cap is built (a 1e8 range hung, expanding;
@@ -169,11 +212,23 @@ def test_batched_chunk_matches_cells_one_by_one(tmp_path):
             assert int(cell["stat_naccept"]) == int(one["stat_naccept"])
 
 
-def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
-    """eps = 1e-13 is below what the solvers resolve: that cell fails inside its batch, the
-    batch is re-run cell by cell, and the other cells finish."""
+def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A computation that raises (here a stand-in LinAlgError for eps = 0.05, in its batch and
+    alone): the batch is re-run cell by cell, that eps's cells fail, the other cells finish."""
+    import fastslow_sim.integrators as integrators
+
+    real = integrators.integrate
+
+    def singular(*a, **k):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    def integrate(system, *a, **k):
+        return singular() if system.eps == 0.05 else real(system, *a, **k)
+
+    monkeypatch.setattr(integrators, "integrate_batch", singular)
+    monkeypatch.setattr(integrators, "integrate", integrate)
     store = tmp_path / "f.zarr"
-    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,1e-13", "--grid",
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--grid",
                                     "seed=0,1", "--store", str(store), "--workers", "0",
                                     "--t-end", "0.5", "--n-eval", "5", "--json"])  # fmt: skip
     assert res.exit_code == 1, res.output
@@ -182,15 +237,20 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
     ds = xr.open_zarr(store)
     status = ds["status"].values
     assert (status[0] == "done").all() and (status[1] == "failed").all()
-    assert "eps = 1e-13 is below 1e-12" in str(ds["message"].values[1, 0])
+    assert str(ds["message"].values[1, 0]) == "LinAlgError: Singular matrix"
     assert np.isnan(ds["x"].values[1]).all() and np.isfinite(ds["x"].values[0]).all()
     # failed cells are final unless asked: the same command runs nothing
-    again = run_sweep("integrate", ["eps=0.1,1e-13", "seed=0,1"], FAST, store, workers=0,
+    again = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
                       progress=False, log=lambda *a: None)  # fmt: skip
     assert again["n_run"] == 0 and again["n_failed"] == 2
-    retry = run_sweep("integrate", ["eps=0.1,1e-13", "seed=0,1"], FAST, store, workers=0,
+    retry = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
                       retry_failed=True, progress=False, log=lambda *a: None)  # fmt: skip
     assert retry["n_run"] == 2 and retry["n_failed"] == 2
+    monkeypatch.setattr(integrators, "integrate", real)  # the failure is gone: retried, done
+    monkeypatch.setattr(integrators, "integrate_batch", fs.integrate_batch)
+    fixed = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
+                      retry_failed=True, progress=False, log=lambda *a: None)  # fmt: skip
+    assert fixed["n_run"] == 2 and fixed["n_failed"] == 0
 
 
 def test_solver_failure_is_a_failed_cell(tmp_path):

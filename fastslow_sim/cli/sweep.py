@@ -34,7 +34,9 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
 
     The task's own options pass through with the command's names (--t-end 5; integrate needs
     --eps or --P, swept or fixed; train-network also takes --arm and the training settings
-    --n-layer, --n-embd, --lr, ...); a name the task does not have is an error. Re-running the same command runs only the
+    --n-layer, --n-embd, --lr, ...); a name the task does not have is an error. Every cell is
+    checked by the task's own checks before any runs: a bad value is one sentence naming the
+    cell (exit status 2). Re-running the same command runs only the
     cells that are missing; a failed cell records its status and message and the sweep goes on
     (exit status 1 at the end). Cells of integrate that differ only in seed and eps (or P) run
     as one rodas4 batch; a cell with seed S integrates the initial condition of
