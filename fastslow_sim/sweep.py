@@ -103,6 +103,7 @@ class Task:
     inner_dims: tuple[str, ...] = ()
     needs_out: bool = False
     validate: Callable[[dict], None] | None = None  # the task's own checks of a cell, no work
+    claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -314,6 +315,14 @@ def _validate_train(cell):
     check_config(*_train_config(cell))
 
 
+def _claim_train(cell):
+    """A cell's run folder may hold a run of its own configuration only (reused, or trained
+    again if unfinished), never another's, which training would replace."""
+    from .training import check_run_folder
+
+    check_run_folder(cell["out"], same_as=lambda: _train_config(cell)[0].comparable())
+
+
 def _run_train(cells):
     """`train` of one network; a finished run of the same configuration in its folder is reused."""
     from .training import _finished_run, train
@@ -374,7 +383,7 @@ def _tasks() -> dict[str, Task]:
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
-            validate=_validate_train, aliases={"context": "block_size"},
+            validate=_validate_train, claim=_claim_train, aliases={"context": "block_size"},
             description="one training run per cell (arm: as in reproduce)",
         ),
     }  # fmt: skip
@@ -918,12 +927,19 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
+    retry = set()
     if retry_failed:
         for _, key, _ in cells:
             ds = _read_cell(cells_dir / f"{key}{CELL_SUFFIX}")
             if ds is not None and str(ds["status"].values) == STATUS_FAILED:
-                (cells_dir / f"{key}{CELL_SUFFIX}").unlink()
-    todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
+                retry.add(cells_dir / f"{key}{CELL_SUFFIX}")
+    todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()
+            or cells_dir / f"{c[1]}{CELL_SUFFIX}" in retry]  # fmt: skip
+    if t.claim is not None:  # before anything is written: the cells that run, not those held
+        for _, _, params in todo:
+            _check_cell(t.claim, grid, params)
+    for path in retry:
+        path.unlink()
     run_id = uuid.uuid4().hex[:12]
     attrs = {**(attrs or {}), "run_id": run_id}
     summary = {"store": str(store), "n_cells": len(cells), "n_skipped": len(cells) - len(todo),

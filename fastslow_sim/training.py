@@ -32,7 +32,7 @@ from .errors import InputError
 from .io import atomic_path, check_writable, save_json
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
-           "check_config"]
+           "check_config", "check_run_folder"]
 
 # the files of a run folder, and what each is called in a message
 RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "training log"}
@@ -262,10 +262,57 @@ def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
 def check_config(cfg: TrainConfig, corpus: Corpus | None = None):
     """The checks `train` makes of `cfg` before it trains (its settings, the corpus, the model
     configuration), without training: `InputError` on bad input. The run folder and the
-    device are `train`'s to check (a sweep's workers may have a CUDA device that the process
-    checking its cells lacks)."""
+    device are `train`'s to check (`check_run_folder`; a sweep's workers may have a CUDA
+    device that the process checking its cells lacks)."""
     _validate(cfg)
     _check_corpus_and_model(cfg, corpus)
+
+
+# what a run folder holds (`train`); `train-network`, `reproduce` and sweeps never replace them
+
+
+def _difference(saved: dict, ours: dict) -> str | None:
+    """`"k = a there, b here"` for the first setting of `ours` that `saved` has otherwise."""
+    for k, v in ours.items():
+        if saved.get(k) != v:
+            return f"{k} = {saved.get(k)!r} there, {v!r} here"
+    return None
+
+
+def _held_config(out: Path) -> dict | None:
+    """The configuration of the run in `out` (its summary's, else its checkpoint's), or None."""
+    try:
+        return dict(json.loads((out / "summary.json").read_text())["train_config"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        return dict(torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)["train_config"])
+    except Exception:  # noqa: BLE001 - any unreadable checkpoint is a file of unknown origin
+        return None
+
+
+def check_run_folder(out, resume: bool = False, same_as=None) -> None:
+    """`InputError` unless the run folder `out` can take a run without replacing one: it holds
+    none of `RUN_FILES`, or `resume` (`train` then checks the checkpoint's configuration), or
+    `same_as` is given (a function returning the run's `comparable()` configuration) and the
+    run in `out` has that configuration (a rerun reuses it, or trains it again if unfinished)."""
+    out = Path(out)
+    existing = [n for n in RUN_FILES if (out / n).exists()]
+    if not existing or resume:
+        return
+    if same_as is None:
+        raise InputError(
+            f"--out {str(out)!r} already holds {existing[0]} (another run's, or a file of yours); "
+            f"expected a new or empty folder, or --resume to continue the run there."
+        )
+    held = _held_config(out)
+    diff = "no readable configuration" if held is None else _difference(held, same_as())
+    if diff is not None:
+        raise InputError(
+            f"the run folder {str(out)!r} holds a run of another configuration ({diff}), which "
+            f"this run would replace; expected another output folder (--out of reproduce, "
+            f"--runs-dir of sweep), or that run's settings to reuse it."
+        )
 
 
 @torch.no_grad()
@@ -329,13 +376,10 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
             raise InputError(
                 f"the checkpoint {str(ckpt_path)!r} is corrupt or unreadable ({type(err).__name__})."
             ) from None
-        ours = cfg.comparable()
-        diff = {k: (saved_cfg.get(k), v) for k, v in ours.items() if saved_cfg.get(k) != v}
+        diff = _difference(saved_cfg, cfg.comparable())
         if diff:
-            k, (a, b) = next(iter(diff.items()))
             raise InputError(
-                f"--resume: the checkpoint in {str(out)!r} is from another configuration "
-                f"({k} = {a!r} there, {b!r} here)."
+                f"--resume: the checkpoint in {str(out)!r} is from another configuration ({diff})."
             )
     if checkpoint is not None and not isinstance(checkpoint.get("data_rng"), list):
         raise InputError(

@@ -150,13 +150,48 @@ def test_reproduce_text_table(tmp_path, text_file):
     assert len(lines) == 4 and all("(reused)" in line for line in lines)
     assert again["arms"]["coupled"]["val_loss"] == table["arms"]["coupled"]["val_loss"]
     lines.clear()
-    reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t"), TINY, log=lines.append)
-    assert "(reused)" not in lines[0]  # other tokens: trained again
+    before = (tmp_path / "t" / "dense-seed0" / "ckpt.pt").read_bytes()
+    with pytest.raises(fs.InputError, match="holds a run of another configuration"):
+        reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t"), TINY)
+    assert (tmp_path / "t" / "dense-seed0" / "ckpt.pt").read_bytes() == before
+    reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t2"), TINY, log=lines.append)
+    assert "(reused)" not in lines[0]  # other tokens, another folder: trained
     assert table["references"] is None
     assert [(c["a"], c["b"]) for c in table["comparisons"]] == [("coupled", "dense")]
     res = CliRunner().invoke(main, ["reproduce", "--corpus", f"text:{text_file}", "--margin", "-1",
                                     "--out", str(tmp_path / "m")])  # fmt: skip
     assert res.exit_code == 2 and "--margin must be a positive number" in res.output
+
+
+def _tree(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_reproduce_rerun_with_other_settings_never_replaces_its_runs(tmp_path, text_file):
+    """A rerun into the same --out with other settings was trained into the same ARM-seedS
+    folders, replacing the first run's ckpt.pt, summary.json and train.nc; it is refused before
+    any work, and the identical rerun still reuses the runs."""
+    out = tmp_path / "r"
+    args = ["reproduce", "--corpus", f"text:{text_file}", "--context", "32", "--batch-size", "4",
+            "--P", "4", "--seeds", "1", "--arms", "dense", "--out", str(out), "--json"]  # fmt: skip
+    first = CliRunner().invoke(main, [*args, "--tokens", "128"])
+    assert first.exit_code == 0, first.output
+    runs = _tree(out / "dense-seed0")
+    assert set(map(str, runs)) == {"ckpt.pt", "summary.json", "train.nc"}
+    again = CliRunner().invoke(main, [*args, "--tokens", "128"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["arms"] == json.loads(first.output)["arms"]
+    assert _tree(out / "dense-seed0") == runs
+    held = _tree(out)
+    other = CliRunner().invoke(main, [*args, "--tokens", "256"])
+    assert other.exit_code == 2, other.output
+    assert other.output == (
+        f"Error: dense seed 0: the run folder {str(out / 'dense-seed0')!r} holds a run of another "
+        f"configuration (tokens = 128 there, 256 here), which this run would replace; expected "
+        f"another output folder (--out of reproduce, --runs-dir of sweep), or that run's "
+        f"settings to reuse it.\n"
+    )
+    assert _tree(out) == held  # the runs, the sweep store and ablation.nc, byte for byte
 
 
 class _FilterModel(torch.nn.Module):

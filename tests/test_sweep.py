@@ -3,6 +3,7 @@ remote, a worker killed, the client killed), and results equal to the cells run 
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -505,6 +506,52 @@ def test_reproduce_on_two_workers_is_the_in_process_table(tmp_path, text_file, m
     assert tuple(sw["val_loss"].dims) == ("arm", "seed") and (sw["status"].values == "done").all()
     assert len({w for w in sw["worker"].values.ravel()}) >= 1
     assert (tmp_path / "b" / "coupled-seed1" / "summary.json").is_file()
+
+
+def test_train_cells_never_replace_a_run_of_another_configuration(tmp_path):
+    """A train-network sweep's run folders: a cell whose folder holds a run of another
+    configuration (or files of no readable run) is refused before any cell runs; a folder with
+    an unfinished run of the cell's own configuration (a killed sweep) is trained again."""
+    store, runs = tmp_path / "t.zarr", tmp_path / "t-runs"
+
+    def sweep(*extra):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "variant=dense,coupled",
+                                         "--store", str(store), "--workers", "0", "--json",
+                                         *TINY_TRAIN, *extra])  # fmt: skip
+
+    assert sweep().exit_code == 0
+    kept = {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()}
+    store_files = {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+    res = sweep("--tokens", "512")
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: --grid variant=dense: the run folder {str(runs / 'dense')!r} "
+                          f"holds a run of another configuration (tokens = 256 there, 512 here), "
+                          f"which this run would replace; expected another output folder (--out "
+                          f"of reproduce, --runs-dir of sweep), or that run's settings to reuse "
+                          f"it.\n")  # fmt: skip
+    assert {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()} == kept
+    assert {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()} == store_files
+    # the same command with the store gone: the finished runs are reused, nothing rewritten
+    shutil.rmtree(store)
+    res = sweep()
+    assert res.exit_code == 0, res.output
+    assert {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()} == kept
+    assert xr.open_zarr(store)["reused"].values.tolist() == [1, 1]
+    # a killed run of the same configuration (its checkpoint only) is trained again
+    shutil.rmtree(store)
+    (runs / "coupled" / "summary.json").unlink()
+    (runs / "coupled" / "train.nc").unlink()
+    res = sweep()
+    assert res.exit_code == 0, res.output
+    assert xr.open_zarr(store)["reused"].values.tolist() == [1, 0]
+    # a file of the user's own where a run would go: refused, kept
+    shutil.rmtree(store)
+    (runs / "coupled" / "summary.json").write_text("the user's own notes")
+    (runs / "coupled" / "ckpt.pt").write_text("not a checkpoint")
+    res = sweep()
+    assert res.exit_code == 2 and "(no readable configuration)" in res.output, res.output
+    assert (runs / "coupled" / "summary.json").read_text() == "the user's own notes"
+    assert not store.exists()
 
 
 def test_store_of_another_task_is_not_taken_over(tmp_path):

@@ -141,7 +141,7 @@ def train_network(
       fastslow-sim train-network
       fastslow-sim train-network --variant dense --corpus text:input.txt --tokens 2M
     """
-    from ..training import RUN_FILES, TrainConfig, TrainingDivergedError, parse_tokens, train
+    from ..training import TrainConfig, TrainingDivergedError, check_run_folder, parse_tokens, train
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, device, batch_size, block_size, use_compile)
@@ -150,12 +150,7 @@ def train_network(
         out = f"runs/{variant}-{tag}-seed{seed}"
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
-    existing = [n for n in RUN_FILES if (Path(out) / n).exists()]
-    if existing and not resume:
-        raise InputError(
-            f"--out {out!r} already holds {existing[0]} (another run's, or a file of yours); "
-            f"expected a new or empty folder, or --resume to continue the run there."
-        )
+    check_run_folder(out, resume)
     cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=n_tokens, seed=seed, out=out,
                       resume=resume, progress=not as_json, ckpt_interval=ckpt_interval, **base)  # fmt: skip
     try:
