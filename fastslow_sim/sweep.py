@@ -140,13 +140,17 @@ def _cell_eps(cell) -> float:
 
 def _validate_integrate(cell):
     """What `fastslow-sim integrate` checks of these values: exactly one of eps and P (DESIGN
-    2), an eps that the method resolves, and the system's own checks."""
+    2), an eps that the method resolves, the system's own checks, and the multirate map's
+    blocks (one saved state each)."""
     from .integrators import check_eps_range
+    from .solvers.multirate import check_block_count
     from .systems import make_system
 
     eps = _cell_eps(cell)
     check_eps_range(eps, cell["method"])
     make_system(cell["system"], eps=eps)
+    if cell["method"] == "multirate":
+        check_block_count(cell["t_end"])
 
 
 def _integrate_group(cell):

@@ -81,6 +81,9 @@ TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--
         (["integrate", "--grid", "eps=0.1,1e-13", "--grid", "seed=0,1", *sum(
             ([f"--{k.replace('_', '-')}", v] for k, v in FAST.items() if k != "eps"), [])],
          "--grid eps=1e-13, seed=0: eps = 1e-13 is below 1e-12, the smallest time-scale ratio"),
+        (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
+         "--grid eps=0.1: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
+         "point; expected at most 999,999 blocks"),
         (["manifold", "--grid", "kappa=0,1", "--system", "cycle"],
          "--grid kappa=1: system 'cycle' has no non-linear family; expected kappa = 0"),
         (["manifold", "--grid", "y_min=0,2", "--y-max", "1"],

@@ -166,15 +166,9 @@ def integrate(
             )
         kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
     if method == "multirate":  # one saved state per block, as many as --n-eval allows
-        from ..solvers.multirate import DEFAULT_H
+        from ..solvers.multirate import check_block_count
 
-        blocks = t_end / kwargs.get("H", DEFAULT_H)
-        if not blocks <= MAX_N_EVAL - 1:
-            raise InputError(
-                f"--t-end / --H is {blocks:.3g} blocks of the multirate map, each a saved time "
-                f"point; expected at most {MAX_N_EVAL - 1:,} blocks (a larger --H or a shorter "
-                f"--t-end)."
-            )
+        check_block_count(t_end, kwargs.get("H"))
     if march is not None:
         takes = [m for m, entry in METHODS.items() if "march" in entry.options]
         if method != "auto" and method not in takes:

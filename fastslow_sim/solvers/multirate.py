@@ -11,6 +11,22 @@ from . import Method, Solution, register
 DEFAULT_H = 0.01  # slow time per block when `H` is not given
 
 
+MAX_BLOCKS = 999_999  # one saved state per block: integrate saves at most 1,000,000 points
+
+
+def check_block_count(t_end, H=None) -> float:
+    """The blocks of slow time `H` (default `DEFAULT_H`) in `[0, t_end]`, or `InputError` when
+    there are more than `MAX_BLOCKS`, each a saved state (`integrate --method multirate`)."""
+    blocks = t_end / (DEFAULT_H if H is None else H)
+    if not blocks <= MAX_BLOCKS:
+        raise InputError(
+            f"--t-end / --H is {blocks:.3g} blocks of the multirate map, each a saved time "
+            f"point; expected at most {MAX_BLOCKS:,} blocks (a larger --H or a shorter "
+            f"--t-end)."
+        )
+    return blocks
+
+
 def whole_blocks(t0, t1, H) -> int:
     """The number of blocks of slow time `H` in `[t0, t1]`, or `InputError` unless it is whole."""
     from ..validation import positive
