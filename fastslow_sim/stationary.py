@@ -138,12 +138,13 @@ def _gth(q, check: bool = False):
 
 
 def _redo_extended(flat, p, bad, risky):
-    """Redo, in place, the chains whose elimination may have lost a transition below the normal
-    range (`risky`) in numpy's extended precision, whose exponent reaches 1e-4932
-    (x86's 80-bit long double; 128-bit on aarch64): `flat (count, n*n)`, `p (count, n)`, flags
-    `(count,)`. A chain still at risk there, or where long double is plain float64, gets NaN
-    (refused by the caller in one sentence)."""
-    redo = np.flatnonzero(_numpy(risky))  # a zero pivot there may be an underflow too
+    """Redo, in place, in numpy's long double (exponents to 1e-4932 and 1e+4932: x86's 80-bit
+    format, 128-bit on aarch64) the chains whose elimination may have lost a transition below
+    the normal range (`risky`) or overflowed (a non-finite `p`): `flat (count, n*n)`, `p (count,
+    n)`, flags `(count,)`. There the screen is replaced by the exact test
+    (`_censor_exactly_checked`); a chain that fails it, or any chain where long double is plain
+    float64, gets NaN, which the caller refuses in one sentence (or finds reducible)."""
+    redo = np.flatnonzero(_numpy(risky | ~_isfinite(p).all(-1)))
     if not redo.size:
         return
     n = p.shape[-1]
@@ -154,11 +155,41 @@ def _redo_extended(flat, p, bad, risky):
         a = np.array(rows.T, dtype=np.longdouble, order="C").reshape(n, n, -1)
         a[np.arange(n), np.arange(n)] = 0.0
         with np.errstate(all="ignore"):
-            p_w, bad_w, risky_w = _gth_batch_last(a)
-        keep = ~risky_w[: redo.size] | bad_w[: redo.size]  # a zero pivot: the graph decides
+            p_w, _, lost_w = _gth_batch_last(a, _censor_exactly_checked)
+        keep = ~lost_w[: redo.size]
         wide[keep] = p_w[: redo.size][keep]
     _put(p, redo, wide)
     _put(bad, redo, ~np.isfinite(wide).all(-1) | ~(wide > 0).all(-1))
+
+
+def _censor_exactly_checked(a):
+    """`_censor_batch_last` (numpy) with the exact test in place of its screen, for the few
+    chains that the screen flags: `lost` flags a probability below the normal range, or a
+    product `a_ik a_kj / s_k` below it that was added to a rate not much larger (`< tiny / eps`,
+    so the loss may matter); products onto the diagonal are self-loops, never read. O(n^3)
+    more work and memory traffic."""
+    finfo = np.finfo(a.dtype)
+    n, _, b = a.shape
+    bad = np.zeros(b, dtype=bool)
+    lost = np.zeros(b, dtype=bool)
+    low_rate = np.full(b, np.inf, dtype=a.dtype)
+    for k in range(n - 1, 0, -1):
+        row = a[k, :k]
+        s = row.sum(0)
+        bad |= ~(s > 0)
+        positive = row > 0
+        row /= s
+        a[k, k] = s
+        lost |= (positive & (row < finfo.tiny)).any(0)
+        col = a[:k, k, None]
+        low_rate = np.minimum(low_rate, _min_positive(a[:k, k]))
+        product = col * row[None]  # (k, k, b)
+        under = (product < finfo.tiny) & (col > 0) & (row[None] > 0)
+        under &= a[:k, :k] < finfo.tiny / finfo.eps
+        under[np.arange(k), np.arange(k)] = False
+        lost |= under.any((0, 1))
+        a[:k, :k] += product
+    return bad, lost, low_rate
 
 
 def _index_like(x, idx):
@@ -235,9 +266,9 @@ def _add_product(dst, x, y):
         dst += x * y
 
 
-def _gth_batch_last(a):
+def _gth_batch_last(a, censor=None):
     """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)` and the
-    flags `bad` (see `_gth`) and `risky` (see `_censor_batch_last`).
+    flags `bad` (see `_gth`) and `risky` (see `_censor_batch_last`, or the `censor` given).
 
     Written once for numpy and torch (operators, `sum`, `abs`, slicing). The back-substitution
     `p_k = sum_{i<k} p_i a_ik` keeps `p_0..p_{k-1}` normalised to sum 1 as it goes, so no
@@ -248,7 +279,7 @@ def _gth_batch_last(a):
     built from (rates 1e+-300 can put `p_2 / p_0 = 1e-351` on the way to `p_6 / p_0 = 1e67`), so
     such chains are redone with `_wide_back_substitution`, from the same censored matrix.
     """
-    bad, risky, low_rate = _censor_batch_last(a)
+    bad, risky, low_rate = (censor or _censor_batch_last)(a)
     tiny = _finfo(a).tiny
     p = a[0] * 0.0  # (n, b); every row is written below
     p[0] = 1.0
@@ -494,9 +525,9 @@ def _solve(q, method: str, allow_transient: bool, check: bool = False):
 
 
 def _check_finite(p, q_np, flags):
-    """Raise `InputError` (one sentence) if a chain's `p` is not finite: the elimination only
-    adds products of rates and probabilities, so a rate of the censored chain overflowed (rates
-    near the largest float), or a pivot underflowed to zero."""
+    """Raise `InputError` (one sentence) if an irreducible chain's `p` is not finite: a rate
+    is not a number (`check=False`), or a sum or product of rates left even long double's
+    range in the elimination (`_redo_extended`)."""
     finite = _isfinite(p).all(-1)
     finite = finite.cpu().numpy() if _is_torch(finite) else np.asarray(finite)
     if finite.all():
@@ -509,9 +540,9 @@ def _check_finite(p, q_np, flags):
     where = f" (batch index {tuple(int(i) for i in index)})" if batch_shape else ""
     raise InputError(
         f"the stationary distribution of the generator{where} cannot be computed in "
-        f"{q_np.dtype} arithmetic: its positive rates span {pos.min():.3g} to {pos.max():.3g}, "
-        f"and the eliminated chain's rates (sums of products of them) left the floating-point "
-        f"range; expected rates whose sums stay within {np.finfo(q_np.dtype).max:.3g}."
+        f"floating-point arithmetic: its positive rates span {pos.min():.3g} to "
+        f"{pos.max():.3g}, and a sum or product of them in the elimination left even long "
+        f"double's range, or a rate is not a number; expected finite rates spanning less."
     )
 
 

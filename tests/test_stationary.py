@@ -339,14 +339,60 @@ def test_rates_spanning_the_float_range_give_the_exact_answer():
     np.testing.assert_array_equal(fs.stationary_distribution(from_off_diagonal(off)), [0, 0.5, 0.5])
 
 
-def test_a_censored_rate_that_overflows_raises_one_sentence():
+def test_sums_beyond_the_largest_float_are_redone_in_long_double():
     # rates 1.5e308 on two paths 0 -> 1: censoring state 2 adds them, beyond the largest float
-    # (the validator refuses the row sum first, so this is the unchecked path)
+    # (the validator refuses the row sum first, so this is the unchecked path); exact p is
+    # (1, 3e308, 1.5e308) / 4.5e308
     q = np.zeros((3, 3))
     q[0, 1] = q[0, 2] = 1.5e308
     q[2, 1] = q[1, 0] = 1.0
-    with pytest.raises(fs.InputError, match="cannot be computed in float64.*left the floating"):
+    p = fs.stationary_distribution(q, check=False)
+    np.testing.assert_allclose(p, [1e-308 / 4.5, 2 / 3, 1 / 3], rtol=1e-14)  # p_0 subnormal
+
+
+def test_a_rate_that_is_not_a_number_is_refused_without_the_check():
+    q = fs.random_generators(1, 4, seed=0)[0]
+    q[1, 2] = np.nan
+    with pytest.raises(fs.InputError, match="cannot be computed.*or a rate is not a number"):
         fs.stationary_distribution(q, check=False)
+
+
+def test_a_transition_lost_even_in_long_double_is_refused_not_guessed():
+    # a reviewer's construction (20 states, rates within 1e+-300): a path over a hill of
+    # seventeen 1e+-300 links, so the effective rate 0 -> H is below 1e-4932 while H -> 0 is
+    # not; the true p sits on state 19, and without the exact long-double test the answer put
+    # it on state 0, with no error
+    m1, m2 = 8, 9
+    n = m1 + m2 + 3
+    path = [0] + list(range(2, m1 + m2 + 2)) + [1]
+    off = np.zeros((n, n))
+    for i, (a, b) in enumerate(zip(path, path[1:])):
+        off[a, b], off[b, a] = (1e-300, 1e300) if i <= m1 else (1e300, 1e-300)
+    peak = path[m1 + 1]
+    off[path[m1], peak] = off[path[m1 + 2], peak] = 1e-300 * 1e147
+    off[1, path[-2]] = 1e-295
+    off[1, n - 1], off[n - 1, 1] = 1e300, 1e-300
+    with pytest.raises(fs.InputError, match="left even long double's range"):
+        fs.stationary_distribution(from_off_diagonal(off))
+
+
+def test_a_screened_chain_that_long_double_computes_is_not_refused():
+    # the O(n^2) screen multiplies the smallest rate and probability of different pairs, so it
+    # flags this 10-state chain (rates 1e+-300 only); the exact test in long double finds no
+    # loss that matters, and p is the exact (1, 9, 1, ..., 1) / 18
+    n = 10
+    off = np.zeros((n, n))
+    off[1, 0] = 1e300
+    off[0, 1:] = 1e300
+    for k in range(2, n):
+        off[k, 1] = 1e300
+        off[k - 1, k] = 1e-300
+    off[n - 1, 0] = 1e-300
+    expected = np.full(n, 1 / 18)
+    expected[1] = 0.5
+    np.testing.assert_allclose(fs.stationary_distribution(from_off_diagonal(off)), expected,
+                               rtol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(_exact_stationary(off), expected, rtol=1e-15)
 
 
 def _exact_stationary(off):
