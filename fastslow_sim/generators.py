@@ -75,7 +75,9 @@ def validate_generator(Q, *, atol: float | None = None, name: str = "Q") -> None
     if not np.issubdtype(q.dtype, np.number) or np.iscomplexobj(q):
         raise InputError(f"{name} must hold real numbers; got dtype {q.dtype}.")
     # Fast screens first (one pass each); the detailed, slower search only runs on failure.
-    if not np.isfinite(q.sum()) and not np.all(np.isfinite(q)):
+    with np.errstate(all="ignore"):  # inf - inf in the screen's sum: the search below names it
+        finite_sum = np.isfinite(q.sum())
+    if not finite_sum and not np.all(np.isfinite(q)):
         bad = np.argwhere(~np.isfinite(q))[0]
         raise InputError(
             f"{name} must be finite; entry {tuple(int(i) for i in bad)} is {q[tuple(bad)]}."

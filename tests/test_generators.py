@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 import fastslow_sim as fs
 from fastslow_sim.generators import from_off_diagonal
@@ -69,3 +70,17 @@ def test_validator_accepts_torch_and_from_off_diagonal():
     Q = from_off_diagonal(np.array([[0, 2.0, 1.0], [1.0, 0, 0], [0, 3.0, 0]]))
     np.testing.assert_allclose(Q.diagonal(), [-3.0, -1.0, -3.0])
     fs.validate_generator(torch.tensor(Q))
+
+
+def test_an_infinite_rate_is_one_sentence_without_a_numpy_warning():
+    # 1e300 in float32 is inf, so the row sum is inf - inf: the screen's sum must not leak
+    # numpy's "invalid value encountered in reduce" before the sentence
+    import warnings
+
+    off = np.zeros((3, 3))
+    off[0, 1], off[1, 0], off[1, 2], off[2, 1] = 1e300, 1.0, 1.0, 1.0
+    q = torch.tensor(from_off_diagonal(off), dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(fs.InputError, match=r"Q must be finite; entry \(0, 0\) is -inf"):
+            fs.stationary_distribution(q)
