@@ -86,13 +86,14 @@ def _sniff_png(path: Path, head: bytes) -> bool:
         key, _, text = data.partition(b"\0")
         if kind == b"iTXt":  # compression flag and method, language and translated keyword
             text = text[2:].split(b"\0", 2)[-1] if text[:1] == b"\0" else b""
-        if kind in (b"tEXt", b"iTXt") and key == b"Software" and text.startswith(MARK.encode()):
+        if kind in (b"tEXt", b"iTXt") and key == b"Software" and text.startswith(_MARK_BYTES):
             return True
         i += 12 + n
     return False
 
 
-_PDF_CREATOR = re.compile(rb"/(?:Creator|Producer)\s*\(" + re.escape(MARK.encode()))
+_MARK_BYTES = (MARK + " ").encode()  # "fastslow-sim 0.1.0 (Matplotlib ...)", not "fastslow-simx"
+_PDF_CREATOR = re.compile(rb"/(?:Creator|Producer)\s*\(" + re.escape(_MARK_BYTES))
 
 
 def _sniff_pdf(path: Path, head: bytes) -> bool:
@@ -113,11 +114,11 @@ def _sniff_pdf(path: Path, head: bytes) -> bool:
 
 
 def _sniff_ps(path: Path, head: bytes) -> bool:
-    return re.search(rb"^%%Creator: " + re.escape(MARK.encode()), head, re.M) is not None
+    return re.search(rb"^%%Creator: " + re.escape(_MARK_BYTES), head, re.M) is not None
 
 
 _SVG_CREATOR = re.compile(
-    rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>" + re.escape(MARK.encode())
+    rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>" + re.escape(_MARK_BYTES)
 )
 
 
@@ -144,7 +145,10 @@ def _sniff_json(path: Path, head: bytes) -> bool:
     if _JSON_MARKED.match(head):
         return True
     beside = path.parent / "ckpt.pt"  # an older run folder: our checkpoint sits beside it
-    return path.name != "ckpt.pt" and beside.is_file() and written_by_us(beside)
+    return path.name in _RUN_FOLDER_JSON and beside.is_file() and written_by_us(beside)
+
+
+_RUN_FOLDER_JSON = ("summary.json", "phi_vs_pst.json")  # what a run folder of ours holds
 
 
 _SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_png),
@@ -194,7 +198,20 @@ def check_writable(path, what="output") -> Path:
     FIFO, socket or a file of the user's), and its folder exists and is writable."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
-    if p.exists() and p.is_dir():
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        pass
+    except OSError as err:  # a loop of links, a name too long, a component that is a file
+        raise InputError(f"cannot write the {what} {str(p)!r}: {err.strerror}.") from None
+    longest = _name_max(parent) - _TEMP_EXTRA
+    if len(p.name.encode()) > longest:
+        raise InputError(
+            f"the {what} path {str(p)!r} has a file name of {len(p.name.encode())} bytes; "
+            f"expected at most {longest} (the file system's limit, less room for the temporary "
+            f"name it is written under)."
+        )
+    if p.is_dir():
         raise InputError(f"the {what} path {str(p)!r} is a directory; expected a file name.")
     kind = _special(p)
     if kind is not None:
@@ -203,6 +220,11 @@ def check_writable(path, what="output") -> Path:
             f"regular file (it is never replaced)."
         )
     _check_owned(p, what)
+    if p.is_file() and not os.stat(p).st_mode & 0o222:
+        raise InputError(
+            f"the {what} path {str(p)!r} is read-only (no write permission); it is never "
+            f"replaced: make it writable or choose another path."
+        )
     if not parent.exists():
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."
@@ -212,6 +234,17 @@ def check_writable(path, what="output") -> Path:
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} is not writable."
         )
     return p
+
+
+_TEMP_EXTRA = 15  # ".NAME.XXXXXXXX.part": what `atomic_path`'s temporary name adds
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the file system of `folder` takes (255 where unknown)."""
+    try:
+        return os.pathconf(folder if folder.exists() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
 
 
 def _can_create(folder: Path) -> bool:

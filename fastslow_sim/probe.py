@@ -50,7 +50,7 @@ def load_run(run_dir):
             f"no checkpoint at {str(path)!r}; expected a folder written by train-network."
         )
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
         model = FastSlowLM(BridgeConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
     except InputError:

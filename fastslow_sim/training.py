@@ -286,7 +286,7 @@ def _held_config(out: Path) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        return dict(torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)["train_config"])
+        return dict(torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["train_config"])
     except Exception:  # noqa: BLE001 - any unreadable checkpoint is a file of unknown origin
         return None
 
@@ -370,7 +370,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     checkpoint = None
     if cfg.resume:
         try:
-            checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
             saved_cfg = checkpoint["train_config"]
         except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
             raise InputError(

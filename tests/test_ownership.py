@@ -250,3 +250,92 @@ def test_train_refuses_a_foreign_file_in_its_folder_before_training(name, tmp_pa
         train(TrainConfig(corpus="random", tokens=256, out=str(out), **TRAIN_TINY))
     assert sorted(p.name for p in out.iterdir()) == [name]
     assert (out / name).read_text() == "my notes\n"
+
+
+# --- from a review (helper-17): the edges of the rule -------------------------------------------
+
+
+def _integrate(out, tmp_path, monkeypatch):
+    return invoke(["integrate", "--eps", "0.125", "--t-end", "0.5", "--no-plot", "--out", str(out)],
+                  tmp_path, monkeypatch)  # fmt: skip
+
+
+def test_a_mark_that_only_begins_like_ours_is_not_ours(tmp_path, monkeypatch):
+    target = tmp_path / "acme.png"
+    Image.new("RGB", (4, 4)).save(target, format="png", pnginfo=_png_info("fastslow-simulator 2"))
+    before = target.read_bytes()
+    res = invoke(["integrate", "--eps", "0.1", "--t-end", "0.5", "--plot", str(target), "--out",
+                  str(tmp_path / "r.nc")], tmp_path, monkeypatch)  # fmt: skip
+    _refused(res, target, before)
+
+
+def _png_info(software):
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Software", software)
+    return info
+
+
+def test_a_json_of_the_users_beside_a_checkpoint_of_ours_is_not_ours(tmp_path, monkeypatch):
+    # only the names a run folder of ours holds count as ours there, not any JSON file
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({fs.io.VERSION_KEY: "0", "model": {}}, run / "ckpt.pt")
+    (run / "summary.json").write_text('{"train_config": {}}')
+    notes = run / "notes.json"
+    notes.write_text('{"my": "notes"}')
+    assert written_by_us(run / "summary.json") and not written_by_us(notes)
+    res = _integrate(notes, tmp_path, monkeypatch)
+    _refused(res, notes, b'{"my": "notes"}')
+
+
+def test_a_read_only_file_of_ours_is_not_replaced(tmp_path, monkeypatch):
+    out = tmp_path / "r.nc"
+    assert _integrate(out, tmp_path, monkeypatch).exit_code == 0
+    out.chmod(0o444)
+    before = out.read_bytes()
+    res = _integrate(out, tmp_path, monkeypatch)
+    assert res.exit_code == 2 and "read-only" in res.output and res.output.count("\n") == 1
+    assert out.read_bytes() == before
+
+
+def test_names_too_long_and_loops_of_links_are_one_sentence_before_any_work(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(fs.integrators, "integrate", lambda *a, **k: calls.append(1))
+    long = tmp_path / ("a" * 245 + ".nc")  # 248 bytes: fits, but its temporary name would not
+    res = _integrate(long, tmp_path, monkeypatch)
+    assert res.exit_code == 2 and "has a file name of 248 bytes" in res.output
+    loop = tmp_path / "loop.nc"
+    loop.symlink_to(loop.name)
+    res = _integrate(loop, tmp_path, monkeypatch)
+    assert res.exit_code == 2 and "Too many levels of symbolic links" in res.output
+    assert res.output.count("\n") == 1 and not calls
+
+
+def test_a_file_operation_that_fails_after_the_checks_is_one_sentence(tmp_path, monkeypatch):
+    # a rename the file system refuses (an immutable file, another user's file in /tmp), a
+    # full disk: exit status 1 and one sentence, not a traceback
+    def refuse(src, dst):
+        raise PermissionError(1, "Operation not permitted", str(src), None, str(dst))
+
+    monkeypatch.setattr(fs.io.os, "replace", refuse)
+    res = _integrate(tmp_path / "r.nc", tmp_path, monkeypatch)
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"Error: a file operation failed on {str(tmp_path / 'r.nc')!r}: Operation not permitted.")
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_a_checkpoint_is_never_unpickled_beyond_tensors_and_plain_data(tmp_path):
+    # a foreign ckpt.pt in a run folder: reading its configuration must not run its code
+    from fastslow_sim.training import _held_config
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "ran",))
+
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"train_config": Payload()}, run / "ckpt.pt")
+    assert _held_config(run) is None and not (tmp_path / "ran").exists()

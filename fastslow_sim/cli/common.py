@@ -26,14 +26,21 @@ KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of 
 class Group(click.Group):
     """Turns `InputError` from any command into one sentence and exit status 2, and a standard
     output that cannot take the output (`> /dev/full`, a closed pipe; `--help` and `--version`
-    included) into one sentence and exit status 1, not a traceback."""
+    included) or a file operation that fails (a full disk) into one sentence and exit status 1,
+    not a traceback."""
 
     def main(self, *args, **kwargs):
         try:
             return super().main(*args, **kwargs)
         except OSError as err:
             if not _raised_writing_stdout(err):
-                raise
+                # a file the command writes or reads failed after the checks (a full disk, a
+                # rename the file system refuses): one sentence, exit status 1
+                name = err.filename2 or err.filename
+                where = f" on {str(name)!r}" if name else ""
+                click.echo(f"Error: a file operation failed{where}: "
+                           f"{err.strerror or type(err).__name__}.", err=True)  # fmt: skip
+                sys.exit(1)
             # the output written so far is lost; so is what Python would flush again at exit
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
