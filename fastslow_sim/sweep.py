@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -709,17 +710,74 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
 # the store
 
 
+_CELL_NAME = re.compile(r"[0-9a-f]{20}\.npz|\.[0-9a-f]{20}\.[0-9a-f]{8}\.part")
+_ZARR_META = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")  # what to_zarr puts at the root
+
+
+def _root_attrs(store: Path) -> dict | None:
+    """The root group's attributes when they are a sweep root this project wrote (its format
+    marker, task and version), else None (no root, an unreadable one, or another's)."""
+    try:
+        attrs = json.loads((store / "zarr.json").read_text())["attributes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(attrs, dict) or not all(k in attrs for k in ("fastslow_sweep_format", "task",
+                                                                   "fastslow_sim_version")):
+        return None
+    return attrs
+
+
+def _is_zarr_array(path: Path) -> bool:
+    """`path` is a zarr array folder (its own zarr.json says so), as to_zarr writes each variable."""
+    try:
+        return json.loads((path / "zarr.json").read_text()).get("node_type") == "array"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _root_entries(store: Path) -> set[str]:
+    """The top-level entries of `store` that the project wrote as its root group: the zarr
+    metadata files and the arrays that the previous root names (or, when it cannot be read, the
+    folders that are zarr arrays). Anything else at the top is someone else's and is kept."""
+    names = {n for n in _ZARR_META if (store / n).is_file()}
+    try:
+        meta = json.loads((store / "zarr.json").read_text())["consolidated_metadata"]["metadata"]
+        known = {k for k in meta if "/" not in k}
+    except (OSError, ValueError, KeyError, TypeError):
+        known = set()
+    for entry in store.iterdir():
+        if entry.name == CELLS or entry.is_symlink() or not entry.is_dir():
+            continue
+        if (entry.name in known or not known) and _is_zarr_array(entry):
+            names.add(entry.name)
+    return names
+
+
+def _interrupted_store(store: Path) -> bool:
+    """A store whose root was never written (or was being written): `cells/` holding only
+    files named as the project writes its cells, and at the top nothing but the root's own."""
+    cells = store / CELLS
+    if cells.is_symlink() or not cells.is_dir():
+        return False
+    if not all(e.is_file() and _CELL_NAME.fullmatch(e.name) for e in cells.iterdir()):
+        return False
+    return all(e.name == CELLS or e.name in _root_entries(store) for e in store.iterdir())
+
+
 def _check_store(store: Path, task: str) -> Path:
+    if store.is_symlink() and not store.exists():
+        raise InputError(f"--store {str(store)!r} is a dangling symbolic link; expected a new or "
+                         f"existing sweep folder (PATH.zarr).")  # fmt: skip
     if store.exists() and not store.is_dir():
         raise InputError(f"--store {str(store)!r} is a file; expected a new or existing sweep "
                          f"folder (PATH.zarr).")  # fmt: skip
-    if store.is_dir() and any(store.iterdir()) and not (store / CELLS).is_dir():
+    if not store.is_dir() or not any(store.iterdir()):
+        return store
+    attrs = _root_attrs(store)
+    if attrs is None and not _interrupted_store(store):
         raise InputError(f"--store {str(store)!r} exists and is not a sweep store; expected a "
                          f"new path or one written by fastslow-sim sweep.")  # fmt: skip
-    try:  # the root group names its task; one unreadable (a run killed while writing it) is rebuilt
-        held = json.loads((store / "zarr.json").read_text())["attributes"]["task"]
-    except (OSError, ValueError, KeyError, TypeError):
-        held = None
+    held = None if attrs is None else attrs["task"]
     if held is not None and held != task:
         raise InputError(f"--store {str(store)!r} holds a sweep of {held}; expected a new store "
                          f"or one of {task} (its root group would be replaced).")  # fmt: skip
@@ -840,11 +898,11 @@ def _versions() -> dict:
 
 
 def _write_root(ds: xr.Dataset, store: Path):
-    """Replace the root group (every entry but cells/) by `ds`. Not atomic: the cells are the
-    truth, and a run that dies here leaves a root that the next run rebuilds."""
-    for entry in store.iterdir():
-        if entry.name == CELLS:
-            continue
+    """Replace the root group (the entries the project wrote as the previous root, never
+    cells/ nor a file someone else put there) by `ds`. Not atomic: the cells are the truth,
+    and a run that dies here leaves a root that the next run rebuilds."""
+    for name in _root_entries(store):
+        entry = store / name
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr: cells/ is not a zarr node; consolidated is not v3

@@ -603,3 +603,55 @@ def test_train_network_cells_equal_their_runs(tmp_path, text_file):
     assert float(ds["val_loss"].sel(variant="coupled")) == alone["val_loss"]
     assert float(ds["gate"].sel(variant="coupled")[0]) == float(np.mean(alone["gates"][0]))
     assert int(ds["params"].sel(variant="dense")) < int(ds["params"].sel(variant="coupled"))
+
+
+def test_users_folder_with_a_cells_subfolder_is_refused_untouched(tmp_path):
+    """A user's folder that happens to hold a `cells/` subfolder is not a sweep store: refused
+    in one sentence, nothing in it deleted or written (it lost important.txt and sub/)."""
+    mine = tmp_path / "mine"
+    (mine / "cells").mkdir(parents=True)
+    (mine / "important.txt").write_text("keep me")
+    (mine / "sub").mkdir()
+    (mine / "sub" / "f").write_text("mine too")
+    before = sorted(str(p.relative_to(mine)) for p in mine.rglob("*"))
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--workers", "0", "--t-end", "0.5",
+                                    "--grid", "eps=0.1,0.05", "--store", str(mine)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "is not a sweep store" in res.output and res.output.count("\n") == 1
+    assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == before
+    assert (mine / "important.txt").read_text() == "keep me"
+    assert (mine / "sub" / "f").read_text() == "mine too"
+    # a cells/ folder holding a file the project never writes is not taken for its cells either
+    (mine / "important.txt").unlink()
+    shutil.rmtree(mine / "sub")
+    (mine / "cells" / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="is not a sweep store"):
+        run_sweep("integrate", ["eps=0.1"], FAST, mine, workers=0, progress=False)
+    assert sorted(p.name for p in mine.rglob("*")) == ["cells", "notes.txt"]
+
+
+def test_rerun_keeps_a_users_file_in_a_real_store(tmp_path):
+    """The root is rebuilt by deleting only what the project wrote: a file (and a folder) that
+    a user put at the top of a real store survive a rerun; a store whose root was never
+    written (only cells/) is still resumed."""
+    store = tmp_path / "s.zarr"
+    kw = dict(workers=0, progress=False, log=lambda *a: None)
+    run_sweep("integrate", ["seed=0:1"], FAST, store, **kw)
+    (store / "notes.txt").write_text("my notes")
+    (store / "extra").mkdir()
+    (store / "extra" / "f").write_text("mine")
+    again = run_sweep("integrate", ["seed=0:2"], FAST, store, **kw)
+    assert (again["n_skipped"], again["n_run"]) == (2, 1)
+    assert (store / "notes.txt").read_text() == "my notes"
+    assert (store / "extra" / "f").read_text() == "mine"
+    assert xr.open_zarr(store).sizes["seed"] == 3
+    # interrupted before its root was written: cells/ only
+    for entry in store.iterdir():
+        if entry.name not in (CELLS, "notes.txt", "extra"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    shutil.rmtree(store / "extra")
+    (store / "notes.txt").unlink()
+    res = run_sweep("integrate", ["seed=0:2"], FAST, store, **kw)
+    assert (res["n_skipped"], res["n_run"]) == (3, 0)
+    assert xr.open_zarr(store).attrs["n_done"] == 3
+
