@@ -808,6 +808,33 @@ def _fill(dtype):
     return ""
 
 
+def _without_grid_copies(loaded: dict, grid: dict) -> dict:
+    """The cells without a variable of a swept parameter's name (`method`, `n_layer`), which
+    would collide with the grid's coordinate: dropped where every cell holds its own swept
+    value (the coordinate says it), else kept as `NAME_cell` (e.g. the method that ran where
+    `auto` was swept)."""
+    clash = {v for ds in loaded.values() for v in ds.data_vars if v in grid}
+    if not clash:
+        return loaded
+    pos = {k: i for i, k in enumerate(grid)}
+
+    def same(ds, idx, v):
+        a = ds[v].values
+        return a.ndim == 0 and a.item() == grid[v][idx[pos[v]]]
+
+    drop = {v for v in clash if all(v not in ds or same(ds, idx, v) for idx, ds in loaded.items())}
+    out = {}
+    for idx, ds in loaded.items():
+        ds = ds.drop_vars([v for v in drop if v in ds])
+        for v in clash - drop:
+            if v in ds:
+                ds[v].attrs = {**ds[v].attrs, "note": f"the cell's own {v}; the swept value is "
+                                                      f"the coordinate {v}"}  # fmt: skip
+                ds = ds.rename({v: f"{v}_cell"})
+        out[idx] = ds
+    return out
+
+
 def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=None) -> xr.Dataset:
     """Build the sweep's Dataset from its cell files and write it as the store's root group."""
     store = Path(store)
@@ -817,6 +844,7 @@ def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=N
         ds = _read_cell(store / CELLS / f"{key}{CELL_SUFFIX}")
         if ds is not None:
             loaded[idx] = ds
+    loaded = _without_grid_copies(loaded, grid)
     names, dims, sizes, dtypes, vattrs, coords = [], {}, {}, {}, {}, {}
     for ds in loaded.values():
         for v in ds.data_vars:

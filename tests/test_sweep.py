@@ -655,3 +655,24 @@ def test_rerun_keeps_a_users_file_in_a_real_store(tmp_path):
     assert (res["n_skipped"], res["n_run"]) == (3, 0)
     assert xr.open_zarr(store).attrs["n_done"] == 3
 
+
+def test_grid_over_a_parameter_that_is_also_a_cell_variable(tmp_path):
+    """`method` is both swept and a variable of each integrate cell (the method that ran):
+    consolidation failed with 'variables {'method'} are found in both data_vars and coords'.
+    Where every cell ran its swept value the copy is dropped; where not (auto) it is kept as
+    method_cell."""
+    store = tmp_path / "m.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--workers", "0", "--t-end", "0.5",
+                                    "--n-eval", "5", "--eps", "0.1", "--grid",
+                                    "method=lsoda,radau", "--store", str(store)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store)
+    assert ds["method"].values.tolist() == ["lsoda", "radau"] and "method" in ds.coords
+    assert "method_cell" not in ds and (ds["status"].values == "done").all()
+    again = CliRunner().invoke(main, ["sweep", "integrate", "--workers", "0", "--t-end", "0.5",
+                                      "--n-eval", "5", "--eps", "0.1", "--grid",
+                                      "method=auto,rodas4", "--store", str(tmp_path / "a.zarr")])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    ds = xr.open_zarr(tmp_path / "a.zarr")
+    assert ds["method"].values.tolist() == ["auto", "rodas4"]
+    assert ds["method_cell"].values.tolist() == ["rodas4", "rodas4"]
