@@ -610,10 +610,9 @@ def select(only) -> list:
 
 
 def _folder(path, what) -> Path:
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"the {what} {str(path)!r} exists and is not a folder.")
-    return path
+    from .validation import folder
+
+    return folder(path, what)
 
 
 def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DEFAULT_TEXT,

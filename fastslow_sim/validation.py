@@ -8,7 +8,7 @@ import numbers
 
 from .errors import InputError
 
-__all__ = ["number", "positive", "positive_int", "t_span"]
+__all__ = ["number", "positive", "positive_int", "t_span", "folder"]
 
 
 def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
@@ -70,3 +70,24 @@ def t_span(value) -> tuple[float, float]:
     if not (math.isfinite(t0) and math.isfinite(t1)) or t1 <= t0:
         raise InputError(f"t_span must run forward (t0 < t1, both finite); got ({t0}, {t1}).")
     return t0, t1
+
+
+def folder(path, what: str):
+    """`path` as a `Path`, or `InputError` unless it and each folder above it is a folder or
+    does not exist yet (a regular file, or a symbolic link to nothing, cannot hold files)."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    for p in reversed((path, *path.parents)):
+        if str(p) in (".", "", os.sep):
+            continue
+        if p.is_symlink() and not p.exists():
+            where = "" if p == path else f" (above the {what} {str(path)!r})"
+            raise InputError(f"{str(p)!r}{where} is a symbolic link to {os.readlink(p)!r}, which "
+                             f"does not exist; expected the {what} to be a folder or a new path.")
+        if p.exists() and not p.is_dir():
+            where = "" if p == path else f" (above the {what} {str(path)!r})"
+            raise InputError(f"{str(p)!r}{where} exists and is not a folder; expected the {what} "
+                             f"to be a folder or a new path.")
+    return path

@@ -354,3 +354,28 @@ def test_long_vectors_are_summarised_in_the_printed_summary():
     v = np.arange(4096) / 4096
     assert fmt_vec(v) == "[0, 0.0002441, 0.0004883, 0.0007324, 0.0009766, 0.001221, 0.001465, " \
         "0.001709, ..., 0.9995, 0.9998] (4,096 entries)"
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+@pytest.mark.parametrize("args", [["integrate", "--eps", "0.125", "--t-end", "0.5"],
+                                  ["convergence"], ["manifold"],
+                                  ["figures", "--quick", "--only", "integrate-birth-death"]])
+def test_default_output_folder_that_is_not_a_folder(tmp_path, monkeypatch, kind, args):
+    """./fastslow-results as a regular file or a link to nothing: one sentence naming it, exit
+    status 2, nothing written (was FileExistsError from mkdir, NotADirectoryError in figures)."""
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "fastslow-results"
+    if kind == "file":
+        results.write_text("the user's own file")
+    else:
+        results.symlink_to(tmp_path / "nowhere")
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert err.count("\n") == 0 and "'fastslow-results'" in err and "expected" in err, err
+    assert "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fastslow-results"]
+    if kind == "file":
+        assert results.read_text() == "the user's own file"
+    else:
+        assert results.is_symlink() and not results.exists()

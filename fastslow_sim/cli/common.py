@@ -161,7 +161,9 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     from ..io import check_writable
 
     if out is None:
-        DEFAULT_RESULTS.mkdir(parents=True, exist_ok=True)
+        from ..validation import folder
+
+        folder(DEFAULT_RESULTS, "default output folder").mkdir(parents=True, exist_ok=True)
         out = DEFAULT_RESULTS / f"{stem}.nc"
     out = check_writable(out, "dataset")
     if no_plot:
