@@ -142,7 +142,7 @@ def _redo_extended(flat, p, bad, risky):
     format, 128-bit on aarch64) the chains whose elimination may have lost a transition below
     the normal range (`risky`) or overflowed (a non-finite `p`): `flat (count, n*n)`, `p (count,
     n)`, flags `(count,)`. There the screen is replaced by the exact test
-    (`_censor_exactly_checked`); a chain that fails it, or any chain where long double is plain
+    (`_censor_batch_last(exact=True)`); a chain that fails it, or any chain where long double is plain
     float64, gets NaN, which the caller refuses in one sentence (or finds reducible)."""
     redo = np.flatnonzero(_numpy(risky | ~_isfinite(p).all(-1)))
     if not redo.size:
@@ -155,41 +155,11 @@ def _redo_extended(flat, p, bad, risky):
         a = np.array(rows.T, dtype=np.longdouble, order="C").reshape(n, n, -1)
         a[np.arange(n), np.arange(n)] = 0.0
         with np.errstate(all="ignore"):
-            p_w, _, lost_w = _gth_batch_last(a, _censor_exactly_checked)
+            p_w, _, lost_w = _gth_batch_last(a, exact=True)
         keep = ~lost_w[: redo.size]
         wide[keep] = p_w[: redo.size][keep]
     _put(p, redo, wide)
     _put(bad, redo, ~np.isfinite(wide).all(-1) | ~(wide > 0).all(-1))
-
-
-def _censor_exactly_checked(a):
-    """`_censor_batch_last` (numpy) with the exact test in place of its screen, for the few
-    chains that the screen flags: `lost` flags a probability below the normal range, or a
-    product `a_ik a_kj / s_k` below it that was added to a rate not much larger (`< tiny / eps`,
-    so the loss may matter); products onto the diagonal are self-loops, never read. O(n^3)
-    more work and memory traffic."""
-    finfo = np.finfo(a.dtype)
-    n, _, b = a.shape
-    bad = np.zeros(b, dtype=bool)
-    lost = np.zeros(b, dtype=bool)
-    low_rate = np.full(b, np.inf, dtype=a.dtype)
-    for k in range(n - 1, 0, -1):
-        row = a[k, :k]
-        s = row.sum(0)
-        bad |= ~(s > 0)
-        positive = row > 0
-        row /= s
-        a[k, k] = s
-        lost |= (positive & (row < finfo.tiny)).any(0)
-        col = a[:k, k, None]
-        low_rate = np.minimum(low_rate, _min_positive(a[:k, k]))
-        product = col * row[None]  # (k, k, b)
-        under = (product < finfo.tiny) & (col > 0) & (row[None] > 0)
-        under &= a[:k, :k] < finfo.tiny / finfo.eps
-        under[np.arange(k), np.arange(k)] = False
-        lost |= under.any((0, 1))
-        a[:k, :k] += product
-    return bad, lost, low_rate
 
 
 def _index_like(x, idx):
@@ -266,9 +236,9 @@ def _add_product(dst, x, y):
         dst += x * y
 
 
-def _gth_batch_last(a, censor=None):
+def _gth_batch_last(a, exact: bool = False):
     """GTH in place on `a` of shape `(n, n, b)` with a zero diagonal; returns `p (b, n)` and the
-    flags `bad` (see `_gth`) and `risky` (see `_censor_batch_last`, or the `censor` given).
+    flags `bad` (see `_gth`) and `risky` (see `_censor_batch_last`, and its `exact`).
 
     Written once for numpy and torch (operators, `sum`, `abs`, slicing). The back-substitution
     `p_k = sum_{i<k} p_i a_ik` keeps `p_0..p_{k-1}` normalised to sum 1 as it goes, so no
@@ -279,7 +249,7 @@ def _gth_batch_last(a, censor=None):
     built from (rates 1e+-300 can put `p_2 / p_0 = 1e-351` on the way to `p_6 / p_0 = 1e67`), so
     such chains are redone with `_wide_back_substitution`, from the same censored matrix.
     """
-    bad, risky, low_rate = (censor or _censor_batch_last)(a)
+    bad, risky, low_rate = _censor_batch_last(a, exact)
     tiny = _finfo(a).tiny
     p = a[0] * 0.0  # (n, b); every row is written below
     p[0] = 1.0
@@ -300,7 +270,7 @@ def _gth_batch_last(a, censor=None):
     return p.T, bad | lost, risky
 
 
-def _censor_batch_last(a):
+def _censor_batch_last(a, exact: bool = False):
     """Eliminate states n-1, ..., 1 of `a (n, n, b)` (zero diagonal) in place. Afterwards
     `a[i, k]` (i < k) is the rate i -> k of the chain censored to {0..k}, `a[k, k]` the pivot
     `s_k` (the rate of k into the lower states) and `a[k, j]` (j < k) the probability that k's
@@ -315,8 +285,14 @@ def _censor_batch_last(a):
     range, screened from the smallest positive ones in O(n^2) (division by `s_k` is monotone,
     so the smallest probability is the smallest rate over `s_k`; the screen never misses one),
     and the smallest positive censored rate `a_ik` (i < k), for the back-substitution's screen.
-    `stationary_kernel._censor` computes the same, flags included."""
-    tiny = _finfo(a).tiny
+    `stationary_kernel._censor` computes the same, flags included.
+
+    `exact` (numpy, for the few chains the screen flags, redone in long double): the product
+    test is exact instead, O(n^3) more work: a product below the normal range that was added to
+    a rate not much larger (`< tiny / eps`, so the loss may matter); products onto the diagonal
+    are self-loops, never read."""
+    finfo = _finfo(a)
+    tiny = finfo.tiny
     bad = a[0, 0] != 0.0  # (b,) all False: the diagonal was zeroed
     risky = bad
     low_rate = a[0, 0] + float("inf")  # (b,)
@@ -329,9 +305,18 @@ def _censor_batch_last(a):
         a[k, k] = s
         rate = _min_positive(a[:k, k])
         low_rate = _minimum(low_rate, rate)
-        risky = risky | (low_prob < tiny) | (rate * low_prob < tiny)
+        risky = risky | (low_prob < tiny)  # a probability below the normal range
         # censor state k: i -> k -> j becomes i -> j, with no subtraction anywhere
-        _add_product(a[:k, :k], a[:k, k, None], a[k, None, :k])
+        if not exact:
+            risky = risky | (rate * low_prob < tiny)  # maybe a product below it
+            _add_product(a[:k, :k], a[:k, k, None], a[k, None, :k])
+            continue
+        col = a[:k, k, None]
+        product = col * row[None]  # (k, k, b)
+        under = (product < tiny) & (col > 0) & (row[None] > 0) & (a[:k, :k] < tiny / finfo.eps)
+        under[np.arange(k), np.arange(k)] = False
+        risky = risky | under.any((0, 1))
+        a[:k, :k] += product
     return bad, risky, low_rate
 
 
