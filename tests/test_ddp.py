@@ -44,6 +44,7 @@ def test_ranks_agree_and_draw_different_batches(tmp_path):
     assert len(set(s["rank_first_batch_sha256"])) == 2  # rank r draws from seed (seed, r)
 
 
+@pytest.mark.slow  # 43 s, two ranks killed and resumed; one-process resume: test_training.py
 def test_killed_run_resumes_bit_for_bit(tmp_path, corpus_args):
     full = _run(_torchrun(*TRAIN, *corpus_args, "--out", str(tmp_path / "full")))
     assert full.returncode == 0, full.stderr[-3000:]
