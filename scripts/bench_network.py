@@ -128,17 +128,23 @@ def causal_train_flops(cfg, T) -> float:
 
 
 def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=False,
-                        fused_adamw=False):  # fmt: skip
+                        fused_adamw=False, batch=None):  # fmt: skip
     """The training loop's iteration, dense / coupled / coupled with the reference slow path,
     interleaved: wall (and thread CPU time), split into forward+backward and clip+AdamW step;
     `compile`: every arm's model through `torch.compile`, as `train-network --compile` does
     (its compilation in the warm-up); `fused_adamw`: AdamW's fused kernel instead of the training
-    loop's foreach one (faster, not bit for bit the same); returns {T: (wall ratio, FLOP ratio)}."""
+    loop's foreach one (faster, not bit for bit the same); `batch`: another batch size than the
+    default's (a diagnostic: the target is judged at the defaults); returns {T: (wall ratio,
+    FLOP ratio)}."""
     base = TrainConfig()
+    default_batch = base.batch_size
+    if batch is not None:
+        base = TrainConfig(**{**base.__dict__, "batch_size": batch})
     vocab = MECorpusConfig().n_states
     dt = ("bf16 autocast" if autocast else "fp32") + (", torch.compile" if compile else "")
     dt += ", fused AdamW (not the training loop's)" if fused_adamw else ""
-    print(f"\n## training loop (forward, backward, clip, AdamW step) at the reproduce defaults "
+    where = "the reproduce defaults" + ("" if base.batch_size == default_batch else " but the batch")
+    print(f"\n## training loop (forward, backward, clip, AdamW step) at {where} "
           f"({device.type}, {dt}, batch {base.batch_size}, L={base.n_layer}, d={base.n_embd}, "
           f"P={base.P}, vocabulary {vocab}; {rounds} interleaved rounds; ratios are medians of "
           f"the per-round ratios)")  # fmt: skip
@@ -232,6 +238,9 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
                     f" {flop_c * tokens / med['coupled'][0] / peak:.1%} |")  # fmt: skip
         print(row, flush=True)
         out[T] = (ratio, flop, cmp, bm)
+    if base.batch_size != default_batch:
+        print(f"(batch {base.batch_size}, not the reproduce default {default_batch}: a diagnostic, "
+              "not the target's setting)")  # fmt: skip
     print("target: coupled/dense training-loop wall ratio within 0.03 of the FLOP ratio (judged "
           "on the t intervals of the per-round excess and of its batch means, which need at least "
           f"{2 * BATCH_ROUNDS} rounds: met when both lie inside +-0.03, NOT met when both lie "
@@ -427,6 +436,9 @@ def main():
     parser.add_argument("--fused-adamw", action="store_true",
                         help="the training-loop table with AdamW's fused kernel (not bit for bit "
                         "the training loop's foreach AdamW)")  # fmt: skip
+    parser.add_argument("--loop-batch", type=int, default=None,
+                        help="batch size of the training-loop table [the reproduce default, 8]; "
+                        "another value is a diagnostic (how the excess depends on tensor size)")  # fmt: skip
     parser.add_argument("--compile", action="store_true",
                         help="the training-loop table with every arm through torch.compile")  # fmt: skip
     parser.add_argument(
@@ -435,6 +447,8 @@ def main():
     args = parser.parse_args()
     if args.rounds < 1 or (args.loop_rounds is not None and args.loop_rounds < 1):
         parser.error("--rounds and --loop-rounds must be positive integers")
+    if args.loop_batch is not None and args.loop_batch < 1:
+        parser.error("--loop-batch must be a positive integer")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available here")
     try:
@@ -449,8 +463,9 @@ def main():
           f"python {platform.python_version()}")  # fmt: skip
     device = torch.device(args.device)
     training_loop_table(loop_Ts, args.loop_rounds or rounds, device, autocast=args.autocast,
-                        compile=args.compile, fused_adamw=args.fused_adamw)  # fmt: skip
-    if not (args.autocast or args.compile or args.fused_adamw):  # the breakdown is fp32: where the excess at the smallest T goes
+                        compile=args.compile, fused_adamw=args.fused_adamw,
+                        batch=args.loop_batch)  # fmt: skip
+    if not (args.autocast or args.compile or args.fused_adamw or args.loop_batch):  # the breakdown is fp32: where the excess at the smallest T goes
         slow_path_breakdown(min(loop_Ts), 10 * (args.loop_rounds or rounds), device)
     if args.only_training_loop:
         return

@@ -162,6 +162,11 @@ def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys
     whole = share["slow path, whole"]
     parts = share["attention among pooled tokens (+LN)"] + share["phi_theta (+LN)"]
     assert abs(whole - parts) <= 0.15, (whole, parts)  # three shares rounded to 0.1%
+    # another batch than the default's is labelled a diagnostic, not the target's setting
+    net.training_loop_table([16], rounds=2, device=torch.device("cpu"), batch=3)
+    out = capsys.readouterr().out
+    assert "but the batch (cpu, fp32, batch 3," in out
+    assert "(batch 3, not the reproduce default 8: a diagnostic" in out
 
 
 def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):
