@@ -20,8 +20,9 @@ as minus the row sums), work on batches `(..., n, n)`, accept numpy arrays or to
 return the same kind. Torch tensors that require grad get gradients from the identity
 `dp = -Z dA p` with `A = Q^T`, `Z = (A - p 1^T)^{-1}`, not by back-propagating the elimination.
 
-GTH on a large numpy batch runs as a compiled kernel (`stationary_kernel`, bit for bit the
-vectorised elimination); a neighbour chain given by its rates takes O(n) (`chain_stationary`).
+GTH on a large numpy batch runs as a compiled kernel (`stationary_kernel`: bit for bit the
+vectorised elimination below 512 states, in panels with BLAS, to rounding, from there); a
+neighbour chain given by its rates takes O(n) (`chain_stationary`).
 """
 
 from __future__ import annotations
@@ -267,7 +268,28 @@ def _gth_batch_last(a, exact: bool = False):
         wide, zero = _wide_back_substitution(sub if sub.dtype != np.float32 else sub.astype(float))
         _put(p, (slice(None), redo), wide[:, : redo.size])
         _put(lost, redo, zero[: redo.size])
+    if a.shape[0] > 1:
+        diag = np.arange(1, a.shape[0])
+        risky = risky & ~_underflow_is_harmless(p[1:] * a[diag, diag], tiny)
     return p.T, bad | lost, risky
+
+
+def _underflow_is_harmless(flows, tiny):
+    """Whether the underflow that the screen (`risky`) allows for cannot have cost `p` more than
+    rounding does: `2 tiny n^2 (1/2 + max_k f_k) <= min_k f_k`, from the flows `f_k = p_k s_k`
+    (k >= 1; `(n - 1, b)`, p summing to 1) out of each eliminated state into the lower ones.
+
+    Why: an underflowing product or probability is off by at most half the subnormal spacing,
+    `tiny eps / 2`, in absolute terms (sums of subnormals are exact). Such errors move through the
+    elimination like probability mass: weighted by `p`, the error mass of the rows is conserved
+    (row k's mass reaches row i with weight `a_ik / s_k`, and `sum_i p_i a_ik = p_k s_k`). The
+    `n^2 / 2` products per row and the at most `n` probabilities per pivot row, weighted by `p`
+    and `p_k s_k`, bound it by `tiny eps n^2 (1/2 + max f) / 2`; twice that against the unit
+    roundoff times the smallest flow bounds the relative error of every `s_k` and `p_k` by about
+    `n eps`, GTH's own rounding bound. A long cycle passes (its far-away fill-in underflows, but
+    carries no flow that matters); rates 1e+-300 in one chain do not. NaN: not harmless."""
+    n = flows.shape[0] + 1
+    return (2.0 * tiny) * (n * n) * (0.5 + _amax(flows)) <= _amin(flows)
 
 
 def _censor_batch_last(a, exact: bool = False):
@@ -285,7 +307,8 @@ def _censor_batch_last(a, exact: bool = False):
     range, screened from the smallest positive ones in O(n^2) (division by `s_k` is monotone,
     so the smallest probability is the smallest rate over `s_k`; the screen never misses one),
     and the smallest positive censored rate `a_ik` (i < k), for the back-substitution's screen.
-    `stationary_kernel._censor` computes the same, flags included.
+    `stationary_kernel._censor` computes the same, flags included. (`_gth_batch_last` then
+    clears `risky` where the underflow is certified harmless, `_underflow_is_harmless`.)
 
     `exact` (numpy, for the few chains the screen flags, redone in long double): the product
     test is exact instead, O(n^3) more work: a product below the normal range that was added to
@@ -335,6 +358,10 @@ def _min_positive(x):
 
 def _amin(x):
     return x.amin(0) if _is_torch(x) else x.min(0)
+
+
+def _amax(x):
+    return x.amax(0) if _is_torch(x) else x.max(0)
 
 
 def _minimum(x, y):

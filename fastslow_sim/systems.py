@@ -491,7 +491,7 @@ SYSTEMS: dict[str, tuple[Callable, str]] = {
     "random": (_random, "seeded random irreducible 8-state family, g = c.x - y"),
     "michaelis-menten": (_michaelis_menten, "4 enzymes (5 states), substrate y, eps = E0/S0"),
 }
-MAX_STATES = 4096  # --states: beyond, a dense system's p_st (GTH, O(n^3) a point) takes hours
+MAX_STATES = 4096  # --states: beyond, a dense system's p_st (GTH, O(n^3) a point) grows long
 
 
 def make_system(name: str = "birth-death", eps=None, P=None, states=None) -> MasterEquationSystem:

@@ -244,9 +244,10 @@ def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
 
 
 def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
-    """`--system cycle --states 1024` at the default 401 saved states means 401 GTH eliminations
-    of 1024 x 1024 (1.4e11 operations, minutes here): a warning says so before the run starts; a
-    small run prints none, nor does a neighbour chain (O(n) per point) of 4096 states."""
+    """`--system cycle --states 2048` at the default 401 saved states means 401 GTH eliminations
+    of 2048 x 2048 (1.1e12 operations, minutes here): a warning says so before the run starts; a
+    small run prints none (1,024 states: 1.4e11, about 20 s), nor does a neighbour chain (O(n)
+    per point) of 4096 states."""
     import fastslow_sim.integrators as integ
 
     class StopError(Exception):
@@ -258,9 +259,10 @@ def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(integ, "integrate", refuse)  # the warning must come before the solve
     args = ["integrate", "--eps", "0.1", "--no-plot", "--system"]
-    r = CliRunner().invoke(main, [*args, "cycle", "--states", "1024"])
+    r = CliRunner().invoke(main, [*args, "cycle", "--states", "2048"])
     assert isinstance(r.exception, StopError)
-    assert "Warning: p_st(y(t)) at 401 saved states of a 1024-state chain is about 1.4e+11" in r.output
-    for system, states in [("cycle", "64"), ("birth-death", "4096")]:
+    assert "Warning: p_st(y(t)) at 401 saved states of a 2048-state chain is about 1.1e+12" in r.output
+    assert "1.5 to 3.8 minutes at the 5-13 GFLOP/s" in r.output
+    for system, states in [("cycle", "64"), ("cycle", "1024"), ("birth-death", "4096")]:
         r = CliRunner().invoke(main, [*args, system, "--states", states])
         assert isinstance(r.exception, StopError) and "Warning" not in r.output

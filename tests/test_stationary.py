@@ -676,6 +676,83 @@ def test_compiled_gth_is_bit_for_bit_the_vectorised_one(monkeypatch):
     assert redone > 100  # and the wide back-substitution, in both
 
 
+def test_large_generators_are_eliminated_in_panels_to_rounding(monkeypatch):
+    """From BLOCK_MIN states the compiled GTH delays the leading block's update to the end of
+    each panel (one dgemm): the same sums of non-negative terms in another order, so `p` keeps
+    its relative accuracy. Against the unblocked vectorised elimination (the same flags) on an
+    ordinary and a sparse wide-range dense generator, and, for neighbour chains given as dense
+    matrices (their mass spans far beyond the float range: screened and redone), against the
+    O(n) chain formula."""
+    import fastslow_sim.stationary as st
+    from fastslow_sim.stationary_kernel import BLOCK_MIN, PANEL
+
+    n = BLOCK_MIN + PANEL // 2 + 3  # a last panel of another size
+    rng = np.random.default_rng(11)
+    wide = 10.0 ** rng.uniform(-20, 20, (1, n, n)) * (rng.uniform(size=(1, n, n)) < 0.6)
+    for q in (fs.random_generators(1, n, seed=1), from_off_diagonal(wide)):
+        (pv, bv, _), (pk, bk, _) = _both_gth(q, monkeypatch)
+        assert np.array_equal(bv, bk) and not bk.any()
+        rel = np.abs(pk - pv) / pv
+        assert 0 < rel.max() < 1e-12, rel.max()  # not the same code path, and as accurate
+    q, up, down = _extreme_chains(2, n, seed=4)
+    pk, bk, _ = st._gth(q, True)  # still the compiled kernel (_both_gth's settings)
+    ref = fs.chain_stationary(up, down)
+    big = ref > 1e-300
+    assert not bk.any() and big.sum() >= 4
+    assert np.max(np.abs(pk[big] - ref[big]) / ref[big]) < 1e-12
+
+
+def test_underflow_that_carries_no_flow_is_certified_and_right():
+    """The screen flags every chain where a product may underflow; `_underflow_is_harmless`
+    clears those where the flows bound what it can cost (`stationary._underflow_is_harmless`),
+    so they keep the float64 result instead of a long-double redo (34 s for a 1,024-state
+    cycle, where the far fill-in underflows). Cycles with a tiny backward rate: flagged by the
+    screen, certified, and right against exact rationals; many dense generators with rates
+    1e+-300 are not certified."""
+    from fastslow_sim.stationary_kernel import _censor, gth
+
+    rng = np.random.default_rng(3)
+    screened = certified = 0
+    for _ in range(60):
+        n = int(rng.integers(4, 10))
+        off = np.zeros((n, n))
+        i = np.arange(n)
+        off[i, (i + 1) % n] = 10.0 ** rng.uniform(-5, 5, n)
+        off[i, (i - 1) % n] += 10.0 ** rng.uniform(-300, -30, n)
+        if not _censor(off.copy())[1]:  # the screen does not flag it
+            continue
+        screened += 1
+        p, bad, risky, _ = gth(from_off_diagonal(off)[None], 1e-10, False)
+        if bad[0] or risky[0]:
+            continue
+        certified += 1
+        exact = np.array([float(e) for e in _exact_gth(off)])
+        big = exact > 1e-300
+        assert np.all(np.abs(p[0][big] - exact[big]) <= 1e-12 * exact[big])
+        assert np.all(p[0][~big] < 1e-290)
+    assert screened >= 40 and certified >= 0.8 * screened, (screened, certified)
+    # dense generators with rates 10^U(-300, 300): much of their underflow may matter
+    off = 10.0 ** rng.uniform(-300, 300, (200, 6, 6)) * (rng.uniform(size=(200, 6, 6)) < 0.6)
+    _, bad, risky, _ = gth(from_off_diagonal(off), 1e-10, False)
+    assert (risky & ~bad).sum() >= 50  # still redone in long double
+
+
+def test_a_long_cycle_keeps_its_float64_elimination():
+    import fastslow_sim.stationary as st
+    from fastslow_sim.stationary_kernel import _censor, gth
+
+    n = 450  # from about 420 states the fill-in 0.2 (0.2/1.2)^d underflows
+    q = fs.make_system("cycle", eps=0.125, states=n).generator.rates(np.array([[0.5]]))
+    off = q[0].copy()
+    np.fill_diagonal(off, 0.0)
+    assert _censor(off)[1]  # far fill-in underflows: the screen flags it
+    p, bad, risky, _ = gth(q, 1e-10, True)
+    assert not bad[0] and not risky[0]  # certified: no long-double redo
+    wide, bad_w = p.copy(), np.zeros(1, dtype=bool)
+    st._redo_extended(q.reshape(1, -1), wide, bad_w, np.ones(1, dtype=bool))  # forced
+    assert not bad_w[0] and np.max(np.abs(p - wide) / wide) < 1e-13
+
+
 def test_small_calls_do_not_load_the_compiled_gth(monkeypatch):
     import fastslow_sim.stationary as st
 

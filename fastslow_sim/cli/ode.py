@@ -33,8 +33,9 @@ from .common import (
     use_agg,
 )
 
-P_ST_WARN_FLOPS = 1e11  # about 40 s of GTH (scripts/bench_stationary.py)
-GTH_FLOPS_PER_S = (0.86e9, 2.8e9)  # the compiled GTH, 2 cores: 4,096 and 1,024 states
+P_ST_WARN_FLOPS = 3e11  # about 25-60 s of GTH (scripts/bench_stationary.py)
+# the compiled GTH (n^3/3 operations), 2 cores: 512 states, and 4,096 (in panels, dgemm)
+GTH_FLOPS_PER_S = (5e9, 13e9)
 
 
 def _minutes(seconds: float) -> str:
@@ -81,7 +82,7 @@ def _minutes(seconds: float) -> str:
     help="Number of states of the system (every system but two-state), up to 4,096 "
     "[default: per system]. The neighbour chains (birth-death, michaelis-menten) take seconds "
     "at 4,096; cycle and random need a dense elimination per saved point for p_st (O(n^3): "
-    "hours at 4,096, announced before the run).",
+    "about 2 s a point at 4,096, announced before the run when it adds up to minutes).",
 )
 @click.option(
     "--H",
@@ -196,7 +197,8 @@ def integrate(
         click.echo(f"Warning: p_st(y(t)) at {points:,} saved states of a {system.n_fast}-state "
                    f"chain is about {work:.2g} floating-point operations (a GTH elimination, "
                    f"n^3/3, each; {_minutes(work / GTH_FLOPS_PER_S[1])} to "
-                   f"{_minutes(work / GTH_FLOPS_PER_S[0])} minutes at the 0.86-2.8 GFLOP/s of "
+                   f"{_minutes(work / GTH_FLOPS_PER_S[0])} minutes at the {GTH_FLOPS_PER_S[0] / 1e9:g}-"
+                   f"{GTH_FLOPS_PER_S[1] / 1e9:g} GFLOP/s of "
                    f"this project's 2-core build machine); --n-eval sets how many states are "
                    f"saved.", err=True)  # fmt: skip
 
