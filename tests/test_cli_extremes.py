@@ -266,3 +266,25 @@ def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
     for system, states in [("cycle", "64"), ("cycle", "1024"), ("birth-death", "4096")]:
         r = CliRunner().invoke(main, [*args, system, "--states", states])
         assert isinstance(r.exception, StopError) and "Warning" not in r.output
+
+
+def test_a_plot_format_that_cannot_be_written_here_is_refused_before_any_work(tmp_path, monkeypatch):
+    """`--plot p.xyz` (no such format) and `--plot p.pgf` without the TeX engine that matplotlib
+    typesets .pgf with (it failed after the run): exit 2, one sentence, no folder made."""
+    import shutil
+
+    import fastslow_sim.integrators as integ
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(integ, "integrate", refuse)
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if "tex" in name else real_which(name))
+    for plot, words in [("p.xyz", "asks for format 'xyz', which matplotlib cannot write"),
+                        ("p.pgf", "which matplotlib writes with xelatex (rcParams['pgf.texsystem']), "
+                                  "and xelatex is not installed here")]:  # fmt: skip
+        r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--plot", plot])
+        assert r.exit_code == 2 and words in r.output, r.output
+        assert "Traceback" not in r.output and not list(tmp_path.iterdir())

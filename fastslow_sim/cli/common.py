@@ -156,10 +156,37 @@ def use_agg():
     matplotlib.use("Agg")
 
 
+def _check_plot_format(plot_path: Path):
+    """`InputError` unless matplotlib can write `plot_path`'s format here."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = plot_path.suffix.lstrip(".").lower() or "png"
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if fmt not in formats:
+        raise InputError(
+            f"the plot path {str(plot_path)!r} asks for format {fmt!r}, which matplotlib cannot "
+            f"write; expected a suffix among {', '.join(formats)}."
+        )
+    if fmt == "pgf":  # matplotlib typesets a .pgf figure's text with TeX: refused before the run
+        import shutil
+
+        import matplotlib
+
+        tex = matplotlib.rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            raise InputError(
+                f"the plot path {str(plot_path)!r} asks for format 'pgf', which matplotlib "
+                f"writes with {tex} (rcParams['pgf.texsystem']), and {tex} is not installed "
+                f"here; expected another suffix (.pdf, .svg, .png) or a TeX installation."
+            )
+
+
 def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
+    if plot_path is not None and not no_plot:  # before the default folder is made
+        _check_plot_format(Path(plot_path))
     if out is None:
         from ..validation import folder
 
@@ -174,15 +201,6 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
         raise InputError(
             f"the plot path {str(plot_path)!r} is also the dataset path, so the plot would "
             f"replace the dataset; expected another --plot FILE.png (or --no-plot)."
-        )
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    fmt = plot_path.suffix.lstrip(".").lower() or "png"
-    formats = sorted(FigureCanvasBase.get_supported_filetypes())
-    if fmt not in formats:
-        raise InputError(
-            f"the plot path {str(plot_path)!r} asks for format {fmt!r}, which matplotlib cannot "
-            f"write; expected a suffix among {', '.join(formats)}."
         )
     return out, plot_path
 
