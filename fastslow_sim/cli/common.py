@@ -185,7 +185,9 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
-    if plot_path is not None and not no_plot:  # before the default folder is made
+    clash = out is not None and plot_path is not None and \
+        os.path.realpath(plot_path) == os.path.realpath(out)  # said below, more to the point
+    if plot_path is not None and not no_plot and not clash:  # before the default folder is made
         _check_plot_format(Path(plot_path))
     if out is None:
         from ..validation import folder
@@ -202,6 +204,7 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
             f"the plot path {str(plot_path)!r} is also the dataset path, so the plot would "
             f"replace the dataset; expected another --plot FILE.png (or --no-plot)."
         )
+    _check_plot_format(plot_path)
     return out, plot_path
 
 
