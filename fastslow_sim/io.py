@@ -10,7 +10,10 @@ existing non-empty file is replaced only if fastslow-sim wrote it, as told by it
 its name): every file carries a mark, sniffed cheaply from its first (PDF: last) few KB.
 
 * NetCDF-4/HDF5 (`save_dataset`): the root attribute `fastslow_sim_version` (or, in a dataset
-  that `fastslow-sim figures` saved before every dataset carried it, `gallery_recipe`);
+  that `fastslow-sim figures` saved before every dataset carried it, `gallery_recipe`), and
+  `fastslow_sim_digest`, a SHA-256 of the file's variables and attributes as written: a file
+  derived from one of ours (loaded, changed, saved with the attributes kept) no longer matches
+  it and is the user's (a dataset saved before the digest existed is judged by the mark alone);
 * PNG, PDF, SVG (also gzipped), EPS/PS (`analysis.save_figure`): the Software (PNG) or Creator
   metadata begins with `fastslow-sim` (JPEG, TIFF, WebP, GIF, AVIF, raw and PGF figures carry no
   mark, so an existing one is never replaced);
@@ -27,6 +30,7 @@ the rename. A symbolic link is followed: the file it points to is judged, and re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -48,6 +52,10 @@ __all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "atomi
 ENGINE = "h5netcdf"
 MARK = "fastslow-sim"  # how a figure's Creator/Software metadata begins
 VERSION_KEY = "fastslow_sim_version"  # a dataset's root attribute, a JSON file's first key
+DIGEST_KEY = "fastslow_sim_digest"  # a dataset's root attribute: `_content_digest` as written
+# attributes that netCDF-4 keeps for itself (object references, ids), left out of the digest
+_BOOKKEEPING = {DIGEST_KEY, "DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
+                "_Netcdf4Coordinates", "_NCProperties", "CLASS", "NAME"}  # fmt: skip
 # figure formats whose files carry no metadata that matplotlib lets us set
 UNMARKED_FORMATS = ("jpg", "jpeg", "tif", "tiff", "webp", "gif", "avif", "raw", "rgba", "pgf")
 _HEAD = 8192  # bytes read to sniff a file
@@ -72,7 +80,39 @@ def _sniff_hdf5(path: Path, head: bytes) -> bool:
     import h5py
 
     with h5py.File(path, "r") as f:  # gallery_recipe: a figure's dataset made before the mark
-        return VERSION_KEY in f.attrs or "gallery_recipe" in f.attrs
+        if VERSION_KEY not in f.attrs and "gallery_recipe" not in f.attrs:
+            return False
+        if DIGEST_KEY not in f.attrs:  # saved before the digest existed: the mark alone
+            return True
+        stored = f.attrs[DIGEST_KEY]
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        return stored == _content_digest(f)
+
+
+def _content_digest(f) -> str:
+    """SHA-256 of an open HDF5 file's datasets (name, dtype, shape, values) and attributes,
+    netCDF's bookkeeping and the digest itself left out, in name order."""
+    import h5py
+
+    h = hashlib.sha256()
+
+    def attrs(obj):
+        for key in sorted(k for k in obj.attrs if k not in _BOOKKEEPING):
+            h.update(f"{key}={np.asarray(obj.attrs[key]).tolist()!r};".encode())
+
+    attrs(f)
+    names = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    for name in sorted(names):
+        d = f[name]
+        h.update(f"[{name}|{d.dtype}|{d.shape}]".encode())
+        attrs(d)
+        values = np.asarray(d[()])
+        if values.dtype.kind == "O":  # variable-length strings
+            h.update(repr(values.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(values).tobytes())
+    return h.hexdigest()
 
 
 def _sniff_png(path: Path, head: bytes) -> bool:
@@ -303,8 +343,13 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})
     for name in ds.variables:
         ds[name].attrs = _clean_attrs(ds[name].attrs)
+    ds.attrs.pop(DIGEST_KEY, None)  # a loaded dataset's: the new file gets its own
     with atomic_path(path, "dataset") as tmp:
         ds.to_netcdf(tmp, engine=ENGINE)
+        import h5py
+
+        with h5py.File(tmp, "r+") as f:  # the digest of the file as written, read back
+            f.attrs[DIGEST_KEY] = _content_digest(f)
     return path
 
 

@@ -116,6 +116,35 @@ def test_a_second_run_replaces_the_first_runs_files(tmp_path, monkeypatch):
     assert plots[0] != plots[1] and written_by_us(plot) and written_by_us(out)
 
 
+def test_a_dataset_derived_from_ours_is_the_users(tmp_path, monkeypatch):
+    """A dataset of ours loaded, changed and saved with its attributes kept (xarray keeps them)
+    carries our mark but no longer our digest: it is the user's and never replaced; ours, or
+    an unchanged copy, still is ours; one saved before the digest existed counts by its mark."""
+    out = tmp_path / "r.nc"
+    res = invoke(["integrate", "--eps", "0.1", "--t-end", "0.5", "--no-plot", "--out", str(out)],
+                 tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert written_by_us(out)
+    ds = fs.load_dataset(out)
+    derived = {"edited.nc": ds.assign(x=ds["x"] * 2), "subset.nc": ds.isel(time=slice(0, 5)),
+               "noted.nc": ds.assign_attrs(note="mine"), "copy.nc": ds}  # fmt: skip
+    for name, d in derived.items():
+        d.to_netcdf(tmp_path / name, engine="h5netcdf")
+        assert fs.io.DIGEST_KEY in d.attrs  # the derived file carries our mark and digest
+    assert not any(written_by_us(tmp_path / n) for n in ("edited.nc", "subset.nc", "noted.nc"))
+    assert written_by_us(tmp_path / "copy.nc")  # the same content
+    before = (tmp_path / "edited.nc").read_bytes()
+    res = invoke(["integrate", "--eps", "0.1", "--t-end", "0.5", "--no-plot", "--out",
+                  "edited.nc"], tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 2 and "did not write; it is never replaced" in res.output
+    assert (tmp_path / "edited.nc").read_bytes() == before
+    legacy = tmp_path / "legacy.nc"
+    shutil.copy(out, legacy)
+    with h5py.File(legacy, "r+") as f:
+        del f.attrs[fs.io.DIGEST_KEY]
+    assert written_by_us(legacy)
+
+
 def test_default_outputs_rerun(tmp_path, monkeypatch):
     for _ in range(2):  # both runs write the same dataset and plot in ./fastslow-results/
         res = invoke(["integrate", "--eps", "0.125", "--t-end", "0.5"], tmp_path, monkeypatch)
