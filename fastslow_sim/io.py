@@ -107,12 +107,18 @@ def _content_digest(f) -> str:
         d = f[name]
         h.update(f"[{name}|{d.dtype}|{d.shape}]".encode())
         attrs(d)
-        values = np.asarray(d[()])
-        if values.dtype.kind == "O":  # variable-length strings
-            h.update(repr(values.tolist()).encode())
-        else:
-            h.update(np.ascontiguousarray(values).tobytes())
+        if d.dtype.kind == "O" or not d.shape:  # variable-length strings, scalars
+            values = np.asarray(d[()])
+            h.update(repr(values.tolist()).encode() if values.dtype.kind == "O" else
+                     np.ascontiguousarray(values).tobytes())  # fmt: skip
+            continue
+        rows = max(1, _DIGEST_BLOCK // max(1, d.dtype.itemsize * int(np.prod(d.shape[1:]))))
+        for i in range(0, d.shape[0], rows):  # C order, a block of rows at a time
+            h.update(np.ascontiguousarray(d[i : i + rows]).tobytes())
     return h.hexdigest()
+
+
+_DIGEST_BLOCK = 32 * 2**20  # bytes of a dataset read at a time by `_content_digest`
 
 
 def _sniff_png(path: Path, head: bytes) -> bool:
