@@ -14,9 +14,10 @@ its name): every file carries a mark, sniffed cheaply from its first (PDF: last)
   `fastslow_sim_digest`, a SHA-256 of the file's variables and attributes as written: a file
   derived from one of ours (loaded, changed, saved with the attributes kept) no longer matches
   it and is the user's (a dataset saved before the digest existed is judged by the mark alone);
-* PNG, PDF, SVG (also gzipped), EPS/PS (`analysis.save_figure`): the Software (PNG) or Creator
-  metadata begins with `fastslow-sim` (JPEG, TIFF, WebP, GIF, AVIF, raw and PGF figures carry no
-  mark, so an existing one is never replaced);
+* PNG, PDF, SVG (also gzipped), EPS/PS, JPEG, GIF, TIFF, WebP (`analysis.save_figure`): the
+  Software (PNG; TIFF and WebP: the Exif tag), Creator or comment (JPEG, GIF) metadata begins
+  with `fastslow-sim` (AVIF, raw and PGF figures carry no mark, so an existing one is never
+  replaced);
 * JSON (`save_json`): the object's first key is `fastslow_sim_version`; a JSON file without it
   is fastslow-sim's when it lies in a run folder beside a checkpoint of fastslow-sim's (the run
   folders that `train-network` guards, written before the key existed);
@@ -57,7 +58,7 @@ DIGEST_KEY = "fastslow_sim_digest"  # a dataset's root attribute: `_content_dige
 _BOOKKEEPING = {DIGEST_KEY, "DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                 "_Netcdf4Coordinates", "_NCProperties", "CLASS", "NAME"}  # fmt: skip
 # figure formats whose files carry no metadata that matplotlib lets us set
-UNMARKED_FORMATS = ("jpg", "jpeg", "tif", "tiff", "webp", "gif", "avif", "raw", "rgba", "pgf")
+UNMARKED_FORMATS = ("avif", "raw", "rgba", "pgf")
 _HEAD = 8192  # bytes read to sniff a file
 
 
@@ -197,10 +198,24 @@ def _sniff_json(path: Path, head: bytes) -> bool:
 _RUN_FOLDER_JSON = ("summary.json", "phi_vs_pst.json")  # what a run folder of ours holds
 
 
+def _sniff_pil(path: Path, head: bytes) -> bool:
+    """JPEG and GIF: a comment beginning with the mark; TIFF and WebP: the Exif/TIFF Software
+    tag (305). Pillow reads only the headers here, not the pixels."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        comment = im.info.get("comment", b"")
+        comment = comment.encode() if isinstance(comment, str) else bytes(comment)
+        software = str(im.getexif().get(305, "")).encode()
+    return comment.startswith(_MARK_BYTES) or software.startswith(_MARK_BYTES)
+
+
 _SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_png),
              (b"%PDF-", _sniff_pdf), (b"%!PS-Adobe", _sniff_ps), (b"\x1f\x8b", _sniff_gzip),
              (b"PK\x03\x04", _sniff_zip), (b"<?xml", _sniff_svg), (b"<svg", _sniff_svg),
-             (b"{", _sniff_json), (b"[", _sniff_json))  # fmt: skip
+             (b"{", _sniff_json), (b"[", _sniff_json), (b"\xff\xd8\xff", _sniff_pil),
+             (b"GIF8", _sniff_pil), (b"II*\x00", _sniff_pil), (b"MM\x00*", _sniff_pil),
+             (b"RIFF", _sniff_pil))  # fmt: skip
 
 
 def written_by_us(path) -> bool:

@@ -176,7 +176,8 @@ def test_an_empty_file_is_written_and_a_link_is_followed(tmp_path, monkeypatch):
     assert (tmp_path / "to-notes.nc").is_symlink()
 
 
-@pytest.mark.parametrize("fmt", ["png", "pdf", "svg", "svgz", "eps", "ps"])
+@pytest.mark.parametrize("fmt", ["png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "gif",
+                                 "tif", "tiff", "webp"])  # fmt: skip
 def test_every_marked_figure_format_is_recognised(fmt, tmp_path):
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
@@ -187,9 +188,28 @@ def test_every_marked_figure_format_is_recognised(fmt, tmp_path):
 
 
 def test_a_figure_format_without_a_mark_is_written_once(tmp_path):
-    path = save_figure(plt.figure(), tmp_path / "f.jpg")
-    with pytest.raises(fs.InputError, match=r"a \.jpg figure carries no mark"):
+    path = save_figure(plt.figure(), tmp_path / "f.raw")
+    with pytest.raises(fs.InputError, match=r"a \.raw figure carries no mark"):
         save_figure(plt.figure(), path)
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "gif", "tiff", "webp"])
+def test_an_image_of_the_users_in_a_pillow_format_is_not_ours(fmt, tmp_path):
+    """The same format written by the user's own Pillow or matplotlib, with or without a comment
+    or Software tag of its own (one that only begins like ours too): never replaced."""
+    im = Image.new("RGB", (4, 4))
+    plain, tagged = tmp_path / f"plain.{fmt}", tmp_path / f"tagged.{fmt}"
+    im.save(plain)
+    exif = Image.Exif()
+    exif[305] = "fastslow-simulator 1.0"
+    im.save(tagged, exif=exif.tobytes(), **({"comment": "fastslow-simx"} if fmt in ("jpg", "gif")
+                                              else {}))  # fmt: skip
+    fig = plt.figure()
+    fig.savefig(tmp_path / f"mpl.{fmt}")
+    for path in (plain, tagged, tmp_path / f"mpl.{fmt}"):
+        assert not written_by_us(path), path
+        with pytest.raises(fs.InputError, match="never replaced"):
+            save_figure(plt.figure(), path)
 
 
 def _foreign_svg(path):
