@@ -67,7 +67,15 @@ class NonlinearBirthDeath:
         return readout_vector(self.n_states)
 
     def domain(self):
-        return (-math.inf, math.inf)
+        """The `y` on which the up rate `up exp(beta (y - y_mid) + kappa c.x)` is a positive
+        normal float for every `c.x` in [0, 1] (below, it underflows: state 0 absorbs; above,
+        it overflows)."""
+        if self.beta == 0:
+            return (-math.inf, math.inf)
+        low = math.log(float(np.finfo(np.float64).tiny) / self.up) - min(0.0, self.kappa)
+        high = math.log(float(np.finfo(np.float64).max) / self.up) - max(0.0, self.kappa)
+        ends = sorted((self.y_mid + low / self.beta, self.y_mid + high / self.beta))
+        return (ends[0], ends[1])
 
     def _u(self, x, y):
         return self.up * np.exp(self.beta * (y[..., 0] - self.y_mid) + self.kappa * (x @ self.c))
@@ -220,7 +228,8 @@ def check_y_range(family, y_range) -> tuple[float, float]:
     lo, hi = family.domain()
     if y_lo < lo or y_hi > hi:
         raise InputError(
-            f"the y range [{y_lo}, {y_hi}] leaves the {family.name} generator's domain [{lo}, {hi}]."
+            f"the y range [{y_lo:g}, {y_hi:g}] leaves the {family.name} generator's domain "
+            f"[{lo:.6g}, {hi:.6g}], where its rates are positive and finite."
         )
     return y_lo, y_hi
 
