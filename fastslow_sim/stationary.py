@@ -96,7 +96,7 @@ def _gth(q, check: bool = False):
     count = flat.shape[0]
     tol = max(1e-10, 100 * float(finfo.eps))
     kernel = None if torch_in or t.dtype != np.float64 else _gth_kernel(count * n**3 / 3)
-    if kernel is not None:  # bit for bit the elimination below, compiled
+    if kernel is not None:  # the elimination below, compiled (bit for bit below 512 states)
         p, bad, risky, invalid = kernel(flat.reshape(count, n, n), tol, check)
         _redo_extended(flat, p, bad, risky)
         return p.reshape(batch + (n,)), bad.reshape(batch), invalid
@@ -150,6 +150,15 @@ def _redo_extended(flat, p, bad, risky):
         return
     n = p.shape[-1]
     rows = _numpy(flat[_index_like(flat, redo)]).astype(np.float64)
+    # a chain reducible by its graph has a zero pivot in any precision: the caller's graph
+    # search refuses it or solves it on its closed class, without this O(n^3) redo
+    strong = np.array([connected_components((r.reshape(n, n) > 0), directed=True,
+                                            connection="strong")[0] == 1 for r in rows])  # fmt: skip
+    if not strong.all():
+        _put(bad, redo[~strong], np.ones(int((~strong).sum()), dtype=bool))
+        redo, rows = redo[strong], rows[strong]
+        if not redo.size:
+            return
     rows = rows if redo.size > 1 else np.concatenate([rows, rows])  # summed in order
     wide = np.full((redo.size, n), np.nan)
     if np.finfo(np.longdouble).minexp < -16000:  # exponents to 2^-16382
@@ -199,8 +208,8 @@ def _gth_kernel(flops: float):
         except Exception as e:  # numba missing or built for another numpy; no cache folder
             warnings.warn(
                 f"fastslow-sim: the compiled GTH is unavailable ({type(e).__name__}: {e}); "
-                f"stationary distributions use the vectorised elimination (the same numbers, "
-                f"3-40 times slower).",
+                f"stationary distributions use the vectorised elimination (the same numbers "
+                f"to rounding, 3-40 times slower, and up to 160 times at 1,024 states).",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -268,10 +277,31 @@ def _gth_batch_last(a, exact: bool = False):
         wide, zero = _wide_back_substitution(sub if sub.dtype != np.float32 else sub.astype(float))
         _put(p, (slice(None), redo), wide[:, : redo.size])
         _put(lost, redo, zero[: redo.size])
-    if a.shape[0] > 1:
+    if a.shape[0] > 1 and gradual_underflow(a):
         diag = np.arange(1, a.shape[0])
         risky = risky & ~_underflow_is_harmless(p[1:] * a[diag, diag], tiny)
     return p.T, bad | lost, risky
+
+
+_HALF = 0.5  # a global, so that `tiny * _HALF` below is computed when called, not folded
+
+
+def gradual_underflow(like=None) -> bool:
+    """Whether this thread's arithmetic keeps subnormal numbers, which `_underflow_is_harmless`
+    assumes: flush-to-zero or denormals-are-zero (`torch.set_flush_denormal(True)`, a library
+    built with -ffast-math) make a lost term as large as `tiny`, not `tiny eps / 2`. Probed in
+    Python floats, and for a torch tensor `like` also in its dtype on its device."""
+    tiny = float(np.finfo(np.float64).tiny)
+    sub = tiny * _HALF
+    if not (sub > 0.0 and sub + sub == tiny):  # FTZ: sub is 0; DAZ: sub reads as 0
+        return False
+    if _is_torch(like):
+        import torch
+
+        t = torch.full((), torch.finfo(like.dtype).tiny, dtype=like.dtype, device=like.device)
+        half = t * _HALF
+        return bool((half > 0) & (half + half == t))
+    return True
 
 
 def _underflow_is_harmless(flows, tiny):
@@ -474,20 +504,33 @@ def _check_flagged(q_np: np.ndarray, flagged: np.ndarray, allow_transient: bool)
     return unichains
 
 
+_SHOWN = 8  # states (and classes) a sentence lists before it says how many more
+
+
+def _states(states) -> str:
+    """`[0, 1, 2]`, or for a long list its first few and the count: `[0, 1, ..., 7, ...] (512
+    states)` (the full lists stay on the error's `closed_classes` and `transient`)."""
+    if len(states) <= _SHOWN:
+        return str(list(states))
+    return f"[{', '.join(str(i) for i in states[:_SHOWN])}, ...] ({len(states)} states)"
+
+
 def _reducible(closed, transient, index=None) -> ReducibleGeneratorError:
     """The error for a chain without a unique answer: several closed classes, or (without
     `allow_transient`) one with transient states; `index` the batch index, if any."""
     where = f" (batch index {tuple(int(i) for i in index)})" if index is not None else ""
     if len(closed) > 1:
+        shown = ", ".join(_states(c) for c in closed[:_SHOWN])
+        more = f", and {len(closed) - _SHOWN} more" if len(closed) > _SHOWN else ""
         msg = (
             f"the generator{where} is reducible with {len(closed)} closed classes "
-            f"{closed}, so its stationary distribution is not unique; expected an "
+            f"[{shown}{more}], so its stationary distribution is not unique; expected an "
             f"irreducible generator."
         )
     else:
         msg = (
-            f"the generator{where} is reducible: states {transient} are transient and "
-            f"{closed[0]} is the only closed class; expected an irreducible generator "
+            f"the generator{where} is reducible: states {_states(transient)} are transient and "
+            f"{_states(closed[0])} is the only closed class; expected an irreducible generator "
             f"(pass allow_transient=True to accept zero mass on transient states)."
         )
     return ReducibleGeneratorError(msg, closed, transient)

@@ -156,12 +156,15 @@ def _copy_zero_diagonal(q, b, a):
 
 def gth(q, tol, check):
     """GTH on each `q[b] (n, n)` (read only, the diagonal ignored): returns `p (count, n)`,
-    `bad (count,)`, `risky (count,)` and `invalid`, as `_gth` says."""
-    return _gth(q, tol, check, _DGEMM)
+    `bad (count,)`, `risky (count,)` and `invalid`, as `_gth` says. The certificate that clears
+    `risky` holds only where this thread keeps subnormal numbers (`gradual_underflow`)."""
+    from .stationary import gradual_underflow
+
+    return _gth(q, tol, check, _DGEMM, gradual_underflow())
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _gth(q, tol, check, dgemm):
+def _gth(q, tol, check, dgemm, certify):
     """GTH on each `q[b] (n, n)` (read only, the diagonal ignored): returns `p (count, n)`,
     `bad (count,)` (a zero or non-finite pivot, or a `p_k` that is not finite or zero),
     `risky (count,)` (`stationary._censor_batch_last`'s screen) and `invalid` (with `check`:
@@ -212,7 +215,7 @@ def _gth(q, tol, check, dgemm):
         if lost and not flag:  # pivots fine, some entry out of the normal range: redo p
             lost = _wide(a, p[b])
         bad[b] = flag or lost
-        if risky[b] and n > 1:
+        if risky[b] and n > 1 and certify:
             risky[b] = not _underflow_is_harmless(a, p[b])
     return p, bad, risky, invalid
 

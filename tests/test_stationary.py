@@ -753,6 +753,57 @@ def test_a_long_cycle_keeps_its_float64_elimination():
     assert not bad_w[0] and np.max(np.abs(p - wide) / wide) < 1e-13
 
 
+def test_flush_to_zero_keeps_the_long_double_redo():
+    """Under flush-to-zero (`torch.set_flush_denormal(True)`, or a library built with
+    -ffast-math) a lost term can be as large as `tiny`, so the certificate, which assumes
+    gradual underflow, is not used: the screened chain is redone in long double and right
+    (the reviewer's chain was off by 1e-2 with the certificate in use)."""
+    import fastslow_sim.stationary as st
+
+    off = np.array([[0, 1e-306, 1.0], [1.0, 0, 0], [1e8, 1e-300, 0]])
+    q = from_off_diagonal(off)
+    exact = _exact_gth(off)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode to set")
+    try:
+        assert not st.gradual_underflow() and not st.gradual_underflow(torch.zeros(1))
+        for qq in (q, torch.from_numpy(q), np.repeat(q[None], 20000, axis=0)):
+            p = np.asarray(fs.stationary_distribution(qq)).reshape(-1, 3)[0]
+            assert abs(p[1] - exact[1]) <= 1e-14 * exact[1], p
+    finally:
+        torch.set_flush_denormal(False)
+    assert st.gradual_underflow() and st.gradual_underflow(torch.zeros(1, dtype=torch.float32))
+
+
+def test_a_reducible_chain_is_not_redone_in_long_double(monkeypatch):
+    """A zero pivot from the graph (two closed classes, or transient states) is no precision
+    problem: the chain goes to the graph search without the O(n^3) long-double redo (47.9 s
+    before the refusal at 1,024 states), and a long list of states is shortened in the
+    sentence (the full lists stay on the error)."""
+    import fastslow_sim.stationary as st
+
+    calls = []
+    real = st._gth_batch_last
+    monkeypatch.setattr(st, "_gth_batch_last",
+                        lambda a, exact=False: calls.append(exact) or real(a, exact))  # fmt: skip
+    rng = np.random.default_rng(2)
+    n, h = 40, 20
+    off = rng.uniform(size=(n, n))
+    off[:h, h:] = off[h:, :h] = 0.0
+    for kernel in ({"gth": None}, {}):
+        monkeypatch.setattr(st, "_KERNEL", kernel)
+        monkeypatch.setattr(st, "KERNEL_MIN_FLOPS", 0.0)
+        with pytest.raises(fs.ReducibleGeneratorError, match=r"2 closed classes \[\[0, 1, 2, 3, "
+                           r"4, 5, 6, 7, \.\.\.\] \(20 states\), \[20, ") as err:  # fmt: skip
+            fs.stationary_distribution(from_off_diagonal(off))
+        assert [len(c) for c in err.value.closed_classes] == [20, 20]
+        one_way = off.copy()
+        one_way[h:, :h] = rng.uniform(size=(n - h, h))  # states 20-39 transient
+        p = fs.stationary_distribution(from_off_diagonal(one_way), allow_transient=True)
+        assert np.all(p[h:] == 0) and abs(p[:h].sum() - 1) < 1e-14
+    assert True not in calls
+
+
 def test_small_calls_do_not_load_the_compiled_gth(monkeypatch):
     import fastslow_sim.stationary as st
 

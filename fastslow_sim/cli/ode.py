@@ -82,7 +82,8 @@ def _minutes(seconds: float) -> str:
     help="Number of states of the system (every system but two-state), up to 4,096 "
     "[default: per system]. The neighbour chains (birth-death, michaelis-menten) take seconds "
     "at 4,096; cycle and random need a dense elimination per saved point for p_st (O(n^3): "
-    "about 2 s a point at 4,096, announced before the run when it adds up to minutes).",
+    "about 2 s a point at 4,096 on an idle 2-core machine, announced before the run when it "
+    "adds up to minutes).",
 )
 @click.option(
     "--H",
