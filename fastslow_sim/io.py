@@ -11,13 +11,13 @@ its name): every file carries a mark, sniffed cheaply from its first (PDF: last)
 
 * NetCDF-4/HDF5 (`save_dataset`): the root attribute `fastslow_sim_version` (or, in a dataset
   that `fastslow-sim figures` saved before every dataset carried it, `gallery_recipe`), and
-  `fastslow_sim_digest`, a SHA-256 of the file's variables and attributes as written: a file
-  derived from one of ours (loaded, changed, saved with the attributes kept) no longer matches
-  it and is the user's (a dataset saved before the digest existed is judged by the mark alone);
-* PNG, PDF, SVG (also gzipped), EPS/PS, JPEG, GIF, TIFF, WebP (`analysis.save_figure`): the
-  Software (PNG; TIFF and WebP: the Exif tag), Creator or comment (JPEG, GIF) metadata begins
-  with `fastslow-sim` (AVIF, raw and PGF figures carry no mark, so an existing one is never
-  replaced);
+  `fastslow_sim_digest`, a SHA-256 of the file's variables, their dimensions and every
+  attribute as written: a file derived from one of ours (loaded, changed, combined, saved with
+  the attributes kept) no longer matches it and is the user's, and so is one without the digest
+  (saved before it existed: remove it to rerun);
+* PNG, PDF, SVG (also gzipped), EPS/PS, TIFF, WebP (`analysis.save_figure`): the Software
+  (PNG; TIFF and WebP: the Exif tag) or Creator metadata begins with `fastslow-sim` (JPEG, GIF,
+  AVIF, raw and PGF figures carry no mark, so an existing one is never replaced);
 * JSON (`save_json`): the object's first key is `fastslow_sim_version`; a JSON file without it
   is fastslow-sim's when it lies in a run folder beside a checkpoint of fastslow-sim's (the run
   folders that `train-network` guards, written before the key existed);
@@ -58,7 +58,8 @@ DIGEST_KEY = "fastslow_sim_digest"  # a dataset's root attribute: `_content_dige
 _BOOKKEEPING = {DIGEST_KEY, "DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                 "_Netcdf4Coordinates", "_NCProperties", "CLASS", "NAME"}  # fmt: skip
 # figure formats whose files carry no metadata that matplotlib lets us set
-UNMARKED_FORMATS = ("avif", "raw", "rgba", "pgf")
+# (JPEG and GIF could carry a comment, but Pillow copies it into a file a user edits and saves)
+UNMARKED_FORMATS = ("jpg", "jpeg", "gif", "avif", "raw", "rgba", "pgf")
 _HEAD = 8192  # bytes read to sniff a file
 
 
@@ -81,10 +82,12 @@ def _sniff_hdf5(path: Path, head: bytes) -> bool:
     import h5py
 
     with h5py.File(path, "r") as f:  # gallery_recipe: a figure's dataset made before the mark
+        # the mark without the digest is no proof: xarray keeps our version attribute on a
+        # file it combined from ours (concat, merge) while dropping the digest
         if VERSION_KEY not in f.attrs and "gallery_recipe" not in f.attrs:
             return False
-        if DIGEST_KEY not in f.attrs:  # saved before the digest existed: the mark alone
-            return True
+        if DIGEST_KEY not in f.attrs:
+            return False
         stored = f.attrs[DIGEST_KEY]
         stored = stored.decode() if isinstance(stored, bytes) else str(stored)
         return stored == _content_digest(f)
@@ -97,21 +100,43 @@ def _content_digest(f) -> str:
 
     h = hashlib.sha256()
 
+    def items(values):  # object arrays (variable-length strings or sequences), item by item
+        for item in np.asarray(values, dtype=object).ravel():
+            if isinstance(item, np.ndarray):
+                h.update(f"{item.dtype}{item.shape}".encode() + item.tobytes())
+            else:
+                h.update(item if isinstance(item, bytes) else repr(item).encode())
+            h.update(b"\0")
+
     def attrs(obj):
-        for key in sorted(k for k in obj.attrs if k not in _BOOKKEEPING):
-            h.update(f"{key}={np.asarray(obj.attrs[key]).tolist()!r};".encode())
+        for key in sorted(k for k in obj.attrs if k not in _BOOKKEEPING or k == "DIMENSION_LIST"):
+            value = obj.attrs[key]
+            h.update(f"{key}:{getattr(value, 'dtype', type(value).__name__)}=".encode())
+            if key == "DIMENSION_LIST":  # a variable's dimensions, by the names of their scales
+                h.update(repr([[f[ref].name for ref in refs] for refs in value]).encode())
+            elif np.asarray(value).dtype.kind == "O":
+                items(value)
+            else:
+                h.update(np.ascontiguousarray(np.asarray(value)).tobytes())
+            h.update(b";")
 
     attrs(f)
     names = []
-    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    f.visititems(lambda name, obj: names.append(name))
     for name in sorted(names):
         d = f[name]
+        if not isinstance(d, h5py.Dataset):  # a group: its attributes
+            h.update(f"<{name}>".encode())
+            attrs(d)
+            continue
         h.update(f"[{name}|{d.dtype}|{d.shape}]".encode())
         attrs(d)
-        if d.dtype.kind == "O" or not d.shape:  # variable-length strings, scalars
+        if d.dtype.kind == "O" or not d.shape:  # variable-length items, scalars
             values = np.asarray(d[()])
-            h.update(repr(values.tolist()).encode() if values.dtype.kind == "O" else
-                     np.ascontiguousarray(values).tobytes())  # fmt: skip
+            if values.dtype.kind == "O":
+                items(values)
+            else:
+                h.update(np.ascontiguousarray(values).tobytes())
             continue
         rows = max(1, _DIGEST_BLOCK // max(1, d.dtype.itemsize * int(np.prod(d.shape[1:]))))
         for i in range(0, d.shape[0], rows):  # C order, a block of rows at a time
@@ -199,23 +224,26 @@ _RUN_FOLDER_JSON = ("summary.json", "phi_vs_pst.json")  # what a run folder of o
 
 
 def _sniff_pil(path: Path, head: bytes) -> bool:
-    """JPEG and GIF: a comment beginning with the mark; TIFF and WebP: the Exif/TIFF Software
-    tag (305). Pillow reads only the headers here, not the pixels."""
+    """TIFF and WebP: the Exif/TIFF Software tag (305) begins with the mark. Pillow reads only
+    the headers here, not the pixels (its warnings on a corrupt file are not the user's)."""
+    import warnings
+
     from PIL import Image
 
-    with Image.open(path) as im:
-        comment = im.info.get("comment", b"")
-        comment = comment.encode() if isinstance(comment, str) else bytes(comment)
-        software = str(im.getexif().get(305, "")).encode()
-    return comment.startswith(_MARK_BYTES) or software.startswith(_MARK_BYTES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Image.open(path) as im:
+            if im.format not in ("TIFF", "WEBP"):
+                return False
+            software = str(im.getexif().get(305, "")).encode()
+    return software.startswith(_MARK_BYTES)
 
 
 _SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_png),
              (b"%PDF-", _sniff_pdf), (b"%!PS-Adobe", _sniff_ps), (b"\x1f\x8b", _sniff_gzip),
              (b"PK\x03\x04", _sniff_zip), (b"<?xml", _sniff_svg), (b"<svg", _sniff_svg),
-             (b"{", _sniff_json), (b"[", _sniff_json), (b"\xff\xd8\xff", _sniff_pil),
-             (b"GIF8", _sniff_pil), (b"II*\x00", _sniff_pil), (b"MM\x00*", _sniff_pil),
-             (b"RIFF", _sniff_pil))  # fmt: skip
+             (b"{", _sniff_json), (b"[", _sniff_json), (b"II*\x00", _sniff_pil),
+             (b"MM\x00*", _sniff_pil), (b"RIFF", _sniff_pil))  # fmt: skip
 
 
 def written_by_us(path) -> bool:

@@ -288,3 +288,18 @@ def test_a_plot_format_that_cannot_be_written_here_is_refused_before_any_work(tm
         r = CliRunner().invoke(main, ["integrate", "--eps", "0.1", "--plot", plot])
         assert r.exit_code == 2 and words in r.output, r.output
         assert "Traceback" not in r.output and not list(tmp_path.iterdir())
+
+
+def test_a_tex_engine_that_fails_is_one_sentence_after_the_dataset(tmp_path, monkeypatch):
+    """xelatex on the PATH but broken: the dataset is written, the .pgf plot is not, and the
+    failure is one sentence with exit status 1 (it was a 115-line LatexError traceback)."""
+    fake = tmp_path / "bin" / "xelatex"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'broken install' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    r = invoke(["integrate", "--eps", "0.1", "--t-end", "0.5", "--out", "a.nc", "--plot", "p.pgf"],
+               tmp_path, monkeypatch)  # fmt: skip
+    assert r.exit_code == 1 and "xelatex failed to typeset the figure's text" in r.output
+    assert (tmp_path / "a.nc").is_file() and not (tmp_path / "p.pgf").exists()
+    assert not list(tmp_path.glob(".*part"))

@@ -21,8 +21,8 @@ from .palette import WIDTH, eps_color, state_colors
 
 def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
-    either complete on disk or absent. A PNG, PDF, SVG, PS, JPEG, GIF, TIFF or WebP file names
-    fastslow-sim in its Software, Creator or comment metadata, the mark that lets a later run
+    either complete on disk or absent. A PNG, PDF, SVG, PS, TIFF or WebP file names
+    fastslow-sim in its Software or Creator metadata, the mark that lets a later run
     replace it (`fastslow_sim.io`: a file without it is never replaced). Closes the figure unless `close=False`."""
     import matplotlib
 
@@ -35,10 +35,8 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     meta = {"png": {"Software": me}, "pdf": {"Creator": me, "CreationDate": None},
             "svg": {"Creator": me}, "svgz": {"Creator": me}, "eps": {"Creator": me},
             "ps": {"Creator": me}}.get(fmt)  # fmt: skip
-    pil = None  # the formats matplotlib writes through Pillow carry the mark in its options
-    if fmt in ("jpg", "jpeg", "gif"):
-        pil = {"comment": me}
-    elif fmt in ("tif", "tiff"):
+    pil = None  # TIFF and WebP, written through Pillow, carry the mark in its options
+    if fmt in ("tif", "tiff"):
         pil = {"tiffinfo": {305: me}}  # Software
     elif fmt == "webp":
         from PIL import Image
@@ -49,7 +47,15 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     kw = {"metadata": meta} if pil is None else {"pil_kwargs": pil}
     try:
         with atomic_path(path, "figure") as tmp:
-            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **kw)
+            try:
+                fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **kw)
+            except Exception as err:  # noqa: BLE001 - matplotlib's LatexError has no public base
+                if type(err).__name__ != "LatexError":
+                    raise
+                tex = matplotlib.rcParams["pgf.texsystem"]
+                first = (str(err).strip().splitlines() or ["no message"])[0][:160]
+                raise OSError(0, f"{tex} failed to typeset the figure's text ({first})",
+                              str(path)) from None  # fmt: skip
     finally:
         if close:
             plt.close(fig)
