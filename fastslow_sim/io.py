@@ -138,10 +138,21 @@ def _content_digest(f) -> str:
             else:
                 h.update(np.ascontiguousarray(values).tobytes())
             continue
-        rows = max(1, _DIGEST_BLOCK // max(1, d.dtype.itemsize * int(np.prod(d.shape[1:]))))
-        for i in range(0, d.shape[0], rows):  # C order, a block of rows at a time
-            h.update(np.ascontiguousarray(d[i : i + rows]).tobytes())
+        for block in _c_order_blocks(d.shape, d.dtype.itemsize):
+            h.update(np.ascontiguousarray(d[block]).tobytes())
     return h.hexdigest()
+
+
+def _c_order_blocks(shape, itemsize):
+    """Index tuples that read an array of `shape` in C order, at most `_DIGEST_BLOCK` bytes
+    each (one item of the last axis at least), whatever axis is long."""
+    k = next(k for k in range(len(shape))
+             if int(np.prod(shape[k + 1 :], dtype=np.int64)) * itemsize <= _DIGEST_BLOCK)  # fmt: skip
+    inner = max(1, int(np.prod(shape[k + 1 :], dtype=np.int64)) * itemsize)
+    step = max(1, _DIGEST_BLOCK // inner)
+    for lead in np.ndindex(*shape[:k]):
+        for i in range(0, shape[k], step):
+            yield lead + (slice(i, i + step),)
 
 
 _DIGEST_BLOCK = 32 * 2**20  # bytes of a dataset read at a time by `_content_digest`

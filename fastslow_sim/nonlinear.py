@@ -68,12 +68,14 @@ class NonlinearBirthDeath:
 
     def domain(self):
         """The `y` on which the up rate `up exp(beta (y - y_mid) + kappa c.x)` is a positive
-        normal float for every `c.x` in [0, 1] (below, it underflows: state 0 absorbs; above,
-        it overflows)."""
+        normal float for every `c.x` in [0, 1] (below, it underflows: state 0 absorbs), and
+        `n (|beta| + |kappa| + 1)` times it is finite (above, the Jacobian overflows)."""
         if self.beta == 0:
             return (-math.inf, math.inf)
         low = math.log(float(np.finfo(np.float64).tiny) / self.up) - min(0.0, self.kappa)
-        high = math.log(float(np.finfo(np.float64).max) / self.up) - max(0.0, self.kappa)
+        # the Jacobian's beta u and kappa u terms, summed over the states, stay finite too
+        room = self.up * (abs(self.beta) + abs(self.kappa) + 1.0) * self.n_states
+        high = math.log(float(np.finfo(np.float64).max) / room) - max(0.0, self.kappa)
         ends = sorted((self.y_mid + low / self.beta, self.y_mid + high / self.beta))
         return (ends[0], ends[1])
 

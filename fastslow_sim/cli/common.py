@@ -185,10 +185,11 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
-    clash = out is not None and plot_path is not None and \
-        os.path.realpath(plot_path) == os.path.realpath(out)  # said below, more to the point
+    target = out if out is not None else DEFAULT_RESULTS / f"{stem}.nc"
+    clash = plot_path is not None and os.path.realpath(plot_path) == os.path.realpath(target)
     if plot_path is not None and not no_plot and not clash:  # before the default folder is made
         _check_plot_format(Path(plot_path))
+        check_writable(plot_path, "plot")
     if out is None:
         from ..validation import folder
 
