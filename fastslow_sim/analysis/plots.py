@@ -50,10 +50,14 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
             try:
                 fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **kw)
             except Exception as err:  # noqa: BLE001 - matplotlib's LatexError has no public base
-                if type(err).__name__ != "LatexError":
+                # a TeX engine that exits at once may also close its pipe before matplotlib
+                # has written to it: the same failure, one sentence either way
+                died = fmt == "pgf" and isinstance(err, BrokenPipeError)
+                if type(err).__name__ != "LatexError" and not died:
                     raise
                 tex = matplotlib.rcParams["pgf.texsystem"]
-                first = (str(err).strip().splitlines() or ["no message"])[0][:160]
+                first = "it exited before reading its input" if died else \
+                    (str(err).strip().splitlines() or ["no message"])[0][:160]
                 raise OSError(0, f"{tex} failed to typeset the figure's text ({first})",
                               str(path)) from None  # fmt: skip
     finally:
