@@ -277,7 +277,7 @@ def _gth_batch_last(a, exact: bool = False):
         wide, zero = _wide_back_substitution(sub if sub.dtype != np.float32 else sub.astype(float))
         _put(p, (slice(None), redo), wide[:, : redo.size])
         _put(lost, redo, zero[: redo.size])
-    if a.shape[0] > 1 and gradual_underflow(a):
+    if a.shape[0] > 1 and bool(risky.any()) and gradual_underflow(a):  # probe only if needed
         diag = np.arange(1, a.shape[0])
         risky = risky & ~_underflow_is_harmless(p[1:] * a[diag, diag], tiny)
     return p.T, bad | lost, risky

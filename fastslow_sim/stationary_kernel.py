@@ -17,10 +17,10 @@ longer fits in cache (2 GFLOP/s at 4,096 states, counting 2n^3/3). There the sta
 eliminated in panels of `PANEL` (`_censor_blocked`): within a panel as before, but the update
 of the leading block by the panel's states, `a[:lo, :lo] += a[:lo, K] a[K, :lo]` (K the
 panel), is delayed to the end of the panel and done as one matrix product (BLAS dgemm, in
-place). It is the same sum of
-the same products in another order, and every term is non-negative (GTH stays subtraction-free),
-so each entry keeps its relative accuracy: `p` agrees with the unblocked elimination to a few
-units of rounding, and the screen's flags are computed from the same quantities.
+place). It is the same sum of the same products in another order, and every term is
+non-negative (GTH stays subtraction-free), so each entry keeps its relative accuracy: `p`
+agrees with the unblocked elimination to a few units of rounding, and the screen's flags are
+computed from the same quantities.
 """
 
 from __future__ import annotations
