@@ -189,9 +189,12 @@ def _correct(family, u_pred, t, tol=1e-13, max_iter=12):
     n = u_pred.size - 1
     u = u_pred.copy()
     for _ in range(max_iter):
-        G = _residual(family, u[:n], u[n:])
-        H = np.append(G, t @ (u - u_pred))
-        J = np.vstack([_jacobian(family, u[:n], u[n:]), t])
+        with np.errstate(all="ignore"):  # a diverging iterate overflows: caught just below
+            G = _residual(family, u[:n], u[n:])
+            H = np.append(G, t @ (u - u_pred))
+            J = np.vstack([_jacobian(family, u[:n], u[n:]), t])
+        if not (np.all(np.isfinite(H)) and np.all(np.isfinite(J))):
+            return u, False  # Newton left the region where the rates are finite
         du = np.linalg.solve(J, -H)
         u = u + du
         if np.max(np.abs(du)) < tol and np.all(u[:n] > -1e-12):
@@ -209,16 +212,77 @@ def _fast_stability(family, x, y):
 
 
 def _start(family, y, n):
-    """A point of the critical manifold at `y`: Newton from `e_0` (the low branch)."""
-    x = np.eye(n)[0] * 0.5 + 0.5 / n
-    for _ in range(100):
+    """A point of the critical manifold at `y`: Newton from near `e_0` (mostly on the low
+    branch), or, where that fails (no low branch at `y`: a range above the folds), the stable
+    point that the fast flow `dx/dt = F(x, y)` relaxes to from there (pseudo-transient
+    continuation)."""
+    x0 = np.eye(n)[0] * 0.5 + 0.5 / n
+    x, ok = _newton_on_simplex(family, x0, y)
+    if ok:
+        return x
+    x, ok = _newton_on_simplex(family, _relax(family, x0, y), y)
+    if not ok:
+        raise RuntimeError(
+            f"no point of the critical manifold was found at y={float(y[0]):.6g} (Newton from "
+            f"the low state and from the relaxed fast flow both failed)"
+        )
+    return x
+
+
+def _newton_on_simplex(family, x, y, max_iter=100):
+    """Newton on `G(x, y) = 0` with `x` kept on the simplex; returns `(x, on the manifold)`."""
+    n = x.size
+    for _ in range(max_iter):
         G = _residual(family, x, y)
         J = _jacobian(family, x, y)[:, :n]
-        dx = np.linalg.solve(J, -G)
+        with np.errstate(all="ignore"):
+            dx = np.linalg.solve(J, -G)
+        if not np.all(np.isfinite(dx)):
+            return x, False
         x = np.clip(x + dx, 0.0, None)
         x /= x.sum()
         if np.max(np.abs(dx)) < 1e-14:
             break
+    return x, _on_manifold(family, x, y)
+
+
+def _on_manifold(family, x, y, rtol=1e-10) -> bool:
+    """`max_i |F_i(x, y)| <= rtol max_i (sum_j |Q_ji| x_j)`: the balance, relative to the largest
+    flow through a state (the rates may be far from 1; states of tiny mass are held to the same
+    absolute accuracy, as the continuation's corrector does)."""
+    Q = family.rates(x, y)
+    F = np.einsum("ji,j->i", Q, x)
+    flow = np.einsum("ji,j->i", np.abs(Q), x)
+    return bool(np.all(np.isfinite(F)) and np.max(np.abs(F)) <= rtol * np.max(flow))
+
+
+def _relax(family, x, y, steps=400):
+    """Pseudo-transient continuation: linearly implicit Euler steps `(I - dt D_x F) dx = dt F`
+    of the fast flow with `dt` grown as the residual falls (switched evolution relaxation), from
+    `dt = 1 / (the largest rate)`, a step that would leave the simplex shortened;
+    `1^T D_x F = 0` keeps `1^T x = 1`. It follows the flow to a stable equilibrium, and ends as
+    Newton's method once `dt` is large."""
+    n = x.size
+    dt = 1.0 / max(float(np.max(np.abs(family.rates(x, y)))), 1e-300)
+    F = np.einsum("ji,j->i", family.rates(x, y), x)
+    for _ in range(steps):
+        Fx = family.field_jacobians(x, y)[0]
+        with np.errstate(all="ignore"):
+            dx = np.linalg.solve(np.eye(n) - dt * Fx, dt * F)
+        if not np.all(np.isfinite(dx)) or np.min(x + dx) < -1e-12:
+            dt *= 0.25  # a step that leaves the simplex is too long, not clipped onto it
+            continue
+        x_new = np.clip(x + dx, 0.0, None)
+        x_new /= x_new.sum()
+        F_new = np.einsum("ji,j->i", family.rates(x_new, y), x_new)
+        r, r_new = np.linalg.norm(F), np.linalg.norm(F_new)
+        if not np.isfinite(r_new):
+            dt *= 0.1
+            continue
+        x, F = x_new, F_new
+        if r_new == 0.0 or _on_manifold(family, x, y):
+            break
+        dt *= min(max(r / r_new, 0.5), 10.0)
     return x
 
 
@@ -239,59 +303,54 @@ def check_y_range(family, y_range) -> tuple[float, float]:
 def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> dict:
     """All branches of `Q(x, y)^T x = 0` for `y` in `y_range`, by pseudo-arclength continuation.
 
-    Starts on the low branch at `y_range[0]` and follows the curve (through folds) until it
-    leaves the range. Returns `points` (x, y, stability), `folds` (refined by bisection on the
+    Starts at `y_range[0]` and follows the curve through folds both ways; the points run from
+    the curve's low-mean end to its high-mean end. A non-linear family's curve is followed beyond the range until it has left
+    for good (heading away with `x` no longer changing, or at the domain's edge), so branches
+    that lie in the range only between folds outside it are found too; a linear family's curve
+    (`kappa = 0`: `p_st(y)`, no folds) ends where it leaves the range. Returns the points inside
+    the range (x, y, stability, `branch_id`), the `folds` inside it (refined by bisection on the
     tangent's `y` component) and `branches` (segments between folds, each stable or not).
-    Assumes the solution set is one curve entering and leaving the range (true for
-    `NonlinearBirthDeath`, whose manifold is the graph `y(m)` of its mean `m = c.x`).
+    Assumes the solution set is one curve (true for `NonlinearBirthDeath`, whose manifold is the
+    graph `y(m)` of its mean `m = c.x`).
     """
     y_lo, y_hi = check_y_range(family, y_range)
     n = family.n_states
     x = _start(family, np.array([y_lo]), n)
     u = np.append(x, y_lo)
-    t = _tangent(_jacobian(family, x, u[n:]), np.append(np.zeros(n), 1.0))
-    points, tangents = [u], [t]
-    while len(points) < max_points:
-        u_new, ok = _correct(family, u + h * t, t)
-        if not ok:
-            h *= 0.5
-            if h < 1e-10:
-                raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
-            continue
-        t_new = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
-        u, t = u_new, t_new
-        points.append(u)
-        tangents.append(t)
-        if u[n] > y_hi or u[n] < y_lo - 1e-12:
-            break
-        h = min(h * 1.3, h_max)
-    if len(points) > 1 and not (y_lo - 1e-12 <= u[n] <= y_hi):
-        # the curve left the range: end it on the range's edge, not one step short of it
-        edge = y_hi if u[n] > y_hi else y_lo
-        end, ok = _correct(family, np.append(points[-2][:n], edge), np.append(np.zeros(n), 1.0))
-        if ok:
-            points[-1] = end
-            tangents[-1] = _tangent(_jacobian(family, end[:n], end[n:]), tangents[-2])
-    P = np.array(points)
-    T = np.array(tangents)
+    e_y = np.append(np.zeros(n), 1.0)
+    t = _tangent(_jacobian(family, x, u[n:]), e_y)
+    beyond = family.kappa != 0
+    ahead = _trace(family, u, t, (y_lo, y_hi), h, h_max, max_points, beyond)
+    behind = _trace(family, u, -t, (y_lo, y_hi), h, h_max, max_points, beyond)
+    # one curve in one orientation: the backward part reversed, its tangents turned round
+    P = np.array([p for p, _ in behind[:0:-1]] + [p for p, _ in ahead])
+    T = np.array([-q for _, q in behind[:0:-1]] + [q for _, q in ahead])
+    c = readout_vector(n)
+    if P[-1, :n] @ c < P[0, :n] @ c:  # one order whatever the start: from low mean to high
+        P, T = P[::-1], -T[::-1]
+    P, T = _with_range_ends(family, P, T, y_lo, y_hi)
     inside = (P[:, n] >= y_lo - 1e-12) & (P[:, n] <= y_hi + 1e-12)
 
-    folds = []
-    for i in np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n])):
-        folds.append(_refine_fold(family, P[i], T[i], P[i + 1], n))
-    stab = np.array([_fast_stability(family, p[:n], p[n:]) for p in P])
-    # branches: split the curve at the folds
-    cuts = (
-        [0]
-        + [int(i) + 1 for i in np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n]))]
-        + [len(P)]
+    turns = np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n]))
+    # the folds that may lie in the range are refined; the others only split the curve
+    near = (np.maximum(P[turns, n], P[turns + 1, n]) >= y_lo - h_max) & (
+        np.minimum(P[turns, n], P[turns + 1, n]) <= y_hi + h_max
     )
-    branches = []
+    folds = [_refine_fold(family, P[i], T[i], P[i + 1], n) if close else {"y": math.nan}
+             for i, close in zip(turns, near)]  # fmt: skip
+    stab = np.full(len(P), np.nan)
+    stab[inside] = [_fast_stability(family, p[:n], p[n:]) for p in P[inside]]
+    # branches: split the curve at the folds; a segment is monotone in y, so its part inside the
+    # range is one piece
+    cuts = [0] + [int(i) + 1 for i in turns] + [len(P)]
+    segment = _branch_ids(len(P), cuts)
+    branches, branch_of = [], {}
     for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         sel = np.arange(a, b)
         sel = sel[inside[sel]]
         if sel.size == 0:
             continue
+        branch_of[k] = len(branches)
         # a branch runs to the folds that bound it (folds[k - 1] and folds[k]), not to its
         # last continuation point before them
         ends = [f for f in folds[max(k - 1, 0) : k + 1] if y_lo <= f["y"] <= y_hi]
@@ -306,11 +365,57 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             "stable": bool(np.all(stab[sel] < 0)),
             "max_real_eigenvalue": float(stab[sel].max()),
             "n_points": int(sel.size),
-            "start": int(sel[0]),
-            "stop": int(sel[-1]) + 1,
         })  # fmt: skip
     return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
-            "branch_id": _branch_ids(len(P), cuts)[inside], "folds": folds, "branches": branches}  # fmt: skip
+            "branch_id": np.array([branch_of[k] for k in segment[inside]], dtype=int),
+            "folds": [f for f in folds if y_lo <= f["y"] <= y_hi], "branches": branches}  # fmt: skip
+
+
+def _trace(family, u, t, y_range, h, h_max, max_points, beyond) -> list:
+    """`[(u, t), ...]` along the curve from `u` in the direction `t`, until it leaves `y_range`
+    (with `beyond`: until it has left for good, heading away from the range with the tangent's
+    `x` part below 1e-10, or at the domain's edge)."""
+    y_lo, y_hi = y_range
+    d_lo, d_hi = family.domain()
+    n = u.size - 1
+    out = [(u, t)]
+    while len(out) < max_points:
+        if beyond and not d_lo <= u[n] + h * t[n] <= d_hi:
+            break  # the domain's edge: the rates are not finite beyond it
+        u_new, ok = _correct(family, u + h * t, t)
+        if not ok:
+            h *= 0.5
+            if h < 1e-10:
+                raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
+            continue
+        t = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
+        u = u_new
+        out.append((u, t))
+        past = u[n] - y_hi if t[n] > 0 else y_lo - u[n]  # > 0: outside, heading away
+        if past > 0 and (not beyond or np.max(np.abs(t[:n])) < 1e-10):
+            break
+        h = min(h * 1.3, h_max)  # no longer out there: a longer step could jump a pair of folds
+    return out
+
+
+def _with_range_ends(family, P, T, y_lo, y_hi):
+    """The curve with a point put exactly on each end of the range where it crosses one, so that
+    a branch ends on the range's edge, not one step short of it."""
+    n = P.shape[1] - 1
+    e_y = np.append(np.zeros(n), 1.0)
+    rows_p, rows_t = [P[0]], [T[0]]
+    for i in range(1, len(P)):
+        for edge in (y_lo, y_hi):
+            a, b = P[i - 1, n] - edge, P[i, n] - edge
+            if a * b < 0:  # a step over the edge: corrected at y = edge from its inside end
+                near = P[i - 1] if abs(a) < abs(b) else P[i]
+                end, ok = _correct(family, np.append(near[:n], edge), e_y)
+                if ok:
+                    rows_p.append(end)
+                    rows_t.append(_tangent(_jacobian(family, end[:n], end[n:]), T[i - 1]))
+        rows_p.append(P[i])
+        rows_t.append(T[i])
+    return np.array(rows_p), np.array(rows_t)
 
 
 def _branch_ids(total, cuts):
@@ -328,6 +433,9 @@ def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
     for _ in range(iters):
         s = 0.5 * (s_lo + s_hi)
         u_mid, ok = _correct(family, u_a + s * t_a, t_a)
+        if not ok:  # the predictor strayed too far from the curve: look nearer u_a
+            s_hi = s
+            continue
         t_mid = _tangent(_jacobian(family, u_mid[:n], u_mid[n:]), t_a)
         if np.sign(t_mid[n]) == sign_a:
             s_lo = s
@@ -416,9 +524,7 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "y_range": list(map(float, y_range)),
         "gap": gap,
         "folds": json.dumps([{k: f[k] for k in ("y", "mean")} for f in curve["folds"]]),
-        "branches": json.dumps(
-            [{k: v for k, v in b.items() if k not in ("start", "stop")} for b in curve["branches"]]
-        ),  # fmt: skip
+        "branches": json.dumps(curve["branches"]),
         "family_params": json.dumps(family.params(), default=float),
         "fastslow_sim_version": __version__,
     }

@@ -259,6 +259,19 @@ def test_manifold_command_json(tmp_path):
     assert data0["gap"] <= 1e-12 and data0["folds"] == [] and data0["oscillation"] is None
 
 
+def test_manifold_on_a_range_above_the_folds(tmp_path):
+    """`--y-range 1 2` at kappa 3 lies above both folds: only the upper branch is there, and
+    Newton from the low state does not reach it (it used to end in "continuation stalled")."""
+    res = run(["manifold", "--kappa", "3", "--y-range", "1", "2", "--no-plot",
+               "--out", str(tmp_path / "m.nc"), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["folds"] == [] and len(data["branches"]) == 1
+    (branch,) = data["branches"]
+    assert branch["stable"] and branch["mean_min"] > 0.99
+    assert (branch["y_min"], branch["y_max"]) == (1.0, 2.0)
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

@@ -133,3 +133,53 @@ def test_branches_span_to_their_folds_and_the_range_ends(kappa, y_range):
     assert branches[1]["y_min"] == high["y"] and branches[1]["y_max"] == low["y"]
     assert branches[1]["mean_min"] == low["mean"] and branches[1]["mean_max"] == high["mean"]
     assert branches[2]["y_min"] == high["y"] and branches[2]["mean_min"] == high["mean"]
+
+
+def exact_pieces(kappa, y_range):
+    """The monotone pieces of the exact curve y(m) that cross the y range, in order along m:
+    `[(stable, y_min, y_max)]` clipped to the range (the middle piece of a fold repels)."""
+    m = np.linspace(1e-5, 1 - 1e-5, 400001)
+    y = exact_curve(kappa, m)
+    turns = np.flatnonzero(np.sign(np.diff(y)[1:]) != np.sign(np.diff(y)[:-1])) + 1
+    a, b = y_range
+    pieces = []
+    for k, (i, j) in enumerate(zip([0, *turns], [*turns, len(m) - 1])):
+        lo, hi = max(y[i : j + 1].min(), a), min(y[i : j + 1].max(), b)
+        if hi > lo:
+            pieces.append((k != 1, lo, hi))  # pieces 0 and 2 (or the only one) attract
+    return pieces
+
+
+@pytest.mark.parametrize("kappa, y_range", [
+    (3.0, (0.1, 0.2)),   # inside the fold region: three branches, no fold in the range
+    (3.0, (1.0, 2.0)),   # above both folds: only the upper branch (the start used to stall)
+    (3.0, (-1.0, 0.1)),  # one fold inside, the other above the range
+    (5.0, (0.5, 1.0)),   # above both folds, the low state far from the manifold
+    (5.0, (0.1, 0.2)),   # one fold inside, the lower fold far below
+    (5.0, (-0.3, 0.0)),  # between the folds
+    (-3.0, (1.0, 2.0)),  # no folds at all
+])  # fmt: skip
+def test_every_branch_that_crosses_the_range_is_found(kappa, y_range):
+    """Ranges that do not contain the whole fold region: the branches are those of the exact
+    curve y(m), each with its stability and its extent in the range; the curve used to be
+    followed only while it stayed in the range, so the branches that enter it only between folds
+    outside it were missed, and a range above the folds stalled at its start."""
+    curve = critical_branches(NonlinearBirthDeath(kappa=kappa), y_range)
+    want = exact_pieces(kappa, y_range)
+    got = [(b["stable"], b["y_min"], b["y_max"]) for b in curve["branches"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    np.testing.assert_allclose([g[1:] for g in got], [w[1:] for w in want], atol=1e-5)
+    mean = curve["x"] @ (np.arange(8) / 7)
+    np.testing.assert_allclose(curve["y"], exact_curve(kappa, mean), atol=1e-6)
+    a, b = y_range
+    assert np.all((curve["y"] >= a) & (curve["y"] <= b))
+    assert all(a <= f["y"] <= b for f in curve["folds"])
+    assert len(curve["folds"]) == sum(a < y < b for y in _exact_fold_ys(kappa))
+    assert sorted(set(curve["branch_id"])) == list(range(len(want)))
+
+
+def _exact_fold_ys(kappa):
+    m = np.linspace(1e-5, 1 - 1e-5, 400001)
+    y = exact_curve(kappa, m)
+    turns = np.flatnonzero(np.sign(np.diff(y)[1:]) != np.sign(np.diff(y)[:-1])) + 1
+    return y[turns]
