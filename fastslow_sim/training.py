@@ -132,9 +132,10 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
-    # foreach, not fused: fused AdamW is about twice as fast on the CPU (scripts/bench_network.py
-    # --fused-adamw) but not bit for bit foreach's (parameters up to 1.2e-7 apart after 10 steps),
-    # and the saved runs that the README quotes were made with foreach
+    # torch's default kernel (on the CPU a loop over the tensors, bit for bit foreach=True's), not
+    # the fused one: fused AdamW is about twice as fast on the CPU (scripts/bench_network.py
+    # --fused-adamw) but not bit for bit the default (parameters up to 1.2e-7 apart after 10
+    # steps), and the saved runs that the README quotes were made with the default
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(BETA1, cfg.beta2))
 
 

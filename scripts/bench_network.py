@@ -133,7 +133,7 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
     interleaved: wall (and thread CPU time), split into forward+backward and clip+AdamW step;
     `compile`: every arm's model through `torch.compile`, as `train-network --compile` does
     (its compilation in the warm-up); `fused_adamw`: AdamW's fused kernel instead of the training
-    loop's foreach one (faster, not bit for bit the same); `batch`: another batch size than the
+    loop's default one (faster, not bit for bit the same); `batch`: another batch size than the
     default's (a diagnostic: the target is judged at the defaults); returns {T: (wall ratio,
     FLOP ratio)}."""
     base = TrainConfig()
@@ -435,7 +435,7 @@ def main():
     parser.add_argument("--autocast", action="store_true", help="bf16 autocast (on cuda)")
     parser.add_argument("--fused-adamw", action="store_true",
                         help="the training-loop table with AdamW's fused kernel (not bit for bit "
-                        "the training loop's foreach AdamW)")  # fmt: skip
+                        "the training loop's default AdamW)")  # fmt: skip
     parser.add_argument("--loop-batch", type=int, default=None,
                         help="batch size of the training-loop table [the reproduce default, 8]; "
                         "another value is a diagnostic (how the excess depends on tensor size)")  # fmt: skip

@@ -350,3 +350,30 @@ def test_corpus_command_json(text_file):
     text = json.loads(CliRunner().invoke(main, ["corpus", f"text:{text_file}", "--json"]).output)
     assert text["vocab_size"] == 256 and text["utf8"] is True
 
+
+
+def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
+    """make_optimizer leaves AdamW's kernel to torch: on the CPU that is its loop over the
+    tensors, which must give foreach=True's bits (what the saved runs and the comments in
+    training.py rely on); the fused kernel is the one that differs."""
+    from fastslow_sim.training import make_optimizer
+
+    cfg = TrainConfig(block_size=32, n_layer=2, n_embd=32, n_head=2, P=4)
+    idx = torch.randint(0, 8, (4, 33), generator=torch.Generator().manual_seed(0))
+    params = {}
+    for kind in ("default", "foreach", "fused"):
+        torch.manual_seed(0)
+        model = FastSlowLM(cfg.model_config(8))
+        opt = make_optimizer(model, cfg)
+        if kind != "default":
+            groups = [{"params": g["params"], "weight_decay": g["weight_decay"]}
+                      for g in opt.param_groups]  # fmt: skip
+            opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=opt.defaults["betas"], **{kind: True})
+        for _ in range(5):
+            _, loss = model(idx[:, :-1], idx[:, 1:])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        params[kind] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.equal(params["default"], params["foreach"])
+    assert not torch.equal(params["default"], params["fused"])  # the check can tell them apart
