@@ -597,6 +597,28 @@ FIGURES = {
 GROUPS = ("ode", "training", "cost")
 
 
+def _outputs(name: str, ctx) -> list:
+    """`[(path, what)]`: the files that figure `name` may write besides its own, checked before
+    any figure is made (a file of the user's at the last of them would otherwise be refused only
+    after the work before it, hours of training for `cost.nc`)."""
+    res, runs, s = ctx.results, ctx.runs, ctx.sizes
+    ablations = [(runs / f"reproduce-{c}" / "ablation.nc", "ablation") for c in _corpora(ctx)]
+    table = {
+        "integrate-birth-death": [(res / "integrate-birth-death.nc", "dataset")],
+        "equilibrium-manifold": [(res / f"equilibrium-manifold-eps{e:g}.nc", "dataset")
+                                 for e in s.manifold_eps]
+        + [(res / "equilibrium-manifold-curve.nc", "dataset")],
+        "convergence": [(res / "convergence.nc", "dataset")],
+        "nonlinear-branches": [(res / "nonlinear-branches.nc", "dataset")],
+        "multirate-map": [(res / "multirate-map.nc", "dataset")],
+        "phi-vs-pst-sweep": [(runs / "phi-sweep" / "phi_vs_pst_sweep.json", "phi-vs-pst sweep")],
+        "cost": [(res / "cost.nc", "dataset")],
+    }  # fmt: skip
+    if FIGURES[name][0] == "training" and name != "phi-vs-pst-sweep":
+        return ablations
+    return table[name]
+
+
 def select(only) -> list:
     """Figure names from `only` (None: all; else names and groups, a list or a comma string)."""
     if only is None:
@@ -638,6 +660,11 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
             for suffix in (".png", ".pdf"):
                 check_writable(out / f"{name}{suffix}", "figure")
     ctx = _Context(sizes, out, results, runs, text, progress, compute)
+    if compute:  # the same for every dataset the figures may write, before any is computed
+        for name in names:
+            for path, what in _outputs(name, ctx):
+                if path.parent.is_dir():
+                    check_writable(path, what)
     records = []
     for name in names:
         _, recipe = FIGURES[name]

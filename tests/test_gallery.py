@@ -34,8 +34,14 @@ def _make(tmp_path, only, **kw):
     kw = {"out": tmp_path / "figs", "results": tmp_path / "res", "runs": tmp_path / "runs",
           "sizes": TINY, "progress": False, "text": None, **kw}  # fmt: skip
     records = gallery.make_figures(only=only, **kw)
+    ctx = gallery._Context(kw["sizes"], kw["out"], kw["results"], kw["runs"], kw["text"], False, True)
     for r in records:
         assert "skipped" not in r, r
+        # every file the figure wrote or read is one that make_figures checks before it starts
+        # (a run's own phi_vs_pst.json lies in a run folder that reproduce checks)
+        declared = {str(p) for p, _ in gallery._outputs(r["name"], ctx)}
+        used = {p for p, _ in r["datasets"] if not p.endswith("phi_vs_pst.json")}
+        assert used <= declared, (r["name"], used - declared)
         assert sorted(p.rsplit(".", 1)[1] for p in r["files"]) == ["pdf", "png"]
         for p in r["files"]:
             with open(p, "rb") as f:

@@ -316,6 +316,20 @@ def test_a_foreign_dataset_among_the_results_is_refused_before_computing(tmp_pat
     assert not (tmp_path / "figs").exists()
 
 
+def test_a_foreign_dataset_of_a_later_figure_is_refused_before_the_first_is_made(tmp_path):
+    """cost.nc is the last figure's dataset (after hours of training at the full sizes): a file
+    of the user's there is refused before any figure's dataset is computed."""
+    res = tmp_path / "res"
+    res.mkdir()
+    _text(res / "cost.nc")
+    with pytest.raises(fs.InputError, match="cost.nc' holds a file that"):
+        gallery.make_figures(only="integrate-birth-death,cost", out=tmp_path / "figs",
+                             results=res, runs=tmp_path / "runs", sizes=TINY, progress=False,
+                             text=None)  # fmt: skip
+    assert sorted(p.name for p in res.iterdir()) == ["cost.nc"]
+    assert (res / "cost.nc").read_text() == "my notes\n" and not (tmp_path / "figs").exists()
+
+
 @pytest.mark.parametrize("name", ["summary.json", "train.nc", "ckpt.pt"])
 def test_train_refuses_a_foreign_file_in_its_folder_before_training(name, tmp_path):
     from test_training import TINY as TRAIN_TINY
