@@ -79,6 +79,45 @@ class NonlinearBirthDeath:
         ends = sorted((self.y_mid + low / self.beta, self.y_mid + high / self.beta))
         return (ends[0], ends[1])
 
+    def _graph(self, s):
+        """The manifold at `s = log(u/down)`: `x_i ~ e^(s i)`, its mean `m = c.x`, `Var(c.x)`
+        and `y(s) = y_mid + (s - log(up/down) - kappa m) / beta` (arrays over `s`)."""
+        i = np.arange(self.n_states)
+        logw = np.outer(s, i)
+        x = np.exp(logw - logw.max(axis=1, keepdims=True))
+        x /= x.sum(axis=1, keepdims=True)
+        m = x @ self.c
+        var = x @ self.c**2 - m**2
+        y = self.y_mid + (s - math.log(self.up / self.down) - self.kappa * m) / self.beta
+        return x, m, var, y
+
+    def fold_points(self) -> list:
+        """The folds `[(x, y)]`, exactly: `dy/ds = 0`, i.e. `kappa m'(s) = 1` with
+        `m'(s) = (n-1) Var(c.x)`, solved by brentq from a grid of `s` in [-60, 60]."""
+        from scipy.optimize import brentq
+
+        if self.kappa <= 0:
+            return []
+        grid = np.linspace(-60.0, 60.0, 120001)
+        f = self.kappa * (self.n_states - 1) * self._graph(grid)[2] - 1.0
+        out = []
+        for j in np.flatnonzero(np.sign(f[1:]) != np.sign(f[:-1])):
+            root = brentq(lambda v: self.kappa * (self.n_states - 1)
+                          * self._graph(np.array([v]))[2][0] - 1.0, grid[j], grid[j + 1],
+                          xtol=1e-15)  # fmt: skip
+            x, _, _, y = self._graph(np.array([root]))
+            out.append((x[0], float(y[0])))
+        return out
+
+    def fold_region(self):
+        """An interval of `y` holding every fold of the manifold (`fold_points`), or None (no
+        folds, as for `kappa <= 0`)."""
+        ys = [y for _, y in self.fold_points()]
+        if not ys:
+            return None
+        pad = 1e-6 * (1.0 + max(abs(v) for v in ys))
+        return (min(ys) - pad, max(ys) + pad)
+
     def _u(self, x, y):
         return self.up * np.exp(self.beta * (y[..., 0] - self.y_mid) + self.kappa * (x @ self.c))
 
@@ -123,6 +162,10 @@ class LinearFamily:
 
     def domain(self):
         return self.generator.domain()
+
+    def fold_region(self):
+        """None: the manifold of a linear family is `p_st(y)`, one point per `y`, no folds."""
+        return None
 
     def rates(self, x, y):
         return self.generator.rates(y)
@@ -229,34 +272,49 @@ def _start(family, y, n):
     return x
 
 
-def _newton_on_simplex(family, x, y, max_iter=100):
-    """Newton on `G(x, y) = 0` with `x` kept on the simplex; returns `(x, on the manifold)`."""
+def _newton_on_simplex(family, x, y, max_iter=200):
+    """Newton on `G(x, y) = 0` with `x` kept on the simplex (an entry that a step would make
+    negative is divided by 10 instead, so tiny probabilities converge in relative terms, not
+    clipped to 0); returns `(x, on the manifold)`."""
     n = x.size
     for _ in range(max_iter):
-        G = _residual(family, x, y)
-        J = _jacobian(family, x, y)[:, :n]
         with np.errstate(all="ignore"):
-            dx = np.linalg.solve(J, -G)
+            G = _residual(family, x, y)
+            J = _jacobian(family, x, y)[:, :n]
+            try:
+                dx = np.linalg.solve(J, -G)
+            except np.linalg.LinAlgError:
+                return x, False
         if not np.all(np.isfinite(dx)):
             return x, False
-        x = np.clip(x + dx, 0.0, None)
-        x /= x.sum()
-        if np.max(np.abs(dx)) < 1e-14:
+        new = x + dx
+        new = np.where(new < 0, 0.1 * x, new)
+        new /= new.sum()
+        done = np.all(np.abs(new - x) <= 1e-13 * new + 1e-300)
+        x = new
+        if done:
             break
     return x, _on_manifold(family, x, y)
 
 
-def _on_manifold(family, x, y, rtol=1e-10) -> bool:
-    """`max_i |F_i(x, y)| <= rtol max_i (sum_j |Q_ji| x_j)`: the balance, relative to the largest
-    flow through a state (the rates may be far from 1; states of tiny mass are held to the same
-    absolute accuracy, as the continuation's corrector does)."""
-    Q = family.rates(x, y)
-    F = np.einsum("ji,j->i", Q, x)
-    flow = np.einsum("ji,j->i", np.abs(Q), x)
-    return bool(np.all(np.isfinite(F)) and np.max(np.abs(F)) <= rtol * np.max(flow))
+def _on_manifold(family, x, y, tol=1e-10) -> bool:
+    """Whether Newton's next step from `x` moves no entry by more than `tol` (an absolute accuracy
+    of the probabilities, as the continuation's corrector asks; a residual test would depend on
+    rates that may be far from 1) and stays on the simplex."""
+    n = x.size
+    with np.errstate(all="ignore"):
+        G = _residual(family, x, y)
+        J = _jacobian(family, x, y)[:, :n]
+        if not (np.all(np.isfinite(G)) and np.all(np.isfinite(J))):
+            return False
+        try:
+            dx = np.linalg.solve(J, -G)
+        except np.linalg.LinAlgError:
+            return False
+    return bool(np.all(np.isfinite(dx)) and np.max(np.abs(dx)) <= tol and np.min(x + dx) >= -tol)
 
 
-def _relax(family, x, y, steps=400):
+def _relax(family, x, y, steps=2000):
     """Pseudo-transient continuation: linearly implicit Euler steps `(I - dt D_x F) dx = dt F`
     of the fast flow with `dt` grown as the residual falls (switched evolution relaxation), from
     `dt = 1 / (the largest rate)`, a step that would leave the simplex shortened;
@@ -264,25 +322,29 @@ def _relax(family, x, y, steps=400):
     Newton's method once `dt` is large."""
     n = x.size
     dt = 1.0 / max(float(np.max(np.abs(family.rates(x, y)))), 1e-300)
-    F = np.einsum("ji,j->i", family.rates(x, y), x)
-    for _ in range(steps):
-        Fx = family.field_jacobians(x, y)[0]
-        with np.errstate(all="ignore"):
-            dx = np.linalg.solve(np.eye(n) - dt * Fx, dt * F)
-        if not np.all(np.isfinite(dx)) or np.min(x + dx) < -1e-12:
-            dt *= 0.25  # a step that leaves the simplex is too long, not clipped onto it
-            continue
-        x_new = np.clip(x + dx, 0.0, None)
-        x_new /= x_new.sum()
-        F_new = np.einsum("ji,j->i", family.rates(x_new, y), x_new)
-        r, r_new = np.linalg.norm(F), np.linalg.norm(F_new)
-        if not np.isfinite(r_new):
-            dt *= 0.1
-            continue
-        x, F = x_new, F_new
-        if r_new == 0.0 or _on_manifold(family, x, y):
-            break
-        dt *= min(max(r / r_new, 0.5), 10.0)
+    with np.errstate(all="ignore"):
+        F = np.einsum("ji,j->i", family.rates(x, y), x)
+        for _ in range(steps):
+            Fx = family.field_jacobians(x, y)[0]
+            try:
+                dx = np.linalg.solve(np.eye(n) - dt * Fx, dt * F)
+            except np.linalg.LinAlgError:  # dt hit an eigenvalue 1/dt of D_x F exactly
+                dx = np.full(n, np.nan)
+            if not np.all(np.isfinite(dx)) or np.min(x + dx) < -1e-12:
+                dt *= 0.25  # a step that leaves the simplex is too long, not clipped onto it
+                continue
+            x_new = np.clip(x + dx, 0.0, None)
+            x_new /= x_new.sum()
+            F_new = np.einsum("ji,j->i", family.rates(x_new, y), x_new)
+            scale = np.max(np.abs(F)) or 1.0  # norms of rescaled vectors: no overflow
+            r, r_new = np.linalg.norm(F / scale), np.linalg.norm(F_new / scale)
+            if not np.isfinite(r_new):
+                dt *= 0.1
+                continue
+            x, F = x_new, F_new
+            if r_new == 0.0 or _on_manifold(family, x, y):
+                break
+            dt *= min(max(r / r_new, 0.5), 10.0)
     return x
 
 
@@ -303,15 +365,17 @@ def check_y_range(family, y_range) -> tuple[float, float]:
 def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> dict:
     """All branches of `Q(x, y)^T x = 0` for `y` in `y_range`, by pseudo-arclength continuation.
 
-    Starts at `y_range[0]` and follows the curve through folds both ways; the points run from
-    the curve's low-mean end to its high-mean end. A non-linear family's curve is followed beyond the range until it has left
-    for good (heading away with `x` no longer changing, or at the domain's edge), so branches
-    that lie in the range only between folds outside it are found too; a linear family's curve
-    (`kappa = 0`: `p_st(y)`, no folds) ends where it leaves the range. Returns the points inside
-    the range (x, y, stability, `branch_id`), the `folds` inside it (refined by bisection on the
-    tangent's `y` component) and `branches` (segments between folds, each stable or not).
-    Assumes the solution set is one curve (true for `NonlinearBirthDeath`, whose manifold is the
-    graph `y(m)` of its mean `m = c.x`).
+    Starts at `y_range[0]` and follows the curve through folds both ways. Where the family can
+    fold, the curve is followed beyond the range until it has left for good: heading away from
+    the range past the family's `fold_region()` (or, for a family without one, with `x` no
+    longer changing), or at the domain's edge; so the branches that lie in the range only
+    between folds outside it are found too. A fold-free family's curve (`fold_region()` None:
+    linear families, `kappa <= 0`) is a graph over `y` and ends where it leaves the range.
+    Returns the points inside the range (x, y, stability, `branch_id`; with a point on each end
+    of the range the curve crosses and on each fold in it), the `folds` in the range (refined
+    by bisection on the tangent's `y` component) and `branches` (segments between folds, each
+    stable or not). Assumes the solution set is one curve (true for `NonlinearBirthDeath`,
+    whose manifold is the graph `y(m)` of its mean `m = c.x`).
     """
     y_lo, y_hi = check_y_range(family, y_range)
     n = family.n_states
@@ -319,110 +383,194 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     u = np.append(x, y_lo)
     e_y = np.append(np.zeros(n), 1.0)
     t = _tangent(_jacobian(family, x, u[n:]), e_y)
-    beyond = family.kappa != 0
-    ahead = _trace(family, u, t, (y_lo, y_hi), h, h_max, max_points, beyond)
-    behind = _trace(family, u, -t, (y_lo, y_hi), h, h_max, max_points, beyond)
+    region = family.fold_region() if hasattr(family, "fold_region") else "unknown"
+    known = [np.append(x, y) for x, y in getattr(family, "fold_points", list)()]
+    trace = dict(y_range=(y_lo, y_hi), region=region, h=h, h_max=h_max, max_points=max_points,
+                 known_folds=known)  # fmt: skip
+    ahead = _trace(family, u, t, **trace)
+    behind = _trace(family, u, -t, **trace) if region is not None else [(u, -t)]
     # one curve in one orientation: the backward part reversed, its tangents turned round
     P = np.array([p for p, _ in behind[:0:-1]] + [p for p, _ in ahead])
     T = np.array([-q for _, q in behind[:0:-1]] + [q for _, q in ahead])
     c = readout_vector(n)
-    if P[-1, :n] @ c < P[0, :n] @ c:  # one order whatever the start: from low mean to high
+    if region is not None and P[-1, :n] @ c < P[0, :n] @ c:  # from low mean to high
         P, T = P[::-1], -T[::-1]
-    P, T = _with_range_ends(family, P, T, y_lo, y_hi)
-    inside = (P[:, n] >= y_lo - 1e-12) & (P[:, n] <= y_hi + 1e-12)
 
     turns = np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n]))
     # the folds that may lie in the range are refined; the others only split the curve
     near = (np.maximum(P[turns, n], P[turns + 1, n]) >= y_lo - h_max) & (
         np.minimum(P[turns, n], P[turns + 1, n]) <= y_hi + h_max
     )
-    folds = [_refine_fold(family, P[i], T[i], P[i + 1], n) if close else {"y": math.nan}
+    folds = [_refine_fold(family, P[i], T[i], P[i + 1], n) if close else None
              for i, close in zip(turns, near)]  # fmt: skip
+    P, T, segment = _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi)
+    tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
+    inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
+    in_range = [f is not None and y_lo - tol <= f["y"] <= y_hi + tol for f in folds]
     stab = np.full(len(P), np.nan)
     stab[inside] = [_fast_stability(family, p[:n], p[n:]) for p in P[inside]]
-    # branches: split the curve at the folds; a segment is monotone in y, so its part inside the
-    # range is one piece
-    cuts = [0] + [int(i) + 1 for i in turns] + [len(P)]
-    segment = _branch_ids(len(P), cuts)
     branches, branch_of = [], {}
-    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-        sel = np.arange(a, b)
-        sel = sel[inside[sel]]
+    for k in range(len(turns) + 1):
+        sel = np.flatnonzero((segment == k) & inside)
         if sel.size == 0:
             continue
-        branch_of[k] = len(branches)
-        # a branch runs to the folds that bound it (folds[k - 1] and folds[k]), not to its
-        # last continuation point before them
-        ends = [f for f in folds[max(k - 1, 0) : k + 1] if y_lo <= f["y"] <= y_hi]
+        # a branch runs to the folds that bound it (folds[k - 1] and folds[k]); at a fold one
+        # eigenvalue is 0, so the points within 1e-9 of one in y do not decide its stability
+        bounds = [folds[j] for j in (k - 1, k) if 0 <= j < len(folds) and folds[j] is not None]
+        ends = [folds[j] for j in (k - 1, k) if 0 <= j < len(folds) and in_range[j]]
+        interior = [i for i in sel if all(abs(P[i, n] - f["y"]) > 1e-9 * (1 + abs(f["y"]))
+                                          for f in bounds)]  # fmt: skip
+        off_fold = [i for i in sel if not any(np.array_equal(P[i, :n], f["x"]) for f in bounds)]
+        judged = np.array(interior or off_fold or list(sel))
         ys = np.concatenate([P[sel, n], [f["y"] for f in ends]])
-        means = np.concatenate([P[sel, :n] @ readout_vector(n), [f["mean"] for f in ends]])
+        if len(turns) and ys.max() - ys.min() <= tol:
+            continue  # a segment that meets the range only at a fold: that fold, not a branch
+        means = np.concatenate([P[sel, :n] @ c, [f["mean"] for f in ends]])
+        branch_of[k] = len(branches)
         branches.append({
             "index": len(branches),
             "y_min": float(ys.min()),
             "y_max": float(ys.max()),
             "mean_min": float(means.min()),
             "mean_max": float(means.max()),
-            "stable": bool(np.all(stab[sel] < 0)),
-            "max_real_eigenvalue": float(stab[sel].max()),
+            "stable": bool(np.all(stab[judged] < 0)),
+            "max_real_eigenvalue": float(stab[judged].max()),
             "n_points": int(sel.size),
         })  # fmt: skip
+    inside &= np.isin(segment, list(branch_of))
     return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
             "branch_id": np.array([branch_of[k] for k in segment[inside]], dtype=int),
-            "folds": [f for f in folds if y_lo <= f["y"] <= y_hi], "branches": branches}  # fmt: skip
+            "folds": [f for f, keep in zip(folds, in_range) if keep], "branches": branches}  # fmt: skip
 
 
-def _trace(family, u, t, y_range, h, h_max, max_points, beyond) -> list:
-    """`[(u, t), ...]` along the curve from `u` in the direction `t`, until it leaves `y_range`
-    (with `beyond`: until it has left for good, heading away from the range with the tangent's
-    `x` part below 1e-10, or at the domain's edge)."""
+def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) -> list:
+    """`[(u, t), ...]` along the curve from `u` in the direction `t` until it has left `y_range`
+    for good: at once for a fold-free family (`region` None); heading away from the range past
+    the fold region `region = (lo, hi)`; heading away with the tangent's `x` part below 1e-10
+    for a family whose region is "unknown"; or at the domain's edge. Near the `known_folds`
+    (points of the curve), steps shrink to a quarter of their distance apart, so that a close
+    pair (near the onset of folding) is not stepped over."""
     y_lo, y_hi = y_range
+    sep = min((float(np.linalg.norm(a - b)) for a in known_folds for b in known_folds
+               if a is not b), default=math.inf)  # fmt: skip
     d_lo, d_hi = family.domain()
     n = u.size - 1
     out = [(u, t)]
-    while len(out) < max_points:
-        if beyond and not d_lo <= u[n] + h * t[n] <= d_hi:
-            break  # the domain's edge: the rates are not finite beyond it
-        u_new, ok = _correct(family, u + h * t, t)
+    while True:
+        pred = u + h * t
+        ok = d_lo <= pred[n] <= d_hi  # beyond the domain's edge the rates are not finite
+        if ok:
+            u_new, ok = _correct(family, pred, t)
+            # a corrector that moves further than the step has jumped to another part of the curve
+            ok = ok and np.linalg.norm(u_new - pred) <= h
         if not ok:
             h *= 0.5
+            if h < 1e-12 and not d_lo <= u[n] + 1e-6 * t[n] <= d_hi:
+                break  # at the domain's edge
             if h < 1e-10:
                 raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
             continue
         t = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
         u = u_new
         out.append((u, t))
-        past = u[n] - y_hi if t[n] > 0 else y_lo - u[n]  # > 0: outside, heading away
-        if past > 0 and (not beyond or np.max(np.abs(t[:n])) < 1e-10):
-            break
-        h = min(h * 1.3, h_max)  # no longer out there: a longer step could jump a pair of folds
+        if t[n] > 0 and u[n] > y_hi or t[n] < 0 and u[n] < y_lo:  # outside, heading away
+            if region is None:
+                break
+            if region == "unknown":
+                if np.max(np.abs(t[:n])) < 1e-10:
+                    break
+            elif (u[n] > region[1]) if t[n] > 0 else (u[n] < region[0]):
+                break  # no fold ahead: the curve never turns back
+        if len(out) >= max_points:
+            raise RuntimeError(
+                f"the continuation took {max_points} steps without leaving y in "
+                f"[{y_lo:g}, {y_hi:g}] for good (now at y={u[n]:.6g})"
+            )
+        # h_max near folds; elsewhere steps of up to 1/2000 of the range (a wide range of a
+        # smooth branch in as many points as a narrow one)
+        if isinstance(region, tuple):
+            width = region[1] - region[0]
+            near_folds = region[0] - width - h_max <= u[n] <= region[1] + width + h_max
+        else:
+            near_folds = region == "unknown"
+        h = min(h * 1.3, h_max if near_folds else max(h_max, (y_hi - y_lo) / 2000))
+        if sep < math.inf:  # approach a close pair of folds in steps of half the way there
+            d = min(float(np.linalg.norm(u - f)) for f in known_folds)
+            h = min(h, max(sep / 4, 0.5 * (d - sep), 1e-9))
     return out
 
 
-def _with_range_ends(family, P, T, y_lo, y_hi):
-    """The curve with a point put exactly on each end of the range where it crosses one, so that
-    a branch ends on the range's edge, not one step short of it."""
+def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
+    """`(P, T, segment)`: the curve with each refined fold put in as a point (the last of the
+    segment before it) and a point exactly on each end of the range wherever the curve crosses
+    one, found along the arc between two points (so on the same branch), not by Newton at fixed
+    `y` (which near a fold may land on the other branch)."""
     n = P.shape[1] - 1
-    e_y = np.append(np.zeros(n), 1.0)
-    rows_p, rows_t = [P[0]], [T[0]]
-    for i in range(1, len(P)):
+    seg = np.zeros(len(P), dtype=int)
+    for k, i in enumerate(turns):
+        seg[i + 1 :] = k + 1
+    rows = []  # (u, t, segment, is a fold)
+    fold_after = {int(i): f for i, f in zip(turns, folds) if f is not None}
+    for i in range(len(P)):
+        rows.append((P[i], T[i], seg[i], False))
+        if i in fold_after:
+            f = fold_after[i]
+            u_f = np.append(f["x"], f["y"])
+            rows.append((u_f, _tangent(_jacobian(family, u_f[:n], u_f[n:]), T[i]), seg[i], True))
+    out = [rows[0]]
+    for a, b in zip(rows[:-1], rows[1:]):
+        k = b[2] if a[3] else a[2]  # an arc from a fold belongs to the segment after it
+        ends = []
         for edge in (y_lo, y_hi):
-            a, b = P[i - 1, n] - edge, P[i, n] - edge
-            if a * b < 0:  # a step over the edge: corrected at y = edge from its inside end
-                near = P[i - 1] if abs(a) < abs(b) else P[i]
-                end, ok = _correct(family, np.append(near[:n], edge), e_y)
-                if ok:
-                    rows_p.append(end)
-                    rows_t.append(_tangent(_jacobian(family, end[:n], end[n:]), T[i - 1]))
-        rows_p.append(P[i])
-        rows_t.append(T[i])
-    return np.array(rows_p), np.array(rows_t)
+            if (a[0][n] - edge) * (b[0][n] - edge) < 0:
+                # from either end: near a fold, only the arc's parametrisation from the fold
+                # meets the curve once
+                end = _on_arc(family, a[0], a[1], b[0], edge)
+                if end is None:
+                    end = _on_arc(family, b[0], -b[1], a[0], edge)
+                if end is not None:
+                    ends.append((np.linalg.norm(end - a[0]), end))
+        for _, end in sorted(ends, key=lambda e: e[0]):
+            out.append((end, _tangent(_jacobian(family, end[:n], end[n:]), a[1]), k, False))
+        out.append(b)
+    # a curve that stops inside the range (at the domain's edge) ends on the range's end
+    for first in (False, True):
+        u, t = (out[0][0], -out[0][1]) if first else (out[-1][0], out[-1][1])
+        edge = y_hi if t[n] > 0 else y_lo
+        if y_lo < u[n] < y_hi:
+            end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0))
+            if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-6:
+                row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t), out[0][2] if first
+                       else out[-1][2], False)  # fmt: skip
+                out = [row] + out if first else out + [row]
+    return (np.array([r[0] for r in out]), np.array([r[1] for r in out]),
+            np.array([r[2] for r in out]))  # fmt: skip
 
 
-def _branch_ids(total, cuts):
-    ids = np.empty(total, dtype=int)
-    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-        ids[a:b] = k
-    return ids
+def _on_arc(family, u_a, t_a, u_b, edge, iters=80):
+    """The point at `y = edge` on the arc from `u_a` (tangent `t_a`) to `u_b`: bisection on the
+    arclength `s` of the corrected predictor `u_a + s t_a`, polished at exactly `y = edge`."""
+    n = u_a.size - 1
+    s_lo, s_hi = 0.0, float(np.linalg.norm(u_b - u_a))
+    side = np.sign(u_a[n] - edge)
+    u = u_a
+    for _ in range(iters):
+        s = 0.5 * (s_lo + s_hi)
+        u_s, ok = _correct(family, u_a + s * t_a, t_a)
+        if not ok:
+            return None
+        u = u_s
+        if np.sign(u[n] - edge) == side:
+            s_lo = s
+        else:
+            s_hi = s
+        if s_hi - s_lo < 1e-14:
+            break
+    end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0))
+    if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-8:
+        return end
+    # within a hair of a fold Newton at fixed y is ill-conditioned: the arc's point will do
+    return u if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
 
 
 def _refine_fold(family, u_a, t_a, u_b, n, iters=60):

@@ -158,6 +158,12 @@ def exact_pieces(kappa, y_range):
     (5.0, (0.1, 0.2)),   # one fold inside, the lower fold far below
     (5.0, (-0.3, 0.0)),  # between the folds
     (-3.0, (1.0, 2.0)),  # no folds at all
+    # from the review (helper-21) of the first version:
+    (5.0, (-0.4058, -0.4056)),  # a fold just below the range: 4 branches, one twice
+    (3.0, (-0.3, 0.22710649273694006 - 1e-9)),  # 1e-9 short of a fold: the middle one short
+    (3.0, (0.0228, 0.0230)),  # a tiny range around a fold: the repelling branch missing
+    (2.0, (0.27921, 0.5)),  # just above the fold's ghost: the start raised a LinAlgError
+    (1.3334, (-0.1, 1.5)),  # near the onset: a pair of folds 6.5e-5 apart stepped over
 ])  # fmt: skip
 def test_every_branch_that_crosses_the_range_is_found(kappa, y_range):
     """Ranges that do not contain the whole fold region: the branches are those of the exact
@@ -183,3 +189,71 @@ def _exact_fold_ys(kappa):
     y = exact_curve(kappa, m)
     turns = np.flatnonzero(np.sign(np.diff(y)[1:]) != np.sign(np.diff(y)[:-1])) + 1
     return y[turns]
+
+
+@pytest.mark.parametrize("kappa, y_range", [(-3.0, (90.0, 91.0)), (3.0, (100.0, 101.0)),
+                                            (-3.0, (0.0, 176.9))])  # fmt: skip
+def test_far_ranges_and_the_domains_edge(kappa, y_range):
+    """Saturated branches (the mean within 1e-150 of 1) and a range that ends 0.01 short of the
+    domain's edge: one stable branch over the whole range, every point on the exact curve (the
+    ratio x_(i+1)/x_i gives s = log(u/down), and then y)."""
+    fam = NonlinearBirthDeath(kappa=kappa)
+    curve = critical_branches(fam, y_range)
+    assert curve["folds"] == [] and len(curve["branches"]) == 1 and curve["branches"][0]["stable"]
+    b = curve["branches"][0]
+    assert (b["y_min"], b["y_max"]) == pytest.approx(y_range, abs=1e-9)
+    x = curve["x"]
+    i = np.argmax(x[:, :-1] * x[:, 1:], axis=1)  # the best-resolved neighbouring pair
+    rows = np.arange(len(x))
+    s = np.log(x[rows, i + 1] / x[rows, i])
+    y = fam.y_mid + (s - np.log(fam.up / fam.down) - kappa * (x @ fam.c)) / fam.beta
+    np.testing.assert_allclose(curve["y"], y, atol=1e-9)
+
+
+def test_linear_families_stop_at_the_range():
+    """A fold-free family is traced from y_lo up only (the backward trace of the first version
+    stepped past michaelis-menten's domain edge at y = 0 and stalled)."""
+    fam = family_for("michaelis-menten", 0.0)
+    for y_range in [(1e-12, 1.5), (0.0, 1.5)]:
+        curve = critical_branches(fam, y_range)
+        assert curve["y"][0] == y_range[0] and curve["y"][-1] == pytest.approx(1.5, abs=1e-12)
+        assert np.all(np.diff(curve["y"]) > 0) and len(curve["branches"]) == 1
+
+
+def test_a_range_that_ends_on_a_fold():
+    """The fold is reported, the branches that meet there end on it, and a branch that meets the
+    range only at the fold is that fold, not a branch of its own."""
+    fam = NonlinearBirthDeath(kappa=3.0)
+    F = max(y for _, y in fam.fold_points())
+    curve = critical_branches(fam, (-0.0729, F))
+    assert len(curve["folds"]) == 2
+    assert [b["stable"] for b in curve["branches"]] == [True, False, True]
+    assert [b["y_max"] for b in curve["branches"]] == pytest.approx([F, F, F], abs=1e-12)
+    above = critical_branches(fam, (F, 1.0))
+    assert len(above["branches"]) == 1 and above["branches"][0]["mean_min"] > 0.8
+
+
+def test_fold_points_against_the_exact_curve():
+    for kappa in (2.0, 3.0, 5.0, 30.0):
+        fam = NonlinearBirthDeath(kappa=kappa)
+        got = sorted(y for _, y in fam.fold_points())
+        np.testing.assert_allclose(got, sorted(_exact_fold_ys(kappa)), atol=1e-6)
+        for x, y in fam.fold_points():
+            assert np.abs(_residual_of(fam, x, y)).max() < 1e-12
+    assert NonlinearBirthDeath(kappa=1.0).fold_points() == []
+    assert NonlinearBirthDeath(kappa=-3.0).fold_region() is None
+
+
+def _residual_of(fam, x, y):
+    return np.einsum("ji,j->i", fam.rates(x, np.array([y])), x)
+
+
+def test_saturated_outer_branches_that_come_back():
+    """kappa 30 on [-0.17, 0.1]: the upper branch (mean within 1e-12 of 1) runs down to a fold at
+    y = -6.34, far outside the range, and back up as the repelling branch (the first version
+    took its flatness for the curve having left for good: 1 branch, no fold)."""
+    fam = NonlinearBirthDeath(kappa=30.0)
+    curve = critical_branches(fam, (-0.17, 0.1))
+    assert [b["stable"] for b in curve["branches"]] == [True, False, True]
+    (fold,) = curve["folds"]
+    assert fold["y"] == pytest.approx(max(y for _, y in fam.fold_points()), abs=1e-12)
