@@ -248,6 +248,12 @@ def _validate_manifold(cell):
     _manifold_args(cell)
 
 
+def _osc_eps_min() -> float:
+    from .nonlinear import OSC_EPS_MIN  # imported when a cell is checked, not with the module
+
+    return OSC_EPS_MIN
+
+
 def _run_manifold(cells):
     """What `fastslow-sim manifold` computes, as numbers: branches, folds, the gap to the
     linear identity, the identity check and, when it folds, the relaxation oscillation."""
@@ -382,7 +388,7 @@ def _tasks() -> dict[str, Task]:
             {"system": _integrate_options()["system"],
              "kappa": Option(float, 3.0, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
              "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
-             "osc_eps": Option(float, 0.01, (lambda v: 1e-12 <= v <= 1, "from 1e-12 to 1"))},
+             "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
             description="branches, folds and the gap to the linear identity",
         ),

@@ -257,3 +257,16 @@ def test_saturated_outer_branches_that_come_back():
     assert [b["stable"] for b in curve["branches"]] == [True, False, True]
     (fold,) = curve["folds"]
     assert fold["y"] == pytest.approx(max(y for _, y in fam.fold_points()), abs=1e-12)
+
+
+def test_the_smallest_accepted_osc_eps_runs_and_hugs_the_folds():
+    """At eps = OSC_EPS_MIN (1e-10) the oscillation runs in seconds (Radau took over 5 minutes
+    at 1e-9) and its turning points sit on the folds (the overshoot ~ eps^(2/3) is 1e-7 here)."""
+    from fastslow_sim.nonlinear import OSC_EPS_MIN
+
+    ds = relaxation_oscillation(kappa=3.0, eps=OSC_EPS_MIN, t_end=6.0)
+    assert ds.attrs["status"] == "success"
+    y = ds["y"].values[ds["time"].values > 2.0, 0]
+    lo, hi = sorted(y for _, y in NonlinearBirthDeath(kappa=3.0).fold_points())
+    assert abs(y.min() - lo) < 5e-4 and abs(y.max() - hi) < 5e-4
+    assert np.count_nonzero(np.diff(np.sign(np.diff(y)))) >= 4  # it still oscillates

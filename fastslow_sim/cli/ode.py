@@ -353,7 +353,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     default=0.01,
     show_default=True,
     type=float,
-    help="eps of the relaxation-oscillation run (only when the manifold folds).",
+    help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-10 to 1.",
 )
 @output_options("manifold-SYSTEM-kappaK.nc")
 @ode_command
@@ -370,10 +370,9 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
       fastslow-sim manifold --kappa 0
       fastslow-sim manifold --kappa 3 --y-range -1 1.5 --json
     """
-    from ..integrators import EPS_MIN
     from ..io import save_dataset
     from ..manifold import identity_check
-    from ..nonlinear import check_y_range, family_for, manifold_dataset
+    from ..nonlinear import OSC_EPS_MIN, check_y_range, family_for, manifold_dataset
     from ..systems import make_system
 
     if not math.isfinite(kappa):
@@ -381,7 +380,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     number("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
     if not math.isfinite(osc_eps) or osc_eps <= 0:
         raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
-    number("--osc-eps", osc_eps, EPS_MIN, 1.0)
+    number("--osc-eps", osc_eps, OSC_EPS_MIN, 1.0)
     family = family_for(system_name, kappa)
     a, b = check_y_range(family, y_range)
     out, plot_path = output_paths(
