@@ -76,6 +76,12 @@ class NonlinearBirthDeath:
         # the Jacobian's beta u and kappa u terms, summed over the states, stay finite too
         room = self.up * (abs(self.beta) + abs(self.kappa) + 1.0) * self.n_states
         high = math.log(float(np.finfo(np.float64).max) / room) - max(0.0, self.kappa)
+        if low > high:
+            raise InputError(
+                f"kappa={self.kappa:g} leaves no y where the birth-death rates and their "
+                f"Jacobian are positive and finite; expected |kappa| well below 1400 (the span "
+                f"of float64's exponents)."
+            )
         ends = sorted((self.y_mid + low / self.beta, self.y_mid + high / self.beta))
         return (ends[0], ends[1])
 
@@ -465,9 +471,9 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
             ok = ok and np.linalg.norm(u_new - pred) <= h
         if not ok:
             h *= 0.5
-            if h < 1e-12 and not d_lo <= u[n] + 1e-6 * t[n] <= d_hi:
-                break  # at the domain's edge
             if h < 1e-10:
+                if not d_lo <= u[n] + 1e-6 * t[n] <= d_hi:
+                    break  # at the domain's edge
                 raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
             continue
         t = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
@@ -603,9 +609,10 @@ def identity_gap(family, curve) -> float:
     return float(np.max(np.abs(curve["x"] - p_lin))) if len(curve["y"]) else 0.0
 
 
-# the smallest eps of the relaxation oscillation that the CLI and the sweeps accept: its cost is
-# flat down to here (7 s to t = 20 at 1e-10, 3 s at 1e-9), then grows about tenfold per decade
-# (60 s at 1e-11, over 2 minutes at 1e-12), as the fast variable's error control meets atol 1e-10
+# the smallest eps of the relaxation oscillation that the CLI and the sweeps accept: at kappa 3
+# the cost to t = 20 is flat down to here (7 s at 1e-10, 3 s at 1e-9), then grows about tenfold
+# per decade (60 s at 1e-11, over 2 minutes at 1e-12). Nearer the onset of folding it grows
+# sooner: at 1e-10, 26 s at kappa 2 and over a minute at kappa 1.5 (helper-22), not refused
 OSC_EPS_MIN = 1e-10
 
 

@@ -270,3 +270,22 @@ def test_the_smallest_accepted_osc_eps_runs_and_hugs_the_folds():
     lo, hi = sorted(y for _, y in NonlinearBirthDeath(kappa=3.0).fold_points())
     assert abs(y.min() - lo) < 5e-4 and abs(y.max() - hi) < 5e-4
     assert np.count_nonzero(np.diff(np.sign(np.diff(y)))) >= 4  # it still oscillates
+
+
+@pytest.mark.parametrize("kappa", [0.0, 3.0])
+def test_a_range_up_to_the_domains_edge(kappa):
+    """The range may end on the domain's edge (helper-22: the trace stalled within 1e-10 of it,
+    where every step's predictor left the domain)."""
+    fam = NonlinearBirthDeath(kappa=kappa)
+    lo, hi = fam.domain()
+    curve = critical_branches(fam, (170.0, hi))
+    (branch,) = curve["branches"]
+    assert branch["stable"] and branch["y_min"] == 170.0
+    assert branch["y_max"] == pytest.approx(hi, abs=1e-6)
+    low = critical_branches(fam, (lo, lo + 1.0))
+    assert len(low["branches"]) == 1 and low["branches"][0]["y_min"] == lo
+
+
+def test_an_empty_domain_is_refused():
+    with pytest.raises(fs.InputError, match="leaves no y where"):
+        NonlinearBirthDeath(kappa=2000.0).domain()
