@@ -274,7 +274,8 @@ def _run_manifold(cells):
     cell["fold_y"] = ("fold", np.array([f["y"] for f in folds], dtype=np.float64),
                       {"long_name": "slow variable at each fold"})  # fmt: skip
     cell["osc_period"] = ((), float(ds.attrs.get("osc_period", np.nan)),
-                          {"long_name": "period of the relaxation oscillation (NaN: no fold)"})  # fmt: skip
+                          {"long_name": "period of the relaxation oscillation (NaN: no fold, or fewer "
+                                         "than two maxima of y in the run's second half)"})  # fmt: skip
     return [cell]
 
 
