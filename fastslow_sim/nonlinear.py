@@ -118,11 +118,7 @@ class NonlinearBirthDeath:
     def fold_region(self):
         """An interval of `y` holding every fold of the manifold (`fold_points`), or None (no
         folds, as for `kappa <= 0`)."""
-        ys = [y for _, y in self.fold_points()]
-        if not ys:
-            return None
-        pad = 1e-6 * (1.0 + max(abs(v) for v in ys))
-        return (min(ys) - pad, max(ys) + pad)
+        return _region_of(self.fold_points())
 
     def _u(self, x, y):
         return self.up * np.exp(self.beta * (y[..., 0] - self.y_mid) + self.kappa * (x @ self.c))
@@ -152,6 +148,15 @@ class NonlinearBirthDeath:
     def params(self):
         return {"generator": "nonlinear-birth-death", "n": self.n, "up": self.up,
                 "down": self.down, "beta": self.beta, "y_mid": self.y_mid, "kappa": self.kappa}  # fmt: skip
+
+
+def _region_of(fold_points):
+    """The interval of `y` between the outermost of `[(x, y)]` folds, padded by 1e-6; None if none."""
+    ys = [y for _, y in fold_points]
+    if not ys:
+        return None
+    pad = 1e-6 * (1.0 + max(abs(v) for v in ys))
+    return (min(ys) - pad, max(ys) + pad)
 
 
 class LinearFamily:
@@ -278,20 +283,28 @@ def _start(family, y, n):
     return x
 
 
+def _newton_step(family, x, y):
+    """Newton's step `dx` on `G(x, y) = 0` in `x` at fixed `y`, or None where it is not finite."""
+    n = x.size
+    with np.errstate(all="ignore"):
+        G = _residual(family, x, y)
+        J = _jacobian(family, x, y)[:, :n]
+        if not (np.all(np.isfinite(G)) and np.all(np.isfinite(J))):
+            return None
+        try:
+            dx = np.linalg.solve(J, -G)
+        except np.linalg.LinAlgError:
+            return None
+    return dx if np.all(np.isfinite(dx)) else None
+
+
 def _newton_on_simplex(family, x, y, max_iter=200):
     """Newton on `G(x, y) = 0` with `x` kept on the simplex (an entry that a step would make
     negative is divided by 10 instead, so tiny probabilities converge in relative terms, not
     clipped to 0); returns `(x, on the manifold)`."""
-    n = x.size
     for _ in range(max_iter):
-        with np.errstate(all="ignore"):
-            G = _residual(family, x, y)
-            J = _jacobian(family, x, y)[:, :n]
-            try:
-                dx = np.linalg.solve(J, -G)
-            except np.linalg.LinAlgError:
-                return x, False
-        if not np.all(np.isfinite(dx)):
+        dx = _newton_step(family, x, y)
+        if dx is None:
             return x, False
         new = x + dx
         new = np.where(new < 0, 0.1 * x, new)
@@ -307,17 +320,8 @@ def _on_manifold(family, x, y, tol=1e-10) -> bool:
     """Whether Newton's next step from `x` moves no entry by more than `tol` (an absolute accuracy
     of the probabilities, as the continuation's corrector asks; a residual test would depend on
     rates that may be far from 1) and stays on the simplex."""
-    n = x.size
-    with np.errstate(all="ignore"):
-        G = _residual(family, x, y)
-        J = _jacobian(family, x, y)[:, :n]
-        if not (np.all(np.isfinite(G)) and np.all(np.isfinite(J))):
-            return False
-        try:
-            dx = np.linalg.solve(J, -G)
-        except np.linalg.LinAlgError:
-            return False
-    return bool(np.all(np.isfinite(dx)) and np.max(np.abs(dx)) <= tol and np.min(x + dx) >= -tol)
+    dx = _newton_step(family, x, y)
+    return dx is not None and bool(np.max(np.abs(dx)) <= tol and np.min(x + dx) >= -tol)
 
 
 def _relax(family, x, y, steps=2000):
@@ -327,9 +331,10 @@ def _relax(family, x, y, steps=2000):
     `1^T D_x F = 0` keeps `1^T x = 1`. It follows the flow to a stable equilibrium, and ends as
     Newton's method once `dt` is large."""
     n = x.size
-    dt = 1.0 / max(float(np.max(np.abs(family.rates(x, y)))), 1e-300)
+    Q = family.rates(x, y)
+    dt = 1.0 / max(float(np.max(np.abs(Q))), 1e-300)
     with np.errstate(all="ignore"):
-        F = np.einsum("ji,j->i", family.rates(x, y), x)
+        F = np.einsum("ji,j->i", Q, x)
         for _ in range(steps):
             Fx = family.field_jacobians(x, y)[0]
             try:
@@ -389,8 +394,12 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     u = np.append(x, y_lo)
     e_y = np.append(np.zeros(n), 1.0)
     t = _tangent(_jacobian(family, x, u[n:]), e_y)
-    region = family.fold_region() if hasattr(family, "fold_region") else "unknown"
-    known = [np.append(x, y) for x, y in getattr(family, "fold_points", list)()]
+    if hasattr(family, "fold_points"):  # solved once: the region is derived from them
+        points = family.fold_points()
+        region, known = _region_of(points), [np.append(x, y) for x, y in points]
+    else:
+        region = family.fold_region() if hasattr(family, "fold_region") else "unknown"
+        known = []
     trace = dict(y_range=(y_lo, y_hi), region=region, h=h, h_max=h_max, max_points=max_points,
                  known_folds=known)  # fmt: skip
     ahead = _trace(family, u, t, **trace)
