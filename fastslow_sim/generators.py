@@ -31,7 +31,12 @@ __all__ = [
     "validate_generator",
     "from_off_diagonal",
     "readout_vector",
+    "rate_domain",
+    "domain_text",
 ]
+
+_MAX = float(np.finfo(np.float64).max)
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 def from_off_diagonal(rates: np.ndarray) -> np.ndarray:
@@ -121,6 +126,8 @@ class Generator:
 
     name: str = "generator"
     n_slow: int = 1
+    # what holds on `domain()`, for the sentences that refuse a y outside it (`domain_text`)
+    domain_reason: str = "its rates and their Jacobian are finite"
 
     @property
     def n_states(self) -> int:  # pragma: no cover - every subclass defines it
@@ -136,8 +143,28 @@ class Generator:
         return None
 
     def domain(self) -> tuple[float, float]:
-        """Interval of `y` on which the rates are defined (all built-ins: the real line)."""
+        """Interval `(lo, hi)` of `y` on which the rates are valid and they, `rates_dy` and the
+        Jacobians built from them (sums of `n` rates, each times its `y`-derivative's factor)
+        are finite. The base class: the real line; a generator whose rates overflow, or are
+        invalid, somewhere says where (the built-ins: see each one's `domain`)."""
         return (-math.inf, math.inf)
+
+    def _rate_domain(self, scale, slope, center=0.0) -> tuple[float, float]:
+        """`rate_domain` of the rates `scale_j exp(slope_j (y - center))` (the positive ones
+        only) with the room `n (|slope_j| + 1)`, the factor `exp(slope_j (y - center))` finite
+        too (the rates are computed as `scale_j` times it); `InputError` where no `y` is left."""
+        scale, slope = np.broadcast_arrays(np.asarray(scale, float), np.asarray(slope, float))
+        keep = scale > 0
+        b = slope[keep]
+        room = self.n_states * (np.abs(b) + 1.0)
+        ends = rate_domain(np.append(np.log(scale[keep]), 0.0 * b), np.append(b, b),
+                           np.append(room, np.ones_like(b)), center)  # fmt: skip
+        if ends is None:
+            raise InputError(
+                f"the {self.name} generator's rate constants leave no y where its rates and "
+                f"their Jacobian are finite; got {self.params()}."
+            )
+        return ends
 
     def params(self) -> dict:
         d = asdict(self) if hasattr(self, "__dataclass_fields__") else {}
@@ -213,6 +240,15 @@ class TwoState(Generator):
     def n_states(self) -> int:
         return 2
 
+    def domain(self):
+        """Where `n (|beta| + 1) a e^{beta y}` (`n = 2`), `e^{beta y}` and `n b` are finite
+        (`rate_domain`): `beta y <= min(log(M / (2 (|beta| + 1) a)), log M)`, `M` float64's
+        largest number (353.995 for the CLI's `beta = 2`); the real line for `beta = 0`. On the
+        other side (`y -> -inf` for `beta > 0`, `+inf` for `beta < 0`) the rate underflows to 0
+        and state 0 absorbs: `p_st` puts all the mass there, its limit, so that side stays
+        open."""
+        return self._rate_domain([self.a, self.b], [self.beta, 0.0])
+
     def neighbour_rates(self, y):
         up = self.a * np.exp(self.beta * _as_slow(y)[..., :1])
         return up, np.full_like(up, float(self.b))
@@ -270,6 +306,15 @@ class BirthDeath(Generator):
     @property
     def n_states(self) -> int:
         return int(self.n)
+
+    def domain(self):
+        """Where `n (|beta| + 1) u(y)`, `e^{beta (y - y_mid)}` and `n down` are finite
+        (`rate_domain`): `beta (y - y_mid) <= min(log(M / (n (|beta| + 1) up)), log M)`, `M`
+        float64's largest number (y <= 177.023 at the defaults); the real line for `beta = 0`.
+        On the other side (`y -> -inf` for `beta > 0`, `+inf` for `beta < 0`) `u` underflows
+        to 0 and state 0 absorbs: `p_st` puts all the mass there, its limit, so that side stays
+        open."""
+        return self._rate_domain([self.up, self.down], [self.beta, 0.0], self.y_mid)
 
     def up_rate(self, y):
         return self.up * np.exp(self.beta * (_as_slow(y)[..., 0] - self.y_mid))
@@ -335,6 +380,14 @@ class Cycle(Generator):
     def _s(self):
         return readout_vector(self.n_states) - 0.5
 
+    def domain(self):
+        """Where `n (|s_i| + 1) forward e^{y s_i}`, `e^{y s_i}` and `n backward` are finite
+        for every `i` (`rate_domain`): `|y| <= 2 min(log(M / (1.5 n forward)), log M)` (`s_i`
+        spans [-1/2, 1/2]; `M` float64's largest number; 1415.17 at the defaults). The rates
+        that underflow on the way leave the backward cycle: the chain stays irreducible."""
+        return self._rate_domain(np.append(np.full(self.n_states, self.forward), self.backward),
+                                 np.append(self._s(), 0.0))  # fmt: skip
+
     def rates(self, y):
         y = _as_slow(y)[..., 0]
         n = self.n_states
@@ -397,6 +450,14 @@ class RandomIrreducible(Generator):
     def n_states(self) -> int:
         return int(self.n)
 
+    def domain(self):
+        """Where `n (|B_ij| + 1) A_ij e^{y B_ij}` and `e^{y B_ij}` are finite for every
+        positive `A_ij` (`rate_domain`): `B_ij y <= min(log(M / (n (|B_ij| + 1) A_ij)), log M)`,
+        `M` float64's largest number ([-364.899, 577.677] for `n = 8, seed = 0`). A rate that
+        underflows to 0 on the way may leave transient states (`p_st` gives them no mass) or
+        several closed classes (refused by name)."""
+        return self._rate_domain(self._a, self._b)
+
     def rates(self, y):
         y = _as_slow(y)[..., 0]
         return from_off_diagonal(self._a * np.exp(y[..., None, None] * self._b))
@@ -433,6 +494,7 @@ class MichaelisMenten(Generator):
     k_minus1: float = 1.0
     k2: float = 1.0
     name: str = field(default="michaelis-menten", init=False, repr=False)
+    domain_reason = "its rates are non-negative and, with their Jacobian, finite"
 
     def __post_init__(self):
         if int(self.N) != self.N or self.N < 1:
@@ -447,7 +509,11 @@ class MichaelisMenten(Generator):
         return (self.k_minus1 + self.k2) / self.k1
 
     def domain(self):
-        return (0.0, math.inf)
+        """`y >= 0` (below, the binding rate is negative) up to where `n` times the largest
+        rate stays finite, `n N k1 y <= M` (`M` float64's largest number; about 9e306 at the
+        defaults): the rates are linear in `y`, their derivatives constants."""
+        top = self.n_states * self.N * self.k1
+        return (0.0, _MAX / top if top > 0 else math.inf)
 
     def neighbour_rates(self, y):
         y = _as_slow(y)[..., :1]
@@ -512,6 +578,49 @@ def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -
     rows = np.arange(count)[:, None]
     a[rows, perm, np.roll(perm, -1, axis=-1)] += rng.uniform(0.1, 1.0, (count, n))
     return from_off_diagonal(a)
+
+
+def rate_domain(log_scale, slope, room, center=0.0, positive=False):
+    """The interval `(lo, hi)` of `y` on which every rate `r_j = exp(log_scale_j + slope_j (y -
+    center))` stays `room_j r_j <= M`, `M` float64's largest number, that is `slope_j (y -
+    center) <= log(M / room_j) - log_scale_j` (arrays broadcast together; the scale as a log,
+    so that one beyond float64, such as `e^kappa`, may still give finite rates). `room_j`
+    covers what is built from the rate: `n (|slope_j| + 1)` keeps the sums of `n` rates and of
+    `n` derivatives `slope_j r_j` (a generator's diagonal, a Jacobian's entries) finite. With
+    `positive`, each rate is also a positive normal float, `r_j >= tiny` (below, it loses bits,
+    then underflows to 0 and its link falls away). A rate with `slope_j = 0` bounds nothing
+    unless it alone breaks the bound. `None` where no `y` is left."""
+    log_scale, slope, room = (np.ravel(np.asarray(a, dtype=np.float64))
+                              for a in np.broadcast_arrays(log_scale, slope, room))  # fmt: skip
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        # each bound as a (y - center) <= c
+        a = np.concatenate([slope, -slope if positive else []])
+        c = np.concatenate([np.log(_MAX / room) - log_scale,
+                            log_scale - math.log(_TINY) if positive else []])  # fmt: skip
+        if not np.all(c[a == 0] >= 0):
+            return None
+        up, down = a > 0, a < 0
+        hi = center + float(np.min(c[up] / a[up], initial=math.inf))
+        lo = center + float(np.max(c[down] / a[down], initial=-math.inf))
+    return (lo, hi) if lo <= hi else None
+
+
+def domain_text(family) -> str:
+    """`"the NAME generator's domain [lo, hi], where REASON"`, for the sentences that refuse a
+    `y` outside `family.domain()`: the ends to 6 significant digits, rounded inward (a printed
+    end given back is inside), and the family's `domain_reason`."""
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+    def inward(v, rounding):
+        if not math.isfinite(v) or v == 0:
+            return f"{v:g}"
+        d = Decimal(v)  # the double's exact value; a 6-digit decimal beside it, then its double
+        return f"{float(d.quantize(Decimal(1).scaleb(d.adjusted() - 5), rounding)):.6g}"
+
+    lo, hi = family.domain()
+    reason = getattr(family, "domain_reason", "its rates are finite")
+    return (f"the {family.name} generator's domain [{inward(lo, ROUND_CEILING)}, "
+            f"{inward(hi, ROUND_FLOOR)}], where {reason}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------

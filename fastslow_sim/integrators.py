@@ -51,6 +51,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .generators import domain_text
 from .solvers import METHODS, SOLVER_ERRORS, Solution
 from .validation import positive
 from .validation import t_span as check_t_span
@@ -354,7 +355,7 @@ def _initial_state(system, x0, y0):
     if gen is not None:
         lo, hi = gen.domain()
         if np.any(y0 < lo) or np.any(y0 > hi):
-            raise InputError(f"y0={y0.tolist()} is outside the generator's domain [{lo}, {hi}].")
+            raise InputError(f"y0={y0.tolist()} is outside {domain_text(gen)}.")
     return x0, y0
 
 

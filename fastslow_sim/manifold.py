@@ -23,6 +23,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .generators import domain_text
 from .stationary import stationary_derivative
 
 __all__ = [
@@ -54,11 +55,13 @@ def _slow(system, y):
     y = np.asarray(y, dtype=np.float64)
     if y.ndim == 0 or y.shape[-1] != system.n_slow:
         y = y[..., None]
+    if not np.all(np.isfinite(y)):
+        raise InputError(f"y must be finite; got {y.ravel()[~np.isfinite(y.ravel())][0]}.")
     lo, hi = system.generator.domain()
     if np.any(y < lo) or np.any(y > hi):
         raise InputError(
-            f"y values from {float(np.min(y)):g} to {float(np.max(y)):g} leave the generator's "
-            f"domain [{lo}, {hi}]."
+            f"y values from {float(np.min(y)):.15g} to {float(np.max(y)):.15g} leave "
+            f"{domain_text(system.generator)}."
         )
     return y
 

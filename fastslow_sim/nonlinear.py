@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
-from .generators import BirthDeath, Generator, readout_vector
+from .generators import BirthDeath, Generator, domain_text, rate_domain, readout_vector
 from .stationary import stationary_distribution
 from .systems import FastSlowSystem, LinearSlowLaw
 
@@ -50,6 +50,7 @@ class NonlinearBirthDeath:
     y_mid: float = 0.5
     kappa: float = 0.0
     name: str = field(default="birth-death", init=False, repr=False)
+    domain_reason = "its rates are positive and finite"
 
     def __post_init__(self):
         if not math.isfinite(self.kappa):
@@ -69,21 +70,20 @@ class NonlinearBirthDeath:
     def domain(self):
         """The `y` on which the up rate `up exp(beta (y - y_mid) + kappa c.x)` is a positive
         normal float for every `c.x` in [0, 1] (below, it underflows: state 0 absorbs), and
-        `n (|beta| + |kappa| + 1)` times it is finite (above, the Jacobian overflows)."""
-        if self.beta == 0:
-            return (-math.inf, math.inf)
-        low = math.log(float(np.finfo(np.float64).tiny) / self.up) - min(0.0, self.kappa)
-        # the Jacobian's beta u and kappa u terms, summed over the states, stay finite too
-        room = self.up * (abs(self.beta) + abs(self.kappa) + 1.0) * self.n_states
-        high = math.log(float(np.finfo(np.float64).max) / room) - max(0.0, self.kappa)
-        if low > high:
+        `n (|beta| + |kappa| + 1)` times it is finite (above, the Jacobian overflows):
+        `generators.rate_domain` of the rates `up e^{min(0, kappa)}` and `up e^{max(0, kappa)}`
+        at slope `beta`, and of the factor `exp(...)` that `up` multiplies, in range too."""
+        k = np.array([min(0.0, self.kappa), max(0.0, self.kappa)])
+        room = self.n_states * (abs(self.beta) + abs(self.kappa) + 1.0)
+        ends = rate_domain(np.append(math.log(self.up) + k, k), self.beta, [room, room, 1, 1],
+                           self.y_mid, positive=True)  # fmt: skip
+        if ends is None:
             raise InputError(
                 f"kappa={self.kappa:g} leaves no y where the birth-death rates and their "
                 f"Jacobian are positive and finite; expected |kappa| well below 1400 (the span "
                 f"of float64's exponents)."
             )
-        ends = sorted((self.y_mid + low / self.beta, self.y_mid + high / self.beta))
-        return (ends[0], ends[1])
+        return ends
 
     def _graph(self, s):
         """The manifold at `s = log(u/down)`: `x_i ~ e^(s i)`, its mean `m = c.x`, `Var(c.x)`
@@ -165,6 +165,7 @@ class LinearFamily:
     def __init__(self, generator: Generator):
         self.generator = generator
         self.name = generator.name
+        self.domain_reason = generator.domain_reason
         self.kappa = 0.0
 
     @property
@@ -366,10 +367,7 @@ def check_y_range(family, y_range) -> tuple[float, float]:
         raise InputError(f"the y range must be two finite numbers A < B; got {list(y_range)}.")
     lo, hi = family.domain()
     if y_lo < lo or y_hi > hi:
-        raise InputError(
-            f"the y range [{y_lo:g}, {y_hi:g}] leaves the {family.name} generator's domain "
-            f"[{lo:.6g}, {hi:.6g}], where its rates are positive and finite."
-        )
+        raise InputError(f"the y range [{y_lo:.15g}, {y_hi:.15g}] leaves {domain_text(family)}.")
     return y_lo, y_hi
 
 

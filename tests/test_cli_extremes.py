@@ -51,7 +51,23 @@ def invoke(args, tmp_path, monkeypatch):
         (["integrate", "--eps", "0.1", "--atol", "0"], "--atol must be a positive"),
         (["integrate", "--eps", "0.1", "--atol", "inf"], "--atol must be a positive"),
         (["integrate", "--eps", "0.1", "--t-end", "inf"], "--t-end must be a positive finite"),
-        (["integrate", "--eps", "0.1", "--y0", "1e300"], "not finite at y0"),
+        (["integrate", "--eps", "0.1", "--y0", "1e300"], "y0=[1e+300] is outside the birth-death "
+                                                          "generator's domain [-inf, 177.023]"),
+        # inside the domain, but the rates over eps are beyond float64 (e^706 / 1e-3)
+        (["integrate", "--eps", "1e-3", "--y0", "177"], "not finite at y0 = [177.0]"),
+        (["integrate", "--eps", "0.1", "--system", "cycle", "--y0", "-1e6"],
+         "y0=[-1000000.0] is outside the cycle generator's domain [-1415.17, 1415.17], where its "
+         "rates and their Jacobian are finite."),
+        # domain() was the real line: "continuation stalled near y=354.545", exit status 1
+        (["manifold", "--system", "two-state", "--kappa", "0", "--y-range", "-1e6", "1e6"],
+         "Error: the y range [-1000000, 1000000] leaves the two-state generator's domain [-inf, "
+         "353.995], where its rates and their Jacobian are finite."),
+        (["manifold", "--system", "random", "--kappa", "0", "--y-range", "0", "1e6"],
+         "leaves the random generator's domain [-364.899, 577.677]"),
+        # 4.2e-5 beyond the edge, 177.0234584: the range is printed as given, the edge inward
+        (["manifold", "--kappa", "0", "--y-range", "0", "177.0235"],
+         "the y range [0, 177.0235] leaves the birth-death generator's domain [-176.599, "
+         "177.023], where its rates are positive and finite."),
         (["integrate", "--eps", "0.1", "--y0", "nan"], "must be finite"),
         (["integrate", "--eps", "0.1", "--H", "0.5"], "--H is the block length"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "0"], "--H must be"),
@@ -92,6 +108,18 @@ def test_extreme_valid_input_integrates(args, tmp_path, monkeypatch):
         if ds[k].dtype.kind == "f":
             assert np.all(np.isfinite(ds[k].values)), k
     assert np.max(np.abs(ds["mass_error"].values)) < 1e-7
+
+
+@pytest.mark.parametrize("system, y_range", [("two-state", ("350", "353.995")),
+                                              ("birth-death", ("170", "177.023"))])  # fmt: skip
+def test_manifold_up_to_the_printed_edge_of_the_domain(system, y_range, tmp_path, monkeypatch):
+    """The edge that the refusal prints (rounded inward) is inside the domain: the range up to it
+    is traced to its end, one stable branch."""
+    args = ["manifold", "--system", system, "--kappa", "0", "--y-range", *y_range, "--json"]
+    res = invoke([*args, "--no-plot", "--out", "m.nc"], tmp_path, monkeypatch)
+    assert res.exit_code == 0, res.output
+    (branch,) = json.loads(res.output)["branches"]
+    assert branch["stable"] and [branch["y_min"], branch["y_max"]] == [float(v) for v in y_range]
 
 
 def test_far_mass_run_of_issue_13_has_a_finite_p_st(tmp_path, monkeypatch):

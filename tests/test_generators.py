@@ -3,7 +3,9 @@ import pytest
 import torch
 
 import fastslow_sim as fs
-from fastslow_sim.generators import from_off_diagonal
+from fastslow_sim.generators import from_off_diagonal, readout_vector
+from fastslow_sim.manifold import h0, h1
+from fastslow_sim.systems import LinearSlowLaw
 
 ALL = [
     fs.TwoState(),
@@ -84,3 +86,61 @@ def test_an_infinite_rate_is_one_sentence_without_a_numpy_warning():
         warnings.simplefilter("error")
         with pytest.raises(fs.InputError, match=r"Q must be finite; entry \(0, 0\) is -inf"):
             fs.stationary_distribution(q)
+
+
+EXPONENTIAL = [
+    fs.TwoState(beta=2.0),
+    fs.TwoState(a=0.3, b=2.0, beta=-1.5),
+    fs.BirthDeath(),
+    fs.BirthDeath(n=5, up=0.5, down=3.0, beta=-3.0, y_mid=2.0),
+    fs.Cycle(),
+    fs.Cycle(n=9, forward=0.3, backward=0.5),
+    fs.RandomIrreducible(),
+    fs.RandomIrreducible(n=5, seed=3),
+    fs.MichaelisMenten(),
+]
+
+
+@pytest.mark.parametrize("gen", EXPONENTIAL, ids=lambda g: f"{g.name}-{g.n_states}")
+def test_the_domain_ends_where_the_rates_and_jacobian_overflow(gen):
+    """domain() said "the real line" for every built-in, while e^{beta y} overflowed beyond y =
+    354.5 (two-state, the CLI's beta 2: the manifold's continuation stalled there). At each
+    finite end, the rates, rates_dy and the Jacobian of the critical-manifold equations are
+    computed without an overflow; a little beyond an end that overflow bounds (all but
+    michaelis-menten's y = 0), n (|Q_ij| + |dQ_ij/dy|) of some rate is infinite."""
+    from fastslow_sim.nonlinear import LinearFamily
+
+    ends = [(e, side) for e, side in zip(gen.domain(), (-1, 1)) if np.isfinite(e)]
+    assert ends
+    n, off = gen.n_states, ~np.eye(gen.n_states, dtype=bool)
+    for e, side in ends:
+        with np.errstate(over="raise"):
+            Q, dQ = gen.rates(e), gen.rates_dy(e)
+            Fx, Fy = LinearFamily(gen).field_jacobians(np.full(n, 1.0 / n), np.array([e]))
+        for a in (Q, dQ, Fx, Fy):
+            assert np.all(np.isfinite(a))
+        if e == 0:  # michaelis-menten: below 0 the binding rate is negative
+            assert gen.rates(-1e-9)[0, 1] < 0
+            continue
+        beyond = e + side * 1e-3 * abs(e)
+        with np.errstate(over="ignore"):
+            Q, dQ = gen.rates(beyond), gen.rates_dy(beyond)[0]
+            assert not np.all(np.isfinite(n * (np.abs(Q[off]) + np.abs(dQ[off]))))
+
+
+@pytest.mark.parametrize("gen", EXPONENTIAL[:4], ids=lambda g: f"{g.name}-{g.n_states}")
+def test_where_the_up_rate_underflows_the_domain_stays_open(gen):
+    """Far on the underflow side the chain's up rates are 0 and state 0 absorbs; p_st puts all
+    the mass there (its limit) and h1 is finite, so domain() does not end there."""
+    beta = gen.beta
+    far = -1e6 if beta > 0 else 1e6
+    assert not np.isfinite(gen.domain()[0 if beta > 0 else 1])
+    system = fs.MasterEquationSystem(gen, LinearSlowLaw(readout_vector(gen.n_states)), 0.1)
+
+    np.testing.assert_array_equal(h0(system, far), np.eye(gen.n_states)[0])
+    assert np.all(np.isfinite(h1(system, far)))
+
+
+def test_a_family_of_huge_constant_rates_has_no_domain():
+    with pytest.raises(fs.InputError, match="leave no y where its rates"):
+        fs.TwoState(b=1e308).domain()

@@ -82,6 +82,15 @@ def test_y_outside_the_domain():
         mf.identity_check(system, np.linspace(-1.0, 1.0, 5))
 
 
+@pytest.mark.parametrize("y", [-np.inf, np.nan])
+def test_y_that_is_not_finite(y):
+    """-inf lay inside two-state's domain (-inf, 353.995]: h1 returned NaN without a word."""
+    system = fs.make_system("two-state", eps=0.1)
+    for f in (mf.h0, mf.h1):
+        with pytest.raises(fs.InputError, match="y must be finite"):
+            f(system, [y])
+
+
 def test_system_without_slow_variable():
     system = fs.make_system("two-state", eps=0.1)
     system.n_slow = 0

@@ -90,7 +90,7 @@ TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--
          "--grid y_min=2: the y range must be two finite numbers A < B; got [2.0, 1.0]."),
         (["manifold", "--grid", "y_min=0,-1e308", "--y-max", "1"],
          "--grid y_min=-1e+308: the y range [-1e+308, 1] leaves the birth-death generator's "
-         "domain [-176.599, 176.156], where its rates are positive and finite."),
+         "domain [-176.599, 176.155], where its rates are positive and finite."),
         (["convergence", "--grid", "system=two-state,birth-death", "--eps", "0.5,0.01", "--t-end", "1"],
          "--grid system=birth-death: eps=0.5 is too large for t_end=1: the initial layer lasts"),
         (["train-network", "--grid", "n_layer=1,0", *TINY_TRAIN],
