@@ -608,11 +608,16 @@ def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
     return {"y": float(u_mid[n]), "mean": float(x @ readout_vector(n)), "x": x.tolist()}
 
 
+def _linear_reference(family, curve):
+    """`p_st(Q(x_ref, y))` at the curve's points, `x_ref` uniform; as `h0`, transient states
+    get no mass (where a rate is 0: michaelis-menten at y = 0, where nothing binds)."""
+    x_ref = np.full((len(curve["y"]), family.n_states), 1.0 / family.n_states)
+    return stationary_distribution(family.rates(x_ref, curve["y"][:, None]), allow_transient=True)
+
+
 def identity_gap(family, curve) -> float:
     """`max |phi(y) - p_st(Q(x_ref, y))|` over the curve, `x_ref` uniform: zero when linear."""
-    n = family.n_states
-    x_ref = np.full((len(curve["y"]), n), 1.0 / n)
-    p_lin = stationary_distribution(family.rates(x_ref, curve["y"][:, None]))
+    p_lin = _linear_reference(family, curve)
     return float(np.max(np.abs(curve["x"] - p_lin))) if len(curve["y"]) else 0.0
 
 
@@ -677,8 +682,7 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     gap = identity_gap(family, curve)
     n = family.n_states
     c = readout_vector(n)
-    x_ref = np.full((len(curve["y"]), n), 1.0 / n)
-    p_lin = stationary_distribution(family.rates(x_ref, curve["y"][:, None]))
+    p_lin = _linear_reference(family, curve)
     data = {
         "curve_x": (("point", "state"), curve["x"], {"long_name": "critical manifold point x"}),
         "curve_y": ("point", curve["y"], {"long_name": "slow variable y"}),

@@ -289,3 +289,12 @@ def test_a_range_up_to_the_domains_edge(kappa):
 def test_an_empty_domain_is_refused():
     with pytest.raises(fs.InputError, match="leaves no y where"):
         NonlinearBirthDeath(kappa=2000.0).domain()
+
+
+def test_the_gap_where_a_rate_is_zero():
+    """michaelis-menten at y = 0 binds nothing: states 1..N are transient. The gap's p_st gives
+    them no mass, as h0 does (it refused the chain as reducible: `manifold --system
+    michaelis-menten --kappa 0 --y-range 0 1.5` failed inside its domain)."""
+    fam = family_for("michaelis-menten", 0.0)
+    curve = critical_branches(fam, (0.0, 1.5))
+    assert identity_gap(fam, curve) < 1e-15
