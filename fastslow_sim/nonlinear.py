@@ -231,6 +231,12 @@ def _jacobian(family, x, y):
     return J
 
 
+def _norm(v) -> float:
+    """The 2-norm of a vector, without overflow (`math.hypot`: steps in a `y` beyond 1e154,
+    michaelis-menten's, square beyond float64)."""
+    return math.hypot(*v)
+
+
 def _tangent(J, previous=None):
     """Unit null vector of `J (n, n+1)`, oriented along `previous`."""
     t = np.linalg.svd(J)[2][-1]
@@ -464,7 +470,7 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
     (points of the curve), steps shrink to a quarter of their distance apart, so that a close
     pair (near the onset of folding) is not stepped over."""
     y_lo, y_hi = y_range
-    sep = min((float(np.linalg.norm(a - b)) for a in known_folds for b in known_folds
+    sep = min((_norm(a - b) for a in known_folds for b in known_folds
                if a is not b), default=math.inf)  # fmt: skip
     d_lo, d_hi = family.domain()
     n = u.size - 1
@@ -475,11 +481,12 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
         if ok:
             u_new, ok = _correct(family, pred, t)
             # a corrector that moves further than the step has jumped to another part of the curve
-            ok = ok and np.linalg.norm(u_new - pred) <= h
+            ok = ok and _norm(u_new - pred) <= h
         if not ok:
             h *= 0.5
-            if h < 1e-10:
-                if not d_lo <= u[n] + 1e-6 * t[n] <= d_hi:
+            ulp = float(np.spacing(abs(u[n])))  # steps below 1000 of them hardly move y
+            if h < max(1e-10, 1e3 * ulp):
+                if not d_lo <= u[n] + max(1e-6, 1e6 * ulp) * t[n] <= d_hi:
                     break  # at the domain's edge
                 raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
             continue
@@ -508,7 +515,7 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
             near_folds = region == "unknown"
         h = min(h * 1.3, h_max if near_folds else max(h_max, (y_hi - y_lo) / 2000))
         if sep < math.inf:  # approach a close pair of folds in steps of half the way there
-            d = min(float(np.linalg.norm(u - f)) for f in known_folds)
+            d = min(_norm(u - f) for f in known_folds)
             h = min(h, max(sep / 4, 0.5 * (d - sep), 1e-9))
     return out
 
@@ -535,14 +542,14 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
         k = b[2] if a[3] else a[2]  # an arc from a fold belongs to the segment after it
         ends = []
         for edge in (y_lo, y_hi):
-            if (a[0][n] - edge) * (b[0][n] - edge) < 0:
+            if np.sign(a[0][n] - edge) * np.sign(b[0][n] - edge) < 0:
                 # from either end: near a fold, only the arc's parametrisation from the fold
                 # meets the curve once
                 end = _on_arc(family, a[0], a[1], b[0], edge)
                 if end is None:
                     end = _on_arc(family, b[0], -b[1], a[0], edge)
                 if end is not None:
-                    ends.append((np.linalg.norm(end - a[0]), end))
+                    ends.append((_norm(end - a[0]), end))
         for _, end in sorted(ends, key=lambda e: e[0]):
             out.append((end, _tangent(_jacobian(family, end[:n], end[n:]), a[1]), k, False))
         out.append(b)
@@ -564,7 +571,7 @@ def _on_arc(family, u_a, t_a, u_b, edge, iters=80):
     """The point at `y = edge` on the arc from `u_a` (tangent `t_a`) to `u_b`: bisection on the
     arclength `s` of the corrected predictor `u_a + s t_a`, polished at exactly `y = edge`."""
     n = u_a.size - 1
-    s_lo, s_hi = 0.0, float(np.linalg.norm(u_b - u_a))
+    s_lo, s_hi = 0.0, _norm(u_b - u_a)
     side = np.sign(u_a[n] - edge)
     u = u_a
     for _ in range(iters):
@@ -588,7 +595,7 @@ def _on_arc(family, u_a, t_a, u_b, edge, iters=80):
 
 def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
     """Bisect the arc between `u_a` and `u_b` for the point where the tangent's `y` part is zero."""
-    s_lo, s_hi = 0.0, float(np.linalg.norm(u_b - u_a))
+    s_lo, s_hi = 0.0, _norm(u_b - u_a)
     sign_a = np.sign(t_a[n])
     u_mid = u_a
     for _ in range(iters):

@@ -291,6 +291,26 @@ def test_an_empty_domain_is_refused():
         NonlinearBirthDeath(kappa=2000.0).domain()
 
 
+@pytest.mark.parametrize("system, y_range", [
+    ("two-state", (300.0, "edge")),  # stalled at y = 354.545 when domain() was the real line
+    ("michaelis-menten", (1e299, 1e300)),  # ended at 9.996e299: the arc's length overflowed
+    ("michaelis-menten", (1e306, "edge")),  # 20,000 steps that no longer moved y near the edge
+])  # fmt: skip
+def test_linear_families_reach_the_range_end_far_out_and_at_the_domains_edge(system, y_range):
+    """A linear family's one stable branch runs over the whole range: up to the domain's edge
+    (where the rates' Jacobian is about to overflow), and for michaelis-menten (rates linear in
+    y, domain up to 9e306) over ranges beyond 1e154, whose steps' squares overflow."""
+    fam = family_for(system, 0.0)
+    a, b = y_range
+    b = fam.domain()[1] if b == "edge" else b
+    curve = critical_branches(fam, (a, b))
+    (branch,) = curve["branches"]
+    assert branch["stable"] and (branch["y_min"], branch["y_max"]) == (a, b)
+    assert curve["y"][0] == a and curve["y"][-1] == b and np.all(np.diff(curve["y"]) >= 0)
+    p = fam.generator.closed_form(curve["y"])
+    np.testing.assert_allclose(curve["x"], p, rtol=0, atol=1e-12)
+
+
 def test_the_gap_where_a_rate_is_zero():
     """michaelis-menten at y = 0 binds nothing: states 1..N are transient. The gap's p_st gives
     them no mass, as h0 does (it refused the chain as reducible: `manifold --system

@@ -416,8 +416,8 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     for br in branches:
         kind = "stable" if br["stable"] else "repelling"
         click.echo(
-            f"branch {br['index']}: y in [{br['y_min']:.4f}, {br['y_max']:.4f}], mean c.x in "
-            f"[{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
+            f"branch {br['index']}: y in [{_y_text(br['y_min'])}, {_y_text(br['y_max'])}], "
+            f"mean c.x in [{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
             f"(max Re lambda {br['max_real_eigenvalue']:.3g})"
         )
     for f in folds:
@@ -432,6 +432,12 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if plot_path is not None:
         click.echo(f"plot        {plot_path}")
 
+
+
+def _y_text(y: float) -> str:
+    """A branch's end: 4 decimals, or 6 significant digits beyond 1e6 (michaelis-menten's domain
+    reaches 9e306, 307 digits in fixed point)."""
+    return f"{y:.4f}" if abs(y) < 1e6 else f"{y:.6g}"
 
 
 @click.command()
