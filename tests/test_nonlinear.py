@@ -318,3 +318,57 @@ def test_the_gap_where_a_rate_is_zero():
     fam = family_for("michaelis-menten", 0.0)
     curve = critical_branches(fam, (0.0, 1.5))
     assert identity_gap(fam, curve) < 1e-15
+
+
+def _fold_points_on_a_grid(fam):
+    """The first `fold_points`: sign changes of `kappa (n-1) Var(c.x) - 1` on a grid of 120,001
+    values of s in [-60, 60] (all at once: 120,001 x n floats), each refined by brentq."""
+    from scipy.optimize import brentq
+
+    n = fam.n_states
+
+    def f(s):
+        return fam.kappa * (n - 1) * fam._graph(np.atleast_1d(s))[2] - 1.0
+
+    grid = np.linspace(-60.0, 60.0, 120001)
+    v = f(grid)
+    roots = [brentq(lambda s: f(s)[0], grid[j], grid[j + 1], xtol=1e-15)
+             for j in np.flatnonzero(np.sign(v[1:]) != np.sign(v[:-1]))]  # fmt: skip
+    return [(fam._graph(np.array([r]))[0][0], float(fam._graph(np.array([r]))[3][0]))
+            for r in roots]  # fmt: skip
+
+
+@pytest.mark.parametrize("kappa", [1.34, 1.5, 3.0, 10.0, 4 / 3 + 1e-9])
+def test_fold_points_equal_the_grids(kappa):
+    """The folds solved from the exact structure of Var(c.x) (even in s, falling in |s|) are
+    those of the dense grid, to round-off, down to a pair 1e-5 apart in s near the onset."""
+    fam = NonlinearBirthDeath(kappa=kappa)
+    got, want = fam.fold_points(), _fold_points_on_a_grid(fam)
+    assert len(got) == len(want) == 2
+    for (x, y), (x_w, y_w) in zip(got, want):
+        assert y == pytest.approx(y_w, abs=1e-13)
+        np.testing.assert_allclose(x, x_w, atol=1e-13)
+
+
+def test_fold_points_at_400_states_are_cheap():
+    """n = 400: the grid took 5.4 s and 1.2 GB (120,001 x 400 floats, several times over)."""
+    import time
+    import tracemalloc
+
+    fam = NonlinearBirthDeath(n=400, kappa=3.0)
+    tracemalloc.start()
+    start = time.perf_counter()
+    folds = fam.fold_points()
+    wall = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert wall < 0.5 and peak < 1e6
+    assert len(folds) == 2
+    # kappa (n-1) Var(c.x) = 1 there, Var(i) from its closed form r/(1-r)^2 - n^2 r^n/(1-r^n)^2
+    for x, y in folds:
+        s = np.log(x[1] / x[0])
+        r, n = np.exp(s), 400
+        var_i = r / (1 - r) ** 2 - n**2 * r**n / (1 - r**n) ** 2
+        assert 3.0 * var_i / (n - 1) == pytest.approx(1.0, rel=1e-9)
+        assert np.abs(_residual_of(fam, x, y)).max() < 1e-12
+    assert fam.fold_points()[0][1] > fam.fold_points()[1][1]  # the low-mean fold is the upper
