@@ -112,23 +112,68 @@ class NonlinearBirthDeath:
         `Var(i) ~ e^(-|s|)` puts `s*` near `log(kappa/(n-1))` (below 8 in the domain). O(n)
         memory (the grid of 120,001 values of `s` in [-60, 60] took 5.4 s and 1.2 GB at
         n = 400)."""
+        s = self._fold_s()
+        if s is None:
+            return []
+        x, _, _, y = self._graph(np.array([-s, s]))
+        return [(x[0], float(y[0])), (x[1], float(y[1]))]
+
+    def _fold_s(self):
+        """`s* > 0`, the folds being at `s = +-s*` (`fold_points`), or None without folds."""
         from scipy.optimize import brentq
 
         n = self.n_states
         if self.kappa <= 0 or n < 2:
-            return []
+            return None
 
         def f(v):  # at -v: near a point mass on state 0, Var = c^2.x - m^2 cancels nothing
             return self.kappa * (n - 1) * self._graph(np.array([-v]))[2][0] - 1.0
 
         if not f(0.0) > 0:
-            return []
+            return None
         a, b = 0.0, 1.0 / (n - 1)  # Var(i) falls on the scale 1/n first
         while f(b) >= 0:  # Var(i) -> 0: f -> -1
             a, b = b, 2.0 * b
-        root = brentq(f, a, b, xtol=1e-15)
-        x, _, _, y = self._graph(np.array([-root, root]))
-        return [(x[0], float(y[0])), (x[1], float(y[1]))]
+        return brentq(f, a, b, xtol=1e-15)
+
+    def graph_solutions(self, y) -> list:
+        """`[(s, interior)]`: every `s` with `y(s) = y`, one per monotone piece of the graph
+        `y(s)` (split at the folds `+-s*`) that reaches `y`, in increasing `s` (mean), by
+        brentq; `interior` is False for a root on a piece's end (`y` is that fold's).
+        `y(s) ~ (s - log(up/down))/beta` runs off to infinity at both ends, so every `y` has a
+        root on the first piece or the last."""
+        from scipy.optimize import brentq
+
+        y = float(y)
+
+        def g(s):
+            return float(self._graph(np.array([s]))[3][0]) - y
+
+        s_f = self._fold_s()
+        ends = [-math.inf, math.inf] if s_f is None else [-math.inf, -s_f, s_f, math.inf]
+        out = []
+        for a, b in zip(ends[:-1], ends[1:]):
+            if math.isinf(a) and math.isinf(b):
+                a, b = -1.0, 1.0
+                while g(a) * g(b) > 0:
+                    a, b = 2.0 * a, 2.0 * b
+            elif math.isinf(a) or math.isinf(b):  # an outer piece: y(s) -> -+inf sign(beta)
+                e = b if math.isinf(a) else a
+                far = -1.0 if math.isinf(a) else 1.0
+                if g(e) == 0 or np.sign(g(e)) == far * np.sign(self.beta):
+                    continue  # g(e) and g(far end) have one sign: y is not on this piece
+                step = 1.0
+                while np.sign(g(e + far * step)) != far * np.sign(self.beta):
+                    step *= 2.0
+                a, b = sorted((e, e + far * step))
+            elif g(a) * g(b) > 0:
+                continue
+            ga, gb = g(a), g(b)
+            if ga == 0 or gb == 0:
+                out.append((a if ga == 0 else b, s_f is None))
+            else:
+                out.append((brentq(g, a, b, xtol=1e-15, rtol=4 * np.finfo(float).eps), True))
+        return out
 
     def fold_region(self):
         """An interval of `y` holding every fold of the manifold (`fold_points`), or None (no
@@ -288,10 +333,17 @@ def _fast_stability(family, x, y):
 
 
 def _start(family, y, n):
-    """A point of the critical manifold at `y`: Newton from near `e_0` (mostly on the low
+    """A point of the critical manifold at `y`. On a family with an exact graph
+    (`graph_solutions`: `NonlinearBirthDeath`) its point of lowest mean at `y` off the folds, or
+    on a fold where `y` is one (positive by construction; Newton missed a range starting on the
+    upper fold near the onset of folding). Otherwise Newton from near `e_0` (mostly on the low
     branch), or, where that fails (no low branch at `y`: a range above the folds), the stable
     point that the fast flow `dx/dt = F(x, y)` relaxes to from there (pseudo-transient
     continuation)."""
+    if hasattr(family, "graph_solutions"):
+        roots = family.graph_solutions(float(y[0]))
+        s = next((r for r, interior in roots if interior), roots[0][0])
+        return family._graph(np.array([s]))[0][0]
     x0 = np.eye(n)[0] * 0.5 + 0.5 / n
     x, ok = _newton_on_simplex(family, x0, y)
     if ok:
@@ -491,6 +543,10 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
     n = u.size - 1
     out = [(u, t)]
     while True:
+        if sep < math.inf:  # approach a close pair of folds in steps of half the way there
+            d = min(_norm(u - f) for f in known_folds)
+            h = min(h, max(sep / 4, 0.5 * (d - sep), 1e-9))  # the first step too (a start
+            # between the pair near the onset jumped over both to the other branch)
         pred = u + h * t
         ok = d_lo <= pred[n] <= d_hi  # beyond the domain's edge the rates are not finite
         if ok:
@@ -529,9 +585,6 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
         else:
             near_folds = region == "unknown"
         h = min(h * 1.3, h_max if near_folds else max(h_max, (y_hi - y_lo) / 2000))
-        if sep < math.inf:  # approach a close pair of folds in steps of half the way there
-            d = min(_norm(u - f) for f in known_folds)
-            h = min(h, max(sep / 4, 0.5 * (d - sep), 1e-9))
     return out
 
 

@@ -202,12 +202,7 @@ def test_far_ranges_and_the_domains_edge(kappa, y_range):
     assert curve["folds"] == [] and len(curve["branches"]) == 1 and curve["branches"][0]["stable"]
     b = curve["branches"][0]
     assert (b["y_min"], b["y_max"]) == pytest.approx(y_range, abs=1e-9)
-    x = curve["x"]
-    i = np.argmax(x[:, :-1] * x[:, 1:], axis=1)  # the best-resolved neighbouring pair
-    rows = np.arange(len(x))
-    s = np.log(x[rows, i + 1] / x[rows, i])
-    y = fam.y_mid + (s - np.log(fam.up / fam.down) - kappa * (x @ fam.c)) / fam.beta
-    np.testing.assert_allclose(curve["y"], y, atol=1e-9)
+    np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), atol=1e-9)
 
 
 def test_linear_families_stop_at_the_range():
@@ -372,3 +367,47 @@ def test_fold_points_at_400_states_are_cheap():
         assert 3.0 * var_i / (n - 1) == pytest.approx(1.0, rel=1e-9)
         assert np.abs(_residual_of(fam, x, y)).max() < 1e-12
     assert fam.fold_points()[0][1] > fam.fold_points()[1][1]  # the low-mean fold is the upper
+
+
+def _graph_pieces(fam, y_range):
+    """`[(stable, y_min, y_max)]`: the monotone pieces of the exact graph y(s) (split at the
+    folds, from `fold_points`, checked against the grid above) that cross the y range in more
+    than a point, clipped to it, in order of the mean (beta > 0: low, middle, high)."""
+    a, b = y_range
+    folds = [y for _, y in fam.fold_points()]
+    spans = [(True, -np.inf, np.inf)] if not folds else [
+        (True, -np.inf, folds[0]), (False, folds[1], folds[0]), (True, folds[1], np.inf)]
+    return [(st, max(lo, a), min(hi, b)) for st, lo, hi in spans if min(hi, b) > max(lo, a)]
+
+
+def _graph_y(fam, x):
+    """y(s) of each row of x, s = log(x_(i+1)/x_i) from its best-resolved neighbouring pair."""
+    i = np.argmax(x[:, :-1] * x[:, 1:], axis=1)
+    rows = np.arange(len(x))
+    s = np.log(x[rows, i + 1] / x[rows, i])
+    return fam.y_mid + (s - np.log(fam.up / fam.down) - fam.kappa * (x @ fam.c)) / fam.beta
+
+
+@pytest.mark.parametrize("delta", [1e-4, 1e-6])
+@pytest.mark.parametrize("where", ["upper fold", "lower fold", "to the upper fold", "folds",
+                                   "between", "across"])  # fmt: skip
+def test_near_the_onset_of_folding(delta, where):
+    """kappa = 4/3 + delta, the folds 1.2e-7 (delta 1e-4) or 1.2e-10 apart in y: a range starting
+    on the upper fold found no start point (Newton from e_0 and the relaxation both failed), and
+    a start between the pair (on the high branch at the lower fold) jumped over both with its
+    first step (0.02, the pair 0.008 apart): one branch, no fold, for three."""
+    fam = NonlinearBirthDeath(kappa=4 / 3 + delta)
+    (_, y_up), (_, y_low) = fam.fold_points()
+    y_range = {"upper fold": (y_up, 1.5), "lower fold": (y_low, 1.5), "to the upper fold":
+               (-1.0, y_up), "folds": (y_low, y_up), "between": (0.5 * (y_low + y_up), 1.0),
+               "across": (-1.0, 1.5)}[where]  # fmt: skip
+    curve = critical_branches(fam, y_range)
+    got = [(b["stable"], b["y_min"], b["y_max"]) for b in curve["branches"]]
+    want = _graph_pieces(fam, y_range)
+    assert [g[0] for g in got] == [w[0] for w in want]
+    a, b = y_range
+    tol = 1e-12 * (1 + max(abs(a), abs(b)))  # critical_branches' points "in the range"
+    np.testing.assert_allclose([g[1:] for g in got], [w[1:] for w in want], rtol=0, atol=tol)
+    assert sorted(f["y"] for f in curve["folds"]) == pytest.approx(
+        sorted(y for y in (y_low, y_up) if a <= y <= b), abs=1e-13)
+    np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-9)
