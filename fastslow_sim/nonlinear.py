@@ -175,6 +175,16 @@ class NonlinearBirthDeath:
                 out.append((brentq(g, a, b, xtol=1e-15, rtol=4 * np.finfo(float).eps), True))
         return out
 
+    def graph_x(self, x, y):
+        """The graph's `x` at `s = log(u(x, y)/down)` for rows `x (k, n)` at `y (k,)`: one step
+        of the fixed point `x = p_st(Q(x, y))`, positive by construction. From `x` within `e`
+        of the manifold it moves `x` by about `kappa |c.e| |dx/ds|`: round-off for the
+        continuation's points, whose tiniest entries Newton resolves only in absolute terms
+        (-3e-53 where the graph has 1e-60, kappa 30; -4e-17 at 40 states)."""
+        s = (math.log(self.up / self.down) + self.beta * (np.asarray(y) - self.y_mid)
+             + self.kappa * (x @ self.c))  # fmt: skip
+        return self._graph(s)[0]
+
     def fold_region(self):
         """An interval of `y` holding every fold of the manifold (`fold_points`), or None (no
         folds, as for `kappa <= 0`)."""
@@ -489,6 +499,11 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     )
     folds = [_refine_fold(family, P[i], T[i], P[i + 1], n) if close else None
              for i, close in zip(turns, near)]  # fmt: skip
+    if hasattr(family, "graph_x"):  # on the exact graph, as every point (_with_folds_and_...)
+        for f in folds:
+            if f is not None:
+                f["x"] = family.graph_x(np.array([f["x"]]), np.array([f["y"]]))[0].tolist()
+                f["mean"] = float(np.array(f["x"]) @ readout_vector(n))
     P, T, segment = _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi)
     tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
     inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
@@ -592,7 +607,8 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
     """`(P, T, segment)`: the curve with each refined fold put in as a point (the last of the
     segment before it) and a point exactly on each end of the range wherever the curve crosses
     one, found along the arc between two points (so on the same branch), not by Newton at fixed
-    `y` (which near a fold may land on the other branch)."""
+    `y` (which near a fold may land on the other branch). On a family with an exact graph
+    (`graph_x`) every point is then put on it: no negative probabilities."""
     n = P.shape[1] - 1
     seg = np.zeros(len(P), dtype=int)
     for k, i in enumerate(turns):
@@ -631,8 +647,11 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
                 row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t), out[0][2] if first
                        else out[-1][2], False)  # fmt: skip
                 out = [row] + out if first else out + [row]
-    return (np.array([r[0] for r in out]), np.array([r[1] for r in out]),
-            np.array([r[2] for r in out]))  # fmt: skip
+    P = np.array([r[0] for r in out])
+    if hasattr(family, "graph_x"):  # the folds are already on the graph: kept as they are
+        moved = ~np.array([r[3] for r in out])
+        P[moved, :n] = family.graph_x(P[moved, :n], P[moved, n])
+    return P, np.array([r[1] for r in out]), np.array([r[2] for r in out])
 
 
 def _on_arc(family, u_a, t_a, u_b, edge, iters=80):

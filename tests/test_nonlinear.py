@@ -411,3 +411,20 @@ def test_near_the_onset_of_folding(delta, where):
     assert sorted(f["y"] for f in curve["folds"]) == pytest.approx(
         sorted(y for y in (y_low, y_up) if a <= y <= b), abs=1e-13)
     np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("kw, y_range", [(dict(kappa=30.0), (-0.17, 0.1)),
+                                         (dict(kappa=5.0, beta=2.0), (-3.0, 3.0))])  # fmt: skip
+def test_no_negative_probabilities(monkeypatch, kw, y_range):
+    """The corrector resolves the tiniest entries only in absolute terms: -3e-53 (kappa 30) and
+    -1.4e-19 (beta 2) were reported where the graph has 1e-60 and 1e-31. Every point, folds
+    included, is now put on the exact graph, which moves x by round-off only."""
+    fam = NonlinearBirthDeath(**kw)
+    curve = critical_branches(fam, y_range)
+    assert curve["x"].min() >= 0 and min(min(f["x"]) for f in curve["folds"]) > 0
+    np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-12)
+    monkeypatch.setattr(NonlinearBirthDeath, "graph_x", lambda self, x, y: x)
+    raw = critical_branches(fam, y_range)
+    assert raw["x"].min() < 0  # what the continuation alone gives
+    np.testing.assert_allclose(curve["x"], raw["x"], rtol=0, atol=1e-15)
+    assert [b["stable"] for b in curve["branches"]] == [b["stable"] for b in raw["branches"]]
