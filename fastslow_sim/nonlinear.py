@@ -175,6 +175,11 @@ class NonlinearBirthDeath:
                 out.append((brentq(g, a, b, xtol=1e-15, rtol=4 * np.finfo(float).eps), True))
         return out
 
+    def y_scale(self):
+        """`1/|beta|`: the graph's `y` moves by about that per unit of `s` (and its folds lie
+        `~ kappa/|beta|` apart), so the continuation steps in units of it where it exceeds 1."""
+        return 1.0 / abs(self.beta) if self.beta else math.inf
+
     def graph_x(self, x, y):
         """The graph's `x` at `s = log(u(x, y)/down)` for rows `x (k, n)` at `y (k,)`: one step
         of the fixed point `x = p_st(Q(x, y))`, positive by construction. From `x` within `e`
@@ -301,34 +306,45 @@ def _jacobian(family, x, y):
     return J
 
 
-def _norm(v) -> float:
-    """The 2-norm of a vector, without overflow (`math.hypot`: steps in a `y` beyond 1e154,
-    michaelis-menten's, square beyond float64)."""
-    return math.hypot(*v)
+def _weights(size, scale):
+    """`(1, ..., 1, scale)`: the continuation's metric measures `(x, y / scale)`."""
+    w = np.ones(size)
+    w[-1] = scale
+    return w
 
 
-def _tangent(J, previous=None):
-    """Unit null vector of `J (n, n+1)`, oriented along `previous`."""
-    t = np.linalg.svd(J)[2][-1]
-    if previous is not None and t @ previous < 0:
+def _norm(v, scale=1.0):
+    """`|(v_x, v_y / scale)|`: a length in the continuation's metric, without overflow
+    (`math.hypot`: steps in a `y` beyond 1e154, michaelis-menten's, square beyond float64)."""
+    return math.hypot(*(v / _weights(v.size, scale)))
+
+
+def _tangent(J, previous=None, scale=1.0):
+    """Null vector of `J (n, n+1)`, of unit `_norm`, oriented along `previous`."""
+    w = _weights(J.shape[1], scale)
+    t = np.linalg.svd(J * w)[2][-1] * w
+    if previous is not None and (t / w) @ (previous / w) < 0:
         t = -t
     return t
 
 
-def _correct(family, u_pred, t, tol=1e-13, max_iter=12):
-    """Newton on `[G(u); t.(u - u_pred)] = 0`; returns `(u, converged)`."""
+def _correct(family, u_pred, t, tol=1e-13, max_iter=12, scale=1.0):
+    """Newton on `[G(u); <t, u - u_pred>] = 0`, the product that of `_norm`, to steps below
+    `tol` in its metric; returns `(u, converged)`."""
     n = u_pred.size - 1
     u = u_pred.copy()
+    w = _weights(n + 1, scale)
+    normal = t / w**2
     for _ in range(max_iter):
         with np.errstate(all="ignore"):  # a diverging iterate overflows: caught just below
             G = _residual(family, u[:n], u[n:])
-            H = np.append(G, t @ (u - u_pred))
-            J = np.vstack([_jacobian(family, u[:n], u[n:]), t])
+            H = np.append(G, normal @ (u - u_pred))
+            J = np.vstack([_jacobian(family, u[:n], u[n:]), normal])
         if not (np.all(np.isfinite(H)) and np.all(np.isfinite(J))):
             return u, False  # Newton left the region where the rates are finite
         du = np.linalg.solve(J, -H)
         u = u + du
-        if np.max(np.abs(du)) < tol and np.all(u[:n] > -1e-12):
+        if np.max(np.abs(du / w)) < tol and np.all(u[:n] > -1e-12):
             return u, True
     return u, False
 
@@ -467,14 +483,19 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     of the range the curve crosses and on each fold in it), the `folds` in the range (refined
     by bisection on the tangent's `y` component) and `branches` (segments between folds, each
     stable or not). Assumes the solution set is one curve (true for `NonlinearBirthDeath`,
-    whose manifold is the graph `y(m)` of its mean `m = c.x`).
+    whose manifold is the graph `y(m)` of its mean `m = c.x`). Steps `h`, `h_max` are
+    arclengths in `(x, y / scale)`, `scale = max(1, family.y_scale())` (`1/|beta|` for the
+    birth-death family, whose folds lie `~ kappa/|beta|` apart: at beta 0.002 steps of 0.05 in
+    `y` ran into `max_points`); inside the range, steps in `y` stay at most those of scale 1.
     """
     y_lo, y_hi = check_y_range(family, y_range)
     n = family.n_states
     x = _start(family, np.array([y_lo]), n)
     u = np.append(x, y_lo)
     e_y = np.append(np.zeros(n), 1.0)
-    t = _tangent(_jacobian(family, x, u[n:]), e_y)
+    # steps and distances in (x, y / scale): h and h_max in units of the curve's y scale
+    scale = max(1.0, family.y_scale()) if hasattr(family, "y_scale") else 1.0
+    t = _tangent(_jacobian(family, x, u[n:]), e_y, scale)
     if hasattr(family, "fold_points"):  # solved once: the region is derived from them
         points = family.fold_points()
         region, known = _region_of(points), [np.append(x, y) for x, y in points]
@@ -482,7 +503,7 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
         region = family.fold_region() if hasattr(family, "fold_region") else "unknown"
         known = []
     trace = dict(y_range=(y_lo, y_hi), region=region, h=h, h_max=h_max, max_points=max_points,
-                 known_folds=known)  # fmt: skip
+                 known_folds=known, scale=scale)  # fmt: skip
     ahead = _trace(family, u, t, **trace)
     behind = _trace(family, u, -t, **trace) if region is not None else [(u, -t)]
     # one curve in one orientation: the backward part reversed, its tangents turned round
@@ -494,17 +515,17 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
 
     turns = np.flatnonzero(np.sign(T[1:, n]) != np.sign(T[:-1, n]))
     # the folds that may lie in the range are refined; the others only split the curve
-    near = (np.maximum(P[turns, n], P[turns + 1, n]) >= y_lo - h_max) & (
-        np.minimum(P[turns, n], P[turns + 1, n]) <= y_hi + h_max
+    near = (np.maximum(P[turns, n], P[turns + 1, n]) >= y_lo - h_max * scale) & (
+        np.minimum(P[turns, n], P[turns + 1, n]) <= y_hi + h_max * scale
     )
-    folds = [_refine_fold(family, P[i], T[i], P[i + 1], n) if close else None
+    folds = [_refine_fold(family, P[i], T[i], P[i + 1], n, scale=scale) if close else None
              for i, close in zip(turns, near)]  # fmt: skip
     if hasattr(family, "graph_x"):  # on the exact graph, as every point (_with_folds_and_...)
         for f in folds:
             if f is not None:
                 f["x"] = family.graph_x(np.array([f["x"]]), np.array([f["y"]]))[0].tolist()
                 f["mean"] = float(np.array(f["x"]) @ readout_vector(n))
-    P, T, segment = _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi)
+    P, T, segment = _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi, scale)
     tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
     inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
     in_range = [f is not None and y_lo - tol <= f["y"] <= y_hi + tol for f in folds]
@@ -544,7 +565,7 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             "folds": [f for f, keep in zip(folds, in_range) if keep], "branches": branches}  # fmt: skip
 
 
-def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) -> list:
+def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=(), scale=1.0) -> list:
     """`[(u, t), ...]` along the curve from `u` in the direction `t` until it has left `y_range`
     for good: at once for a fold-free family (`region` None); heading away from the range past
     the fold region `region = (lo, hi)`; heading away with the tangent's `x` part below 1e-10
@@ -552,22 +573,26 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
     (points of the curve), steps shrink to a quarter of their distance apart, so that a close
     pair (near the onset of folding) is not stepped over."""
     y_lo, y_hi = y_range
-    sep = min((_norm(a - b) for a in known_folds for b in known_folds
+    sep = min((_norm(a - b, scale) for a in known_folds for b in known_folds
                if a is not b), default=math.inf)  # fmt: skip
     d_lo, d_hi = family.domain()
     n = u.size - 1
     out = [(u, t)]
     while True:
+        if y_lo <= u[n] <= y_hi:  # in the range, steps in y as at scale 1: h_max, or up to
+            # 1/2000 of the range (a no-op at scale 1; on a curve of large y scale, a range of
+            # 2.5 in 2 points otherwise)
+            h = min(h, max(h_max, (y_hi - y_lo) / 2000) / scale)
         if sep < math.inf:  # approach a close pair of folds in steps of half the way there
-            d = min(_norm(u - f) for f in known_folds)
+            d = min(_norm(u - f, scale) for f in known_folds)
             h = min(h, max(sep / 4, 0.5 * (d - sep), 1e-9))  # the first step too (a start
             # between the pair near the onset jumped over both to the other branch)
         pred = u + h * t
         ok = d_lo <= pred[n] <= d_hi  # beyond the domain's edge the rates are not finite
         if ok:
-            u_new, ok = _correct(family, pred, t)
+            u_new, ok = _correct(family, pred, t, scale=scale)
             # a corrector that moves further than the step has jumped to another part of the curve
-            ok = ok and _norm(u_new - pred) <= h
+            ok = ok and _norm(u_new - pred, scale) <= h
         if not ok:
             h *= 0.5
             ulp = float(np.spacing(abs(u[n])))  # steps below 1000 of them hardly move y
@@ -576,7 +601,7 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
                     break  # at the domain's edge
                 raise RuntimeError(f"continuation stalled near y={u[n]:.6g}")
             continue
-        t = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t)
+        t = _tangent(_jacobian(family, u_new[:n], u_new[n:]), t, scale)
         u = u_new
         out.append((u, t))
         if t[n] > 0 and u[n] > y_hi or t[n] < 0 and u[n] < y_lo:  # outside, heading away
@@ -596,14 +621,15 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=()) 
         # smooth branch in as many points as a narrow one)
         if isinstance(region, tuple):
             width = region[1] - region[0]
-            near_folds = region[0] - width - h_max <= u[n] <= region[1] + width + h_max
+            pad = width + h_max * scale
+            near_folds = region[0] - pad <= u[n] <= region[1] + pad
         else:
             near_folds = region == "unknown"
-        h = min(h * 1.3, h_max if near_folds else max(h_max, (y_hi - y_lo) / 2000))
+        h = min(h * 1.3, h_max if near_folds else max(h_max, (y_hi - y_lo) / scale / 2000))
     return out
 
 
-def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
+def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi, scale=1.0):
     """`(P, T, segment)`: the curve with each refined fold put in as a point (the last of the
     segment before it) and a point exactly on each end of the range wherever the curve crosses
     one, found along the arc between two points (so on the same branch), not by Newton at fixed
@@ -620,7 +646,8 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
         if i in fold_after:
             f = fold_after[i]
             u_f = np.append(f["x"], f["y"])
-            rows.append((u_f, _tangent(_jacobian(family, u_f[:n], u_f[n:]), T[i]), seg[i], True))
+            t_f = _tangent(_jacobian(family, u_f[:n], u_f[n:]), T[i], scale)
+            rows.append((u_f, t_f, seg[i], True))
     out = [rows[0]]
     for a, b in zip(rows[:-1], rows[1:]):
         k = b[2] if a[3] else a[2]  # an arc from a fold belongs to the segment after it
@@ -629,22 +656,24 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
             if np.sign(a[0][n] - edge) * np.sign(b[0][n] - edge) < 0:
                 # from either end: near a fold, only the arc's parametrisation from the fold
                 # meets the curve once
-                end = _on_arc(family, a[0], a[1], b[0], edge)
+                end = _on_arc(family, a[0], a[1], b[0], edge, scale=scale)
                 if end is None:
-                    end = _on_arc(family, b[0], -b[1], a[0], edge)
+                    end = _on_arc(family, b[0], -b[1], a[0], edge, scale=scale)
                 if end is not None:
-                    ends.append((_norm(end - a[0]), end))
+                    ends.append((_norm(end - a[0], scale), end))
         for _, end in sorted(ends, key=lambda e: e[0]):
-            out.append((end, _tangent(_jacobian(family, end[:n], end[n:]), a[1]), k, False))
+            out.append((end, _tangent(_jacobian(family, end[:n], end[n:]), a[1], scale), k, False))
         out.append(b)
     # a curve that stops inside the range (at the domain's edge) ends on the range's end
     for first in (False, True):
         u, t = (out[0][0], -out[0][1]) if first else (out[-1][0], out[-1][1])
         edge = y_hi if t[n] > 0 else y_lo
         if y_lo < u[n] < y_hi:
-            end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0))
+            end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0),
+                               scale=scale)
             if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-6:
-                row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t), out[0][2] if first
+                row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t, scale),
+                       out[0][2] if first
                        else out[-1][2], False)  # fmt: skip
                 out = [row] + out if first else out + [row]
     P = np.array([r[0] for r in out])
@@ -654,16 +683,16 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi):
     return P, np.array([r[1] for r in out]), np.array([r[2] for r in out])
 
 
-def _on_arc(family, u_a, t_a, u_b, edge, iters=80):
+def _on_arc(family, u_a, t_a, u_b, edge, iters=80, scale=1.0):
     """The point at `y = edge` on the arc from `u_a` (tangent `t_a`) to `u_b`: bisection on the
     arclength `s` of the corrected predictor `u_a + s t_a`, polished at exactly `y = edge`."""
     n = u_a.size - 1
-    s_lo, s_hi = 0.0, _norm(u_b - u_a)
+    s_lo, s_hi = 0.0, _norm(u_b - u_a, scale)
     side = np.sign(u_a[n] - edge)
     u = u_a
     for _ in range(iters):
         s = 0.5 * (s_lo + s_hi)
-        u_s, ok = _correct(family, u_a + s * t_a, t_a)
+        u_s, ok = _correct(family, u_a + s * t_a, t_a, scale=scale)
         if not ok:
             return None
         u = u_s
@@ -673,25 +702,25 @@ def _on_arc(family, u_a, t_a, u_b, edge, iters=80):
             s_hi = s
         if s_hi - s_lo < 1e-14:
             break
-    end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0))
+    end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0), scale=scale)
     if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-8:
         return end
     # within a hair of a fold Newton at fixed y is ill-conditioned: the arc's point will do
     return u if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
 
 
-def _refine_fold(family, u_a, t_a, u_b, n, iters=60):
+def _refine_fold(family, u_a, t_a, u_b, n, iters=60, scale=1.0):
     """Bisect the arc between `u_a` and `u_b` for the point where the tangent's `y` part is zero."""
-    s_lo, s_hi = 0.0, _norm(u_b - u_a)
+    s_lo, s_hi = 0.0, _norm(u_b - u_a, scale)
     sign_a = np.sign(t_a[n])
     u_mid = u_a
     for _ in range(iters):
         s = 0.5 * (s_lo + s_hi)
-        u_mid, ok = _correct(family, u_a + s * t_a, t_a)
+        u_mid, ok = _correct(family, u_a + s * t_a, t_a, scale=scale)
         if not ok:  # the predictor strayed too far from the curve: look nearer u_a
             s_hi = s
             continue
-        t_mid = _tangent(_jacobian(family, u_mid[:n], u_mid[n:]), t_a)
+        t_mid = _tangent(_jacobian(family, u_mid[:n], u_mid[n:]), t_a, scale)
         if np.sign(t_mid[n]) == sign_a:
             s_lo = s
         else:

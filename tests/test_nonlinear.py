@@ -375,8 +375,11 @@ def _graph_pieces(fam, y_range):
     than a point, clipped to it, in order of the mean (beta > 0: low, middle, high)."""
     a, b = y_range
     folds = [y for _, y in fam.fold_points()]
+    up = fam.beta > 0  # y(s) rises on the outer pieces
     spans = [(True, -np.inf, np.inf)] if not folds else [
-        (True, -np.inf, folds[0]), (False, folds[1], folds[0]), (True, folds[1], np.inf)]
+        (True, -np.inf, folds[0]) if up else (True, folds[0], np.inf),
+        (False, min(folds), max(folds)),
+        (True, folds[1], np.inf) if up else (True, -np.inf, folds[1])]
     return [(st, max(lo, a), min(hi, b)) for st, lo, hi in spans if min(hi, b) > max(lo, a)]
 
 
@@ -428,3 +431,22 @@ def test_no_negative_probabilities(monkeypatch, kw, y_range):
     assert raw["x"].min() < 0  # what the continuation alone gives
     np.testing.assert_allclose(curve["x"], raw["x"], rtol=0, atol=1e-15)
     assert [b["stable"] for b in curve["branches"]] == [b["stable"] for b in raw["branches"]]
+
+
+@pytest.mark.parametrize("beta, y_range", [(0.002, (-1.0, 1.5)), (0.05, (-40.0, -20.0)),
+                                           (-0.01, (100.0, 120.0))])  # fmt: skip
+def test_small_beta(beta, y_range):
+    """The curve's y scale is 1/|beta| (folds 16 apart at beta 0.05, 82 at -0.01): the
+    continuation steps in (x, y |beta|) and, in the range, in y as at beta 4. beta 0.002 on
+    [-1, 1.5] took 20,000 steps of 0.05 without leaving the folds' neighbourhood (RuntimeError),
+    beta 0.01 took 7,082 steps."""
+    fam = NonlinearBirthDeath(beta=beta, kappa=3.0)
+    curve = critical_branches(fam, y_range, max_points=3000)
+    want = _graph_pieces(fam, y_range)
+    got = [(b["stable"], b["y_min"], b["y_max"]) for b in curve["branches"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    np.testing.assert_allclose([g[1:] for g in got], [w[1:] for w in want], rtol=0, atol=1e-9)
+    a, b = y_range
+    assert sorted(f["y"] for f in curve["folds"]) == pytest.approx(
+        sorted(y for _, y in fam.fold_points() if a <= y <= b), abs=1e-9)
+    np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-9)
