@@ -841,6 +841,11 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
             "osc_y_max": float(yv[late].max()),
             "osc_period": period,
         })  # fmt: skip
+        if not math.isfinite(period):
+            attrs["osc_period_note"] = (
+                f"fewer than two maxima of y in the second half of the run "
+                f"(t in [{0.5 * osc_t_end:g}, {osc_t_end:g}])"
+            )
         coords = {"osc_time": osc["time"].values}
     else:
         coords = {}

@@ -259,6 +259,28 @@ def test_manifold_command_json(tmp_path):
     assert data0["gap"] <= 1e-12 and data0["folds"] == [] and data0["oscillation"] is None
 
 
+@pytest.mark.parametrize("args", [["--osc-eps", "1"], ["--kappa", "10"]])
+def test_manifold_period_not_determined(tmp_path, args):
+    """Fewer than two maxima of y in the run's second half (eps 1: too slow to turn twice by
+    t = 20; kappa 10: one long cycle): the text said "period nan"; now a sentence, and the JSON
+    a null with the reason."""
+    out = str(tmp_path / "m.nc")
+    res = run(["manifold", *args, "--no-plot", "--out", out])
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.output
+    assert ("period not determined: fewer than two maxima of y in the second half of the run "
+            "(t in [10, 20])") in res.output  # fmt: skip
+    data = json.loads(run(["manifold", *args, "--no-plot", "--out", out, "--json"]).output)
+    assert data["oscillation"]["period"] is None
+    assert "fewer than two maxima of y" in data["oscillation"]["period_note"]
+
+
+def test_manifold_period_is_printed(tmp_path):
+    res = run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"), "--json"])
+    osc = json.loads(res.output)["oscillation"]
+    assert osc["period"] == pytest.approx(1.6, abs=1e-6) and "period_note" not in osc
+
+
 def test_manifold_on_a_range_above_the_folds(tmp_path):
     """`--y-range 1 2` at kappa 3 lies above both folds: only the upper branch is there, and
     Newton from the low state does not reach it (it used to end in "continuation stalled")."""

@@ -400,6 +400,8 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     osc = None
     if "osc_y_min" in ds.attrs:
         osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
+        if "osc_period_note" in ds.attrs:  # the period is NaN: null in the JSON, and why
+            osc["period_note"] = ds.attrs["osc_period_note"]
     if as_json:
         click.echo(json_text({
             "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
@@ -424,9 +426,11 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
         click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
     click.echo(f"gap = max |phi(y) - p_st(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
     if osc is not None:
+        period = (f"period not determined: {osc['period_note']}" if "period_note" in osc
+                  else f"period {osc['period']:.3f}")  # fmt: skip
         click.echo(
             f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
-            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], period {osc['period']:.3f}"
+            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], {period}"
         )
     click.echo(f"dataset     {out}")
     if plot_path is not None:
