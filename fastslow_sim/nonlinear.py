@@ -144,7 +144,11 @@ class NonlinearBirthDeath:
         root on the first piece or the last."""
         from scipy.optimize import brentq
 
+        if not self.beta:
+            raise InputError("NonlinearBirthDeath needs beta != 0.")
         y = float(y)
+        if not math.isfinite(y):
+            raise InputError(f"y must be a finite number; got y={y}.")
 
         def g(s):
             return float(self._graph(np.array([s]))[3][0]) - y
@@ -155,7 +159,7 @@ class NonlinearBirthDeath:
         for a, b in zip(ends[:-1], ends[1:]):
             if math.isinf(a) and math.isinf(b):
                 a, b = -1.0, 1.0
-                while g(a) * g(b) > 0:
+                while g(a) * g(b) > 0 and b < 1e300:
                     a, b = 2.0 * a, 2.0 * b
             elif math.isinf(a) or math.isinf(b):  # an outer piece: y(s) -> -+inf sign(beta)
                 e = b if math.isinf(a) else a
@@ -163,7 +167,7 @@ class NonlinearBirthDeath:
                 if g(e) == 0 or np.sign(g(e)) == far * np.sign(self.beta):
                     continue  # g(e) and g(far end) have one sign: y is not on this piece
                 step = 1.0
-                while np.sign(g(e + far * step)) != far * np.sign(self.beta):
+                while np.sign(g(e + far * step)) != far * np.sign(self.beta) and step < 1e300:
                     step *= 2.0
                 a, b = sorted((e, e + far * step))
             elif g(a) * g(b) > 0:

@@ -109,6 +109,8 @@ def test_bad_kappa_and_family():
         critical_branches(NonlinearBirthDeath(), (1.0, 0.0))
     with pytest.raises(fs.InputError, match="domain"):
         critical_branches(family_for("michaelis-menten", 0.0), (-1.0, 1.0))
+    with pytest.raises(fs.InputError, match="beta != 0"):  # the graph's start looped forever
+        critical_branches(NonlinearBirthDeath(beta=0.0, kappa=3.0), (-1.0, 1.0))
 
 
 @pytest.mark.parametrize("kappa, y_range", [(0.0, (-1.0, 1.5)), (3.0, (-1.0, 1.5)),
