@@ -348,18 +348,16 @@ def test_fold_points_equal_the_grids(kappa):
 
 
 def test_fold_points_at_400_states_are_cheap():
-    """n = 400: the grid took 5.4 s and 1.2 GB (120,001 x 400 floats, several times over)."""
-    import time
+    """n = 400: the grid took 5.4 s and 1.2 GB (120,001 x 400 floats, several times over); the
+    memory is the deterministic guard (no timed assertion: the time is 14 ms here)."""
     import tracemalloc
 
     fam = NonlinearBirthDeath(n=400, kappa=3.0)
     tracemalloc.start()
-    start = time.perf_counter()
     folds = fam.fold_points()
-    wall = time.perf_counter() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert wall < 0.5 and peak < 1e6
+    assert peak < 1e6
     assert len(folds) == 2
     # kappa (n-1) Var(c.x) = 1 there, Var(i) from its closed form r/(1-r)^2 - n^2 r^n/(1-r^n)^2
     for x, y in folds:
