@@ -340,6 +340,30 @@ def test_convergence_refuses_a_short_t_end_before_any_integration(tmp_path, monk
     assert not list(tmp_path.iterdir())  # not even the default fastslow-results/
 
 
+@pytest.mark.parametrize("t_end", ["1e300", "1e6"])
+def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path, monkeypatch):
+    """1e300 hung (the explicit reduced solve's steps stay O(1) at the equilibrium); 1e6 ran
+    8 minutes to report round-off as slopes (two-state: -0.597, -0.597, 0.000). Both are
+    beyond the bound, refused in one sentence before anything is integrated or written."""
+    import fastslow_sim.integrators
+    import fastslow_sim.manifold
+
+    def never(*a, **k):
+        raise AssertionError("integrated before the check")
+
+    monkeypatch.setattr(fastslow_sim.integrators, "integrate", never)
+    monkeypatch.setattr(fastslow_sim.manifold, "integrate_reduced", never)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["convergence", "--system", "two-state", "--t-end", t_end])
+    assert res.exit_code == 2, res.output
+    assert res.output == (
+        f"Error: t_end={float(t_end):g} is beyond 1000: the slow variable settles by t of order "
+        "10, so a longer run adds only equilibrium, where the errors are the solver's round-off, "
+        "at a cost that grows with t_end; expected t_end <= 1000.\n"
+    )
+    assert not list(tmp_path.iterdir())
+
+
 def test_mapping_command():
     res = run(["mapping", "--json"])
     rows = json.loads(res.output)

@@ -60,6 +60,19 @@ def test_convergence_slopes(name):
     assert np.all(ds["err_h1"].values < 0.1 * ds["err_h0"].values)
 
 
+def test_convergence_refuses_a_t_end_beyond_its_bound_before_integrating(monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("integrated before the check")
+
+    monkeypatch.setattr(mf, "integrate_reduced", never)
+    monkeypatch.setattr(fs.integrators, "integrate", never)
+    system = fs.make_system("two-state", eps=0.01)
+    for t_end in (1e300, 1e6, np.nextafter(mf.CONVERGENCE_T_END_MAX, np.inf)):
+        with pytest.raises(fs.InputError, match=r"beyond 1000: .*expected t_end <= 1000\.$"):
+            mf.convergence(system, [0.02, 0.01], t_end=t_end)
+    assert mf.check_convergence(system, [0.02, 0.01], t_end=mf.CONVERGENCE_T_END_MAX)
+
+
 def test_convergence_bad_input():
     system = fs.make_system("two-state", eps=0.01)
     with pytest.raises(fs.InputError, match="at least two"):

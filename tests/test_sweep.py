@@ -93,6 +93,8 @@ TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--
          "domain [-176.599, 176.155], where its rates are positive and finite."),
         (["convergence", "--grid", "system=two-state,birth-death", "--eps", "0.5,0.01", "--t-end", "1"],
          "--grid system=birth-death: eps=0.5 is too large for t_end=1: the initial layer lasts"),
+        (["convergence", "--grid", "system=two-state,cycle", "--eps", "0.02,0.01", "--t-end", "1e300"],
+         "--grid system=two-state: t_end=1e+300 is beyond 1000: the slow variable settles"),
         (["train-network", "--grid", "n_layer=1,0", *TINY_TRAIN],
          "--grid n_layer=0: n_layer must be a positive integer; got 0."),
         (["train-network", "--grid", "lr=1e-3,1e38", *TINY_TRAIN],

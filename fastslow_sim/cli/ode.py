@@ -267,7 +267,9 @@ def _integrate_lines(r: dict) -> list:
     metavar="E1,E2,...",
     help="Values of eps (at least two).",
 )
-@click.option("--t-end", default=3.0, show_default=True, type=float, help="End of slow time.")
+@click.option(
+    "--t-end", default=3.0, show_default=True, type=float, help="End of slow time (at most 1000)."
+)
 @output_options("convergence-SYSTEM.nc")
 @ode_command
 def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
@@ -276,7 +278,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     For each eps, integrates the full system at tight tolerance (Radau) and measures, after
     the initial layer (6 eps log(1/eps) / spectral gap), the largest |x - h0(y)|,
     |x - h0(y) - eps h1(y)| and |y - y_reduced|, then fits their log-log slopes
-    (theory: 1, 2 and 1).
+    (theory: 1, 2 and 1). --t-end is at most 1000.
 
     \b
     Example:
