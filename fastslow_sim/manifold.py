@@ -181,6 +181,10 @@ CONVERGENCE_EPS_MIN = 1e-5
 # t_end there (cycle: 3 s at 1e3, 36 s at 1e4 per run; 1e300 never ends), and the 1501 saved
 # points spaced t_end / 1500 apart stop resolving the relaxation (0.67 apart at 1e3).
 CONVERGENCE_T_END_MAX = 1e3
+# A slope is fitted only where every error lies above this many times its floor (the solver's
+# tolerance and round-off): a log-error off by at most log(1.1) then moves a slope fitted over a
+# factor-8 range of eps by at most 2 log(1.1) / log 8 < 0.1.
+CONVERGENCE_FLOOR_FACTOR = 10.0
 _CONVERGENCE_KEYS = ("err_h0", "err_h1", "err_y")
 
 
@@ -225,6 +229,35 @@ def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: floa
     return eps_values, t_layers
 
 
+def _fit_slopes(eps_values, errs: dict, floors: dict) -> tuple[dict, dict, dict]:
+    """Log-log slopes of the errors against eps, `(slopes fitted over every eps, slopes between
+    the two smallest eps, notes)`: NaN, with the reason in `notes`, where an error lies within
+    `CONVERGENCE_FLOOR_FACTOR` times its floor (there the solver's error, not eps, may set it,
+    and a fitted number would be noise). `eps_values` come largest first."""
+    slopes, last, notes = {}, {}, {}
+    log_eps = np.log(eps_values)
+    for k in _CONVERGENCE_KEYS:
+        err = np.asarray(errs[k], dtype=np.float64)
+        low = ~(err > CONVERGENCE_FLOOR_FACTOR * floors[k])  # NaN counts as low
+        if np.any(low):
+            i = int(np.argmax(low))
+            slopes[k] = last[k] = float("nan")
+            notes[k] = (
+                f"not determined: the error at eps={eps_values[i]:g} ({err[i]:.3g}) is not above "
+                f"{CONVERGENCE_FLOOR_FACTOR:g} times its floor {floors[k]:.2g} (the solver's "
+                f"tolerance and round-off), so the solver, not eps, may set it"
+            )
+        else:
+            log_err = np.log(err)
+            slopes[k] = float(np.polyfit(log_eps, log_err, 1)[0])
+            last[k] = float((log_err[-1] - log_err[-2]) / (log_eps[-1] - log_eps[-2]))
+    return slopes, last, notes
+
+
+def _json_number(v: float):
+    return v if np.isfinite(v) else None  # strict JSON has no NaN
+
+
 def convergence(
     system,
     eps_values,
@@ -245,9 +278,12 @@ def convergence(
     trajectory, so a window that started later for larger eps (each eps's own layer) compared
     each eps at a different time and bent the slopes (cycle: 0.71, 1.72, 0.71).
 
-    `attrs["slopes"]` holds the fitted log-log slopes (expected 1, 2, 1; the next order bends
-    them where eps is not yet small: birth-death 1.16, 2.26, 1.02 on 0.02 to 0.0025, 1.04,
-    2.07, 1.01 on 0.005 to 0.000625).
+    `attrs["slopes"]` holds the log-log slopes fitted over every eps (expected 1, 2, 1; the
+    next order bends them where eps is not yet small: birth-death 1.16, 2.26, 1.02 on 0.02 to
+    0.0025), `attrs["slopes_smallest_pair"]` those between the two smallest eps, the closest
+    to the limit (birth-death 1.07, 2.11, 1.01 there); a slope whose errors
+    reach within `CONVERGENCE_FLOOR_FACTOR` times their floor (`rtol * max|.| + atol` plus
+    round-off) is NaN (null in the JSON), and `attrs["slope_notes"]` says why.
     """
     from .integrators import integrate
 
@@ -257,6 +293,7 @@ def convergence(
     keep = t >= t_window
     y_red = integrate_reduced(system, t)[keep]
     errs = {"err_h0": [], "err_h1": [], "err_y": [], "nfev": []}
+    x_scale = y_scale = 0.0
     start = time.perf_counter()
     iterator = eps_values
     if progress:
@@ -275,8 +312,15 @@ def convergence(
         errs["err_h1"].append(np.max(np.abs(x - x1)))
         errs["err_y"].append(np.max(np.abs(y - y_red)))
         errs["nfev"].append(ds.attrs["nfev"])
-    log_eps = np.log(eps_values)
-    slopes = {k: float(np.polyfit(log_eps, np.log(errs[k]), 1)[0]) for k in _CONVERGENCE_KEYS}
+        x_scale = max(x_scale, float(np.max(np.abs(x))))
+        y_scale = max(y_scale, float(np.max(np.abs(y))), float(np.max(np.abs(y_red))))
+    # the solver holds each component to rtol |.| + atol; h0 + eps h1 sums n terms (round-off);
+    # y and y_reduced come from two solves
+    unit = np.finfo(np.float64).eps
+    x_floor = rtol * x_scale + atol + system.n_fast * unit * x_scale
+    y_floor = 2 * (rtol * y_scale + atol) + unit * y_scale
+    floors = {"err_h0": x_floor, "err_h1": x_floor, "err_y": y_floor}
+    slopes, last, notes = _fit_slopes(eps_values, errs, floors)
     import json
 
     return xr.Dataset(
@@ -313,10 +357,14 @@ def convergence(
             "layer_factor": layer_factor,
             "rtol": rtol,
             "atol": atol,
-            "slopes": json.dumps(slopes),
+            "slopes": json.dumps({k: _json_number(v) for k, v in slopes.items()}),
             "slope_err_h0": slopes["err_h0"],
             "slope_err_h1": slopes["err_h1"],
             "slope_err_y": slopes["err_y"],
+            "slopes_smallest_pair": json.dumps({k: _json_number(v) for k, v in last.items()}),
+            "slope_notes": json.dumps(notes),
+            "error_floors": json.dumps(floors),
+            "floor_factor": CONVERGENCE_FLOOR_FACTOR,
             "expected_slopes": json.dumps({"err_h0": 1, "err_h1": 2, "err_y": 1}),
             "wall_time_s": time.perf_counter() - start,
             "fastslow_sim_version": __version__,

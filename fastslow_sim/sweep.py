@@ -228,8 +228,11 @@ def _run_convergence(cells):
     (c,) = cells
     system, values = _convergence_args(c)
     ds = convergence(system, values, t_end=c["t_end"], progress=False)
+    notes = json.loads(ds.attrs["slope_notes"])
     for k in ("err_h0", "err_h1", "err_y"):
         ds[f"slope_{k}"] = ((), float(ds.attrs[f"slope_{k}"]), {"long_name": f"log-log slope of {k}"})
+        # NaN above where the errors sit at the solver's floor; the reason ('' if determined)
+        ds[f"slope_{k}_note"] = ((), notes.get(k, ""), {"long_name": f"why slope_{k} is NaN"})
     return [ds[[v for v in ds.data_vars]]]
 
 

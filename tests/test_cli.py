@@ -364,6 +364,29 @@ def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+def test_convergence_slope_at_the_solver_floor_is_n_d(tmp_path):
+    """|x - h0 - eps h1| at eps 4e-5 to 1e-5 (two-state) is ~1e-13, under 10 x the solver's
+    floor: the command printed slope 0.669 (theory 2); now n/d and the reason, null in JSON."""
+    args = ["convergence", "--system", "two-state", "--eps", "4e-5,2e-5,1e-5", "--t-end", "1",
+            "--no-plot", "--out", str(tmp_path / "c.nc")]  # fmt: skip
+    res = run(args)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    (slope,) = [ln for ln in lines if ln.startswith("     slope ")]  # the table's row
+    assert slope.split()[1:4] == ["1.000", "n/d", "1.000"]
+    assert ("slope of |x-h0-eps h1| not determined: the error at eps=4e-05 (1.91e-13) is not "
+            "above 10 times its floor 8.7e-12 (the solver's tolerance and round-off), so the "
+            "solver, not eps, may set it") in lines  # fmt: skip
+    assert "nan" not in res.output.lower()
+    data = json.loads(run([*args, "--json"]).output)
+    assert data["slopes"]["err_h1"] is None and data["slopes_smallest_pair"]["err_h1"] is None
+    assert abs(data["slopes"]["err_h0"] - 1) < 0.1 and abs(data["slopes"]["err_y"] - 1) < 0.1
+    assert set(data["slope_notes"]) == {"err_h1"}
+    assert data["slope_notes"]["err_h1"].startswith("not determined: the error at eps=4e-05")
+    ds = fs.load_dataset(tmp_path / "c.nc")
+    assert np.isnan(ds.attrs["slope_err_h1"])
+
+
 def test_mapping_command():
     res = run(["mapping", "--json"])
     rows = json.loads(res.output)

@@ -292,6 +292,7 @@ def test_manifold_and_convergence_cells(tmp_path):
                      tmp_path / "c.zarr", workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
     assert tuple(conv["err_h0"].dims) == ("system", "eps")
     assert abs(float(conv["slope_err_h0"][0]) - 1) < 0.1  # theory: slope 1
+    assert str(conv["slope_err_h0_note"].values[0]) == ""  # determined: no reason given
 
 
 # -- dask ----------------------------------------------------------------------------------------

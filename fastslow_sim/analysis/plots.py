@@ -124,7 +124,8 @@ def plot_trajectory(ds, *, ax=None):
 
 
 def plot_convergence(ds, *, ax=None):
-    """Log-log errors after the initial layer against `eps`, with fitted slopes (expected 1, 2, 1).
+    """Log-log errors after the initial layer against `eps`, with fitted slopes (expected 1, 2, 1;
+    "n/d" and no fitted line where `convergence` left a slope undetermined, null in `slopes`).
 
     `ax`: an Axes, or None for a new figure. Returns the Figure.
     """
@@ -137,10 +138,12 @@ def plot_convergence(ds, *, ax=None):
     }
     fig, (ax,) = figure_axes(ax, 1, figsize=(0.75 * WIDTH, 5.0))
     for key, marker in zip(labels, "osd"):
-        err = ds[key].values
-        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {slopes[key]:.2f}")
-        fit = np.polyfit(np.log(eps), np.log(err), 1)
-        ax.loglog(eps, np.exp(np.polyval(fit, np.log(eps))), color="gray", lw=0.7, ls=":")
+        err, slope = ds[key].values, slopes[key]
+        shown = "n/d (errors at the solver's floor)" if slope is None else f"{slope:.2f}"
+        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {shown}")
+        if slope is not None:
+            fit = np.polyfit(np.log(eps), np.log(err), 1)
+            ax.loglog(eps, np.exp(np.polyval(fit, np.log(eps))), color="gray", lw=0.7, ls=":")
     ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
     ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")
