@@ -122,6 +122,25 @@ def test_convergence_lines_and_labels(rng):
     assert ax.get_ylabel() == "error after the initial layer [m]"
 
 
+def test_convergence_slope_not_determined_is_labelled_n_d():
+    """A slope `convergence` left undetermined (null in `slopes`) was formatted with :.2f (a
+    TypeError on None); now its label says n/d and it gets no fitted line."""
+    eps = np.array([4e-5, 2e-5, 1e-5])
+    errs = {"err_h0": 1e-3 * eps, "err_h1": np.array([1.9e-13, 9.8e-14, 7.6e-14]), "err_y": eps}
+    ds = xr.Dataset(
+        {k: ("eps", v) for k, v in errs.items()},
+        coords={"eps": eps},
+        attrs={"slopes": json.dumps({"err_h0": 1.0, "err_h1": None, "err_y": 1.0})},
+    )
+    fig, ax = plt.subplots()
+    plot_convergence(ds, ax=ax)
+    labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+    assert labels[1].endswith("slope n/d (errors at the solver's floor)")
+    assert labels[0].endswith("slope 1.00") and labels[2].endswith("slope 1.00")
+    assert len(ax.lines) == 5  # three data lines, fitted lines for the two determined slopes
+    plt.close(fig)
+
+
 def test_equilibrium_manifold_one_panel_per_state(rng):
     runs = [_trajectory(rng).assign_attrs(eps=e) for e in (0.1, 0.01)]
     y_grid = np.linspace(0.0, 1.0, 5)
