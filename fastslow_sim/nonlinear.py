@@ -354,12 +354,79 @@ def _correct(family, u_pred, t, tol=1e-13, max_iter=12, scale=1.0):
 
 
 def _fast_stability(family, x, y):
-    """Largest real part of the eigenvalues of `D_x F` on the tangent space `{1^T v = 0}`."""
-    n = x.size
+    """`(value, error)`: the largest real part of the eigenvalues of `D_x F` on the tangent
+    space `{1^T v = 0}`, and an estimate of its round-off.
+
+    `1^T F = 0` for every `x`, so `1^T D_x F = 0` and `D_x F` maps the tangent space to itself;
+    in the coordinates that drop state `k` (`v_k = -sum_{j != k} v_j`) it is
+    `B_ij = A_ij - A_ik` (`i, j != k`, `A = D_x F`), exact on the tangent space: no rotation
+    mixes rates of 1e21 into a relaxation rate of 0.2, as an orthonormal basis did (the cycle at
+    y = 100 printed +9e5 for -0.2). `k` is the state of largest mass. `B` is scaled exactly
+    (powers of 2: by its largest entry, and a diagonal similarity, `_balance`) before its
+    eigenvectors are computed (a birth-death chain of ratio 1e174 is a Jordan block to
+    LAPACK otherwise). Each eigenvalue is refined by one step `w^H r / w^H v` on its residual
+    `r = B v - lambda v` (left and right vectors `w`, `v`), and its error estimated as that
+    step plus the residual's round-off, `2 n u |w|^T (M |v| + |lambda| |v|) / |w^H v|`, with
+    `M_ij = |A_ij| + |A_ik|` the size of the terms of `B_ij`. `error` covers every
+    eigenvalue: the largest real part lies in `value +- error`; where `error >= |value|`,
+    float64 does not resolve its sign (the cycle at y = 1000, whose true value is -0.2:
+    nothing in float64 resolves it)."""
     Fx, _ = family.field_jacobians(x, y)
-    # orthonormal basis of the tangent space of the simplex
-    V = np.linalg.svd(np.ones((1, n)))[2][1:].T  # (n, n-1)
-    return float(np.max(np.linalg.eigvals(V.T @ Fx @ V).real))
+    n = x.size
+    k = int(np.argmax(x))
+    idx = np.delete(np.arange(n), k)
+    A, a_k = Fx[np.ix_(idx, idx)], Fx[idx, k][:, None]
+    B, M = A - a_k, np.abs(A) + np.abs(a_k)
+    top = float(np.max(M))
+    if not (math.isfinite(top) and top > 0):
+        return (0.0, 0.0) if top == 0 else (math.nan, math.inf)
+    big = 2.0 ** math.frexp(top)[1]
+    B, M = B / big, M / big
+    e = _balance(B)
+    # unscaled and balanced: the estimate is tighter for one or the other (the cycle at y = 100
+    # unscaled, 4e-10; a birth-death chain of ratio 1e174 balanced, 6e-15 relative)
+    best = min((_refined_max_real(B * s, M * s) for s in
+                (1.0, np.exp2(e[None, :] - e[:, None]))), key=lambda v: v[1])  # fmt: skip
+    return best[0] * big, best[1] * big
+
+
+def _refined_max_real(B, M):
+    """`(value, error)` of `_fast_stability` for the scaled matrix `B` with term sizes `M`."""
+    from scipy.linalg import eig
+
+    n = len(B) + 1
+    with np.errstate(all="ignore"):
+        lam, W, V = eig(B, left=True, right=True)
+        wv = np.einsum("ij,ij->j", W.conj(), V)
+        step = np.einsum("ij,ij->j", W.conj(), B @ V - V * lam) / wv
+        size = np.einsum("ij,ij->j", np.abs(W), M @ np.abs(V) + np.abs(V) * np.abs(lam))
+        err = np.abs(step) + 2 * (n - 1) * np.finfo(float).eps * size / np.abs(wv)
+        re = (lam + step).real
+    if not (np.all(np.isfinite(re)) and np.all(np.isfinite(err))):
+        return float(np.max(lam.real)), math.inf
+    value = float(np.max(re))
+    return value, float(max(np.max(re + err) - value, value - np.max(re - err)))
+
+
+def _balance(B, sweeps=60):
+    """Exponents `e` (integers in [-500, 500]) such that `B_ij 2^(e_j - e_i)` has rows and
+    columns of comparable size (Osborne's balancing, all rows at once): an exact similarity,
+    which changes no eigenvalue. LAPACK's own balancing left a birth-death chain of ratio 1e174
+    as it was, a Jordan block to its eigenvectors."""
+    absB = np.abs(B)
+    np.fill_diagonal(absB, 0.0)
+    e = np.zeros(len(B))
+    with np.errstate(all="ignore"):
+        for _ in range(sweeps):
+            S = absB * np.exp2(e[None, :] - e[:, None])
+            r, c = S.sum(axis=1), S.sum(axis=0)
+            f = np.where((r > 0) & (c > 0), np.round(0.5 * np.log2(r / c)), 0.0)
+            f = np.where(np.isfinite(f), f, 0.0)
+            new = np.clip(np.round(e + 0.5 * f), -500, 500)
+            if np.array_equal(new, e):
+                break
+            e = new
+    return e
 
 
 def _start(family, y, n):
@@ -533,8 +600,9 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
     inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
     in_range = [f is not None and y_lo - tol <= f["y"] <= y_hi + tol for f in folds]
-    stab = np.full(len(P), np.nan)
-    stab[inside] = [_fast_stability(family, p[:n], p[n:]) for p in P[inside]]
+    stab, stab_err = np.full(len(P), np.nan), np.full(len(P), np.nan)
+    for i in np.flatnonzero(inside):
+        stab[i], stab_err[i] = _fast_stability(family, P[i, :n], P[i, n:])
     branches, branch_of = [], {}
     for k in range(len(turns) + 1):
         sel = np.flatnonzero((segment == k) & inside)
@@ -559,14 +627,39 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             "y_max": float(ys.max()),
             "mean_min": float(means.min()),
             "mean_max": float(means.max()),
-            "stable": bool(np.all(stab[judged] < 0)),
-            "max_real_eigenvalue": float(stab[judged].max()),
+            **_branch_stability(stab[judged], stab_err[judged], at_fold=bool(ends)),
             "n_points": int(sel.size),
         })  # fmt: skip
     inside &= np.isin(segment, list(branch_of))
     return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
+            "stability_error": stab_err[inside],
             "branch_id": np.array([branch_of[k] for k in segment[inside]], dtype=int),
             "folds": [f for f, keep in zip(folds, in_range) if keep], "branches": branches}  # fmt: skip
+
+
+def _branch_stability(value, error, at_fold) -> dict:
+    """A branch's stability from the largest real parts `value +- error` (`_fast_stability`)
+    at its points off its folds: `stable` False where one is resolved positive, else True where
+    some are resolved (all negative), None where float64 resolves none; `unresolved_points`
+    counts those within round-off of 0 (near the onset of folding, 1e-17 within 1e-10 of a
+    fold). `max_real_eigenvalue` is the supremum over the branch: the largest
+    resolved value, or 0 where the branch ends on a fold in the range (`max_at_fold`) (there `D_x F` is singular
+    on the tangent space, so one eigenvalue is 0: the sampled maximum of a stable branch only
+    approached it, -0.0633 at steps of 0.05, -0.0064 at 0.002); None if nothing is resolved."""
+    resolved = error < np.abs(value)
+    top = [float(value[resolved].max())] if resolved.any() else []
+    sup = max(top + [0.0]) if at_fold else (top[0] if top else None)
+    if np.any(resolved & (value > 0)):
+        stable = False
+    else:
+        stable = True if resolved.any() else None
+    return {
+        "stable": stable,
+        "max_real_eigenvalue": sup,
+        "max_at_fold": bool(at_fold and not (top and top[0] >= 0)),
+        "unresolved_points": int(np.count_nonzero(~resolved)),
+        "max_unresolved_error": float(error[~resolved].max()) if (~resolved).any() else None,
+    }
 
 
 def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=(), scale=1.0) -> list:
@@ -816,6 +909,8 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "curve_mean": ("point", curve["x"] @ c, {"long_name": "mean state c.x"}),
         "curve_stability": ("point", curve["stability"],
                             {"long_name": "largest Re eigenvalue of D_x F on the simplex"}),
+        "curve_stability_error": ("point", curve["stability_error"],
+                                  {"long_name": "round-off estimate of curve_stability"}),
         "branch_id": ("point", curve["branch_id"], {"long_name": "segment between folds"}),
         "linear_mean": ("point", p_lin @ c, {"long_name": "c.p_st(Q(x_ref, y)), x_ref uniform"}),
     }  # fmt: skip

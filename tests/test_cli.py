@@ -416,3 +416,17 @@ def test_default_output_folder_that_is_not_a_folder(tmp_path, monkeypatch, kind,
         assert results.read_text() == "the user's own file"
     else:
         assert results.is_symlink() and not results.exists()
+
+
+def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
+    """A linear generator's manifold attracts; `--system cycle --kappa 0 --y-range 1 100`
+    printed "repelling (max Re lambda 8.99e+05)", round-off of the full matrix's eigenvalues.
+    Re lambda is -0.19999999959 at y = 100 (mpmath): the maximum over the range is above it."""
+    args = ["manifold", "--system", "cycle", "--kappa", "0", "--y-range", "1", "100", "--no-plot",
+            "--out", str(tmp_path / "m.nc")]  # fmt: skip
+    res = run(args)
+    assert res.exit_code == 0, res.output
+    assert "repelling" not in res.output and "branch 0: y in [1.0000, 100.0000]" in res.output
+    (branch,) = json.loads(run([*args, "--json"]).output)["branches"]
+    assert branch["stable"] is True and branch["unresolved_points"] == 0
+    assert -0.19999999959 < branch["max_real_eigenvalue"] < 0

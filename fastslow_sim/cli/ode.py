@@ -416,11 +416,9 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
         f"{check['max_abs_diff']:.2e} over {check['n_y']} values of y"
     )
     for br in branches:
-        kind = "stable" if br["stable"] else "repelling"
         click.echo(
             f"branch {br['index']}: y in [{_y_text(br['y_min'])}, {_y_text(br['y_max'])}], "
-            f"mean c.x in [{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
-            f"(max Re lambda {br['max_real_eigenvalue']:.3g})"
+            f"mean c.x in [{br['mean_min']:.3f}, {br['mean_max']:.3f}], {_stability_text(br)}"
         )
     for f in folds:
         click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
@@ -436,6 +434,22 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if plot_path is not None:
         click.echo(f"plot        {plot_path}")
 
+
+
+def _stability_text(br: dict) -> str:
+    """A branch's stability (`nonlinear._branch_stability`): the sign of the largest Re lambda
+    where float64 resolves it, and where it does not, say so instead of printing a sign."""
+    sup = br["max_real_eigenvalue"]
+    if br["stable"] is None:
+        text = (
+            f"stability unresolved in float64 at {br['unresolved_points']} points (Re lambda "
+            f"within round-off {br['max_unresolved_error']:.2g} of 0)"
+        )
+        return text + ("" if sup is None else f", max Re lambda {sup:.3g} at the others")
+    kind = "stable" if br["stable"] else "repelling"
+    if br["unresolved_points"]:
+        kind += f", unresolved at {br['unresolved_points']} points"
+    return f"{kind} (max Re lambda {sup:.3g}{', at its fold' if br['max_at_fold'] else ''})"
 
 
 def _y_text(y: float) -> str:
