@@ -430,3 +430,22 @@ def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
     (branch,) = json.loads(run([*args, "--json"]).output)["branches"]
     assert branch["stable"] is True and branch["unresolved_points"] == 0
     assert -0.19999999959 < branch["max_real_eigenvalue"] < 0
+
+
+def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
+    """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
+    supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a
+    closed form on 2,000,001 points). The branches, folds and period are unchanged."""
+    res = run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "gap = sup over the curve of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = 0.6200" in lines
+    for part in ["branch 0: y in [-1.0000, 0.2271], mean c.x in [0.000, 0.175], stable",
+                 "branch 1: y in [0.0229, 0.2271], mean c.x in [0.175, 0.825], repelling",
+                 "branch 2: y in [0.0229, 1.5000], mean c.x in [0.825, 1.000], stable",
+                 "fold at y = 0.227106, mean c.x = 0.1752", "fold at y = 0.022894, mean c.x = 0.8248",
+                 "period 1.600"]:  # fmt: skip
+        assert part in res.output
+    data = json.loads(run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"),
+                           "--json"]).output)  # fmt: skip
+    assert data["gap"] == pytest.approx(0.61995, abs=1e-5) and data["gap_kind"] == "sup"

@@ -405,7 +405,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if as_json:
         click.echo(json_text({
             "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
-            "folds": folds, "gap": ds.attrs["gap"],
+            "folds": folds, "gap": ds.attrs["gap"], "gap_kind": ds.attrs["gap_kind"],
             "identity_max_abs_diff": check["max_abs_diff"], "oscillation": osc,
             "out": str(out), "plot": None if plot_path is None else str(plot_path),
         }))  # fmt: skip
@@ -422,7 +422,9 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
         )
     for f in folds:
         click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
-    click.echo(f"gap = max |phi(y) - p_st(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
+    over = ("sup over the curve" if ds.attrs["gap_kind"] == "sup"
+            else f"max over the {ds.sizes['point']} sampled points")  # fmt: skip
+    click.echo(f"gap = {over} of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
     if osc is not None:
         period = (f"period not determined: {osc['period_note']}" if "period_note" in osc
                   else f"period {osc['period']:.3f}")  # fmt: skip
