@@ -979,18 +979,26 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     }
     if osc_eps is not None and curve["folds"]:
         osc = relaxation_oscillation(eps=osc_eps, t_end=osc_t_end, family=family)
-        late = osc["time"].values >= 0.5 * osc_t_end
+        t = osc["time"].values
         yv = osc["y"].values[:, 0]
         data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
-        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0)  # local maxima of y
-        up = up[osc["time"].values[up] >= 0.5 * osc_t_end]
-        period = float(np.median(np.diff(osc["time"].values[up]))) if up.size >= 2 else float("nan")
+        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
+        up = up[t[up] >= 0.5 * osc_t_end]
+        period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
+        # y's range over the last full cycle (between the last two maxima); without one, over
+        # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
+        # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
+        cycle = up.size >= 2
+        window = (t[up[-2]], t[up[-1]]) if cycle else (0.5 * osc_t_end, osc_t_end)
+        sel = (t >= window[0]) & (t <= window[1])
         attrs.update({
             "osc_eps": float(osc_eps),
             "osc_status": osc.attrs["status"],
-            "osc_y_min": float(yv[late].min()),
-            "osc_y_max": float(yv[late].max()),
+            "osc_y_min": float(yv[sel].min()),
+            "osc_y_max": float(yv[sel].max()),
+            "osc_y_window": [float(v) for v in window],
+            "osc_y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
             "osc_period": period,
         })  # fmt: skip
         if not math.isfinite(period):

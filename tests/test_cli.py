@@ -449,3 +449,19 @@ def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
     data = json.loads(run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"),
                            "--json"]).output)  # fmt: skip
     assert data["gap"] == pytest.approx(0.61995, abs=1e-5) and data["gap_kind"] == "sup"
+
+
+def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
+    """`--kappa 30` printed "relaxation oscillation ...: y in [-6.3648, -2.7877]", y over
+    t in [10, 20], a stretch of the upper branch's way down (the cycle, period ~25, runs up to
+    y ~ -0.11 past the fold at -0.162): now named as such. The default run's range is over its
+    last cycle (between the last two maxima of y, one period apart) and crosses both folds."""
+    out = str(tmp_path / "m.nc")
+    res = run(["manifold", "--kappa", "30", "--no-plot", "--out", out])
+    assert res.exit_code == 0, res.output
+    assert "y in [-6.3648, -2.7877] over t in [10, 20], not a full cycle" in res.output
+    osc = json.loads(run(["manifold", "--no-plot", "--out", out, "--json"]).output)["oscillation"]
+    a, b = osc["y_window"]
+    assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
+    assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
+    assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106

@@ -399,7 +399,8 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     folds = json.loads(ds.attrs["folds"])
     osc = None
     if "osc_y_min" in ds.attrs:
-        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
+        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "y_window",
+                                                  "y_window_kind", "period")}  # fmt: skip
         if "osc_period_note" in ds.attrs:  # the period is NaN: null in the JSON, and why
             osc["period_note"] = ds.attrs["osc_period_note"]
     if as_json:
@@ -428,9 +429,13 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if osc is not None:
         period = (f"period not determined: {osc['period_note']}" if "period_note" in osc
                   else f"period {osc['period']:.3f}")  # fmt: skip
+        a, b = osc["y_window"]
+        over = (f"over its last cycle (t in [{a:.3f}, {b:.3f}])"
+                if osc["y_window_kind"] == "last cycle"
+                else f"over t in [{a:g}, {b:g}], not a full cycle")  # fmt: skip
         click.echo(
             f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
-            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], {period}"
+            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}] {over}, {period}"
         )
     click.echo(f"dataset     {out}")
     if plot_path is not None:
