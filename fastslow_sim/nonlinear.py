@@ -379,8 +379,8 @@ def _fast_stability(family, x, y):
     step plus the residual's round-off, `2 n u |w|^T (M |v| + |lambda| |v|) / |w^H v|`, with
     `M_ij = |A_ij| + |A_ik|` the size of the terms of `B_ij`. `error` covers every
     eigenvalue: the largest real part lies in `value +- error`; where `error >= |value|`,
-    float64 does not resolve its sign (the cycle at y = 1000, whose true value is -0.2:
-    nothing in float64 resolves it)."""
+    float64 does not resolve its sign (at a fold, where it is 0: some 1e-17 within 1e-14).
+    The cycle at y = 1000 (rates e^(+-500)) comes out -0.2 +- 9e-16 (mpmath: -0.2)."""
     Fx, _ = family.field_jacobians(x, y)
     n = x.size
     k = int(np.argmax(x))
@@ -654,14 +654,15 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
 
 def _branch_sup(family, P, value, error, y_lo, y_hi) -> float:
     """The largest resolved Re lambda over a branch's points `P` (rows `(x, y)`, in the curve's
-    order; `value +- error` there, `_fast_stability`) of a family with an exact graph, polished between them (`_sup_along_graph`): the
-    repelling branch's sampled 0.19721 at steps of 0.05 was 0.19743 at 0.002."""
+    order; `value +- error` there, `_fast_stability`) of a family with an exact graph,
+    polished between them (`_sup_along_graph`): the repelling branch's sampled maximum was
+    0.19721 at steps of 0.05, 0.19743 at 0.002."""
     n = P.shape[1] - 1
 
-    def f(v):
+    def f(v):  # an unresolved value counts as none (a finite stand-in for the optimiser)
         x, y = family.graph_point(v)
         value, err = _fast_stability(family, x, np.array([y]))
-        return (value if err < abs(value) else -math.inf), y
+        return (value if err < abs(value) else -1e308), y
 
     resolved = error < np.abs(value)
     values = np.where(resolved, value, -math.inf)
@@ -673,10 +674,11 @@ def _branch_stability(value, error, at_fold) -> dict:
     at its points off its folds: `stable` False where one is resolved positive, else True where
     some are resolved (all negative), None where float64 resolves none; `unresolved_points`
     counts those within round-off of 0 (near the onset of folding, 1e-17 within 1e-10 of a
-    fold). `max_real_eigenvalue` is the supremum over the branch: the largest
-    resolved value, or 0 where the branch ends on a fold in the range (`max_at_fold`) (there `D_x F` is singular
-    on the tangent space, so one eigenvalue is 0: the sampled maximum of a stable branch only
-    approached it, -0.0633 at steps of 0.05, -0.0064 at 0.002); None if nothing is resolved."""
+    fold). `max_real_eigenvalue` is the supremum over the branch: the largest resolved value,
+    or 0 where the branch ends on a fold in the range (`max_at_fold`; there `D_x F` is
+    singular on the tangent space, so one eigenvalue is 0: the sampled maximum of a stable
+    branch only approached it, -0.0633 at steps of 0.05, -0.0064 at 0.002); None if nothing
+    is resolved."""
     resolved = error < np.abs(value)
     top = [float(value[resolved].max())] if resolved.any() else []
     sup = max(top + [0.0]) if at_fold else (top[0] if top else None)
@@ -903,8 +905,12 @@ def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
     last = len(values) - 1
     jumps = np.abs(np.diff(values))
     margin = float(np.max(jumps[np.isfinite(jumps)], initial=0.0))
-    peaks = [i for i in range(len(values)) if values[i] >= best - margin
-             and values[i] >= values[max(i - 1, 0)] and values[i] >= values[min(i + 1, last)]]  # fmt: skip
+    v = values
+    peaks = [
+        i
+        for i in range(len(v))
+        if v[i] >= best - margin and v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)]
+    ]
     for i in peaks:
         for j in (i - 1, i + 1):
             if not 0 <= j <= last or s[j] == s[i]:
