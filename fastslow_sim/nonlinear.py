@@ -33,6 +33,7 @@ __all__ = [
     "NonlinearMasterEquationSystem",
     "critical_branches",
     "identity_gap",
+    "identity_gap_kind",
     "relaxation_oscillation",
     "family_for",
     "manifold_dataset",
@@ -190,9 +191,18 @@ class NonlinearBirthDeath:
         of the manifold it moves `x` by about `kappa |c.e| |dx/ds|`: round-off for the
         continuation's points, whose tiniest entries Newton resolves only in absolute terms
         (-3e-53 where the graph has 1e-60, kappa 30; -4e-17 at 40 states)."""
-        s = (math.log(self.up / self.down) + self.beta * (np.asarray(y) - self.y_mid)
-             + self.kappa * (x @ self.c))  # fmt: skip
-        return self._graph(s)[0]
+        return self._graph(self.graph_s(x, y))[0]
+
+    def graph_s(self, x, y):
+        """The graph's parameter `s = log(u(x, y)/down)` of rows `x (k, n)` at `y (k,)`; it rises
+        with the mean along the curve (over every branch)."""
+        return (math.log(self.up / self.down) + self.beta * (np.asarray(y) - self.y_mid)
+                + self.kappa * (x @ self.c))  # fmt: skip
+
+    def graph_point(self, s):
+        """`(x, y)` of the graph at the parameter `s` (a float)."""
+        x, _, _, y = self._graph(np.array([float(s)]))
+        return x[0], float(y[0])
 
     def fold_region(self):
         """An interval of `y` holding every fold of the manifold (`fold_points`), or None (no
@@ -354,12 +364,79 @@ def _correct(family, u_pred, t, tol=1e-13, max_iter=12, scale=1.0):
 
 
 def _fast_stability(family, x, y):
-    """Largest real part of the eigenvalues of `D_x F` on the tangent space `{1^T v = 0}`."""
-    n = x.size
+    """`(value, error)`: the largest real part of the eigenvalues of `D_x F` on the tangent
+    space `{1^T v = 0}`, and an estimate of its round-off.
+
+    `1^T F = 0` for every `x`, so `1^T D_x F = 0` and `D_x F` maps the tangent space to itself;
+    in the coordinates that drop state `k` (`v_k = -sum_{j != k} v_j`) it is
+    `B_ij = A_ij - A_ik` (`i, j != k`, `A = D_x F`), exact on the tangent space: no rotation
+    mixes rates of 1e21 into a relaxation rate of 0.2, as an orthonormal basis did (the cycle at
+    y = 100 printed +9e5 for -0.2). `k` is the state of largest mass. `B` is scaled exactly
+    (powers of 2: by its largest entry, and a diagonal similarity, `_balance`) before its
+    eigenvectors are computed (a birth-death chain of ratio 1e174 is a Jordan block to
+    LAPACK otherwise). Each eigenvalue is refined by one step `w^H r / w^H v` on its residual
+    `r = B v - lambda v` (left and right vectors `w`, `v`), and its error estimated as that
+    step plus the residual's round-off, `2 n u |w|^T (M |v| + |lambda| |v|) / |w^H v|`, with
+    `M_ij = |A_ij| + |A_ik|` the size of the terms of `B_ij`. `error` covers every
+    eigenvalue: the largest real part lies in `value +- error`; where `error >= |value|`,
+    float64 does not resolve its sign (at a fold, where it is 0: some 1e-17 within 1e-14).
+    The cycle at y = 1000 (rates e^(+-500)) comes out -0.2 +- 9e-16 (mpmath: -0.2)."""
     Fx, _ = family.field_jacobians(x, y)
-    # orthonormal basis of the tangent space of the simplex
-    V = np.linalg.svd(np.ones((1, n)))[2][1:].T  # (n, n-1)
-    return float(np.max(np.linalg.eigvals(V.T @ Fx @ V).real))
+    n = x.size
+    k = int(np.argmax(x))
+    idx = np.delete(np.arange(n), k)
+    A, a_k = Fx[np.ix_(idx, idx)], Fx[idx, k][:, None]
+    B, M = A - a_k, np.abs(A) + np.abs(a_k)
+    top = float(np.max(M))
+    if not (math.isfinite(top) and top > 0):
+        return (0.0, 0.0) if top == 0 else (math.nan, math.inf)
+    big = 2.0 ** math.frexp(top)[1]
+    B, M = B / big, M / big
+    e = _balance(B)
+    # unscaled and balanced: the estimate is tighter for one or the other (the cycle at y = 100
+    # unscaled, 4e-10; a birth-death chain of ratio 1e174 balanced, 6e-15 relative)
+    best = min((_refined_max_real(B * s, M * s) for s in
+                (1.0, np.exp2(e[None, :] - e[:, None]))), key=lambda v: v[1])  # fmt: skip
+    return best[0] * big, best[1] * big
+
+
+def _refined_max_real(B, M):
+    """`(value, error)` of `_fast_stability` for the scaled matrix `B` with term sizes `M`."""
+    from scipy.linalg import eig
+
+    n = len(B) + 1
+    with np.errstate(all="ignore"):
+        lam, W, V = eig(B, left=True, right=True)
+        wv = np.einsum("ij,ij->j", W.conj(), V)
+        step = np.einsum("ij,ij->j", W.conj(), B @ V - V * lam) / wv
+        size = np.einsum("ij,ij->j", np.abs(W), M @ np.abs(V) + np.abs(V) * np.abs(lam))
+        err = np.abs(step) + 2 * (n - 1) * np.finfo(float).eps * size / np.abs(wv)
+        re = (lam + step).real
+    if not (np.all(np.isfinite(re)) and np.all(np.isfinite(err))):
+        return float(np.max(lam.real)), math.inf
+    value = float(np.max(re))
+    return value, float(max(np.max(re + err) - value, value - np.max(re - err)))
+
+
+def _balance(B, sweeps=60):
+    """Exponents `e` (integers in [-500, 500]) such that `B_ij 2^(e_j - e_i)` has rows and
+    columns of comparable size (Osborne's balancing, all rows at once): an exact similarity,
+    which changes no eigenvalue. LAPACK's own balancing left a birth-death chain of ratio 1e174
+    as it was, a Jordan block to its eigenvectors."""
+    absB = np.abs(B)
+    np.fill_diagonal(absB, 0.0)
+    e = np.zeros(len(B))
+    with np.errstate(all="ignore"):
+        for _ in range(sweeps):
+            S = absB * np.exp2(e[None, :] - e[:, None])
+            r, c = S.sum(axis=1), S.sum(axis=0)
+            f = np.where((r > 0) & (c > 0), np.round(0.5 * np.log2(r / c)), 0.0)
+            f = np.where(np.isfinite(f), f, 0.0)
+            new = np.clip(np.round(e + 0.5 * f), -500, 500)
+            if np.array_equal(new, e):
+                break
+            e = new
+    return e
 
 
 def _start(family, y, n):
@@ -533,8 +610,9 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
     tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
     inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
     in_range = [f is not None and y_lo - tol <= f["y"] <= y_hi + tol for f in folds]
-    stab = np.full(len(P), np.nan)
-    stab[inside] = [_fast_stability(family, p[:n], p[n:]) for p in P[inside]]
+    stab, stab_err = np.full(len(P), np.nan), np.full(len(P), np.nan)
+    for i in np.flatnonzero(inside):
+        stab[i], stab_err[i] = _fast_stability(family, P[i, :n], P[i, n:])
     branches, branch_of = [], {}
     for k in range(len(turns) + 1):
         sel = np.flatnonzero((segment == k) & inside)
@@ -559,14 +637,62 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             "y_max": float(ys.max()),
             "mean_min": float(means.min()),
             "mean_max": float(means.max()),
-            "stable": bool(np.all(stab[judged] < 0)),
-            "max_real_eigenvalue": float(stab[judged].max()),
+            **_branch_stability(stab[judged], stab_err[judged], at_fold=bool(ends)),
             "n_points": int(sel.size),
         })  # fmt: skip
+        if hasattr(family, "graph_point") and branches[-1]["max_real_eigenvalue"] is not None \
+                and not branches[-1]["max_at_fold"]:  # fmt: skip
+            branches[-1]["max_real_eigenvalue"] = _branch_sup(
+                family, P[judged], stab[judged], stab_err[judged], y_lo, y_hi
+            )
     inside &= np.isin(segment, list(branch_of))
     return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
+            "stability_error": stab_err[inside],
             "branch_id": np.array([branch_of[k] for k in segment[inside]], dtype=int),
             "folds": [f for f, keep in zip(folds, in_range) if keep], "branches": branches}  # fmt: skip
+
+
+def _branch_sup(family, P, value, error, y_lo, y_hi) -> float:
+    """The largest resolved Re lambda over a branch's points `P` (rows `(x, y)`, in the curve's
+    order; `value +- error` there, `_fast_stability`) of a family with an exact graph,
+    polished between them (`_sup_along_graph`): the repelling branch's sampled maximum was
+    0.19721 at steps of 0.05, 0.19743 at 0.002."""
+    n = P.shape[1] - 1
+
+    def f(v):  # an unresolved value counts as none (a finite stand-in for the optimiser)
+        x, y = family.graph_point(v)
+        value, err = _fast_stability(family, x, np.array([y]))
+        return (value if err < abs(value) else -1e308), y
+
+    resolved = error < np.abs(value)
+    values = np.where(resolved, value, -math.inf)
+    return _sup_along_graph(family, family.graph_s(P[:, :n], P[:, n]), values, f, y_lo, y_hi)
+
+
+def _branch_stability(value, error, at_fold) -> dict:
+    """A branch's stability from the largest real parts `value +- error` (`_fast_stability`)
+    at its points off its folds: `stable` False where one is resolved positive, else True where
+    some are resolved (all negative), None where float64 resolves none; `unresolved_points`
+    counts those within round-off of 0 (near the onset of folding, 1e-17 within 1e-10 of a
+    fold). `max_real_eigenvalue` is the supremum over the branch: the largest resolved value,
+    or 0 where the branch ends on a fold in the range (`max_at_fold`; there `D_x F` is
+    singular on the tangent space, so one eigenvalue is 0: the sampled maximum of a stable
+    branch only approached it, -0.0633 at steps of 0.05, -0.0064 at 0.002); None if nothing
+    is resolved."""
+    resolved = error < np.abs(value)
+    top = [float(value[resolved].max())] if resolved.any() else []
+    sup = max(top + [0.0]) if at_fold else (top[0] if top else None)
+    if np.any(resolved & (value > 0)):
+        stable = False
+    else:
+        stable = True if resolved.any() else None
+    return {
+        "stable": stable,
+        "max_real_eigenvalue": sup,
+        "max_at_fold": bool(at_fold and not (top and top[0] >= 0)),
+        "unresolved_points": int(np.count_nonzero(~resolved)),
+        "max_unresolved_error": float(error[~resolved].max()) if (~resolved).any() else None,
+    }
 
 
 def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=(), scale=1.0) -> list:
@@ -743,9 +869,67 @@ def _linear_reference(family, curve):
 
 
 def identity_gap(family, curve) -> float:
-    """`max |phi(y) - p_st(Q(x_ref, y))|` over the curve, `x_ref` uniform: zero when linear."""
-    p_lin = _linear_reference(family, curve)
-    return float(np.max(np.abs(curve["x"] - p_lin))) if len(curve["y"]) else 0.0
+    """`sup |phi(y) - p_st(Q(x_ref, y))|` over the curve (max over the states), `x_ref` uniform:
+    zero when linear. On a family with an exact graph (`graph_s`, `graph_point`) the sampled
+    maximum only brackets it (0.6187 for 0.61995 at kappa 3): each sampled local maximum within
+    the largest jump between neighbouring points of the top is polished by a bounded scalar
+    optimiser over the graph's parameter `s` between its neighbours, on the arcs that lie in the
+    range. Otherwise it is the maximum over the sampled points (`identity_gap_kind`)."""
+    if not len(curve["y"]):
+        return 0.0
+    d = np.max(np.abs(curve["x"] - _linear_reference(family, curve)), axis=1)
+    if identity_gap_kind(family) != "sup":
+        return float(d.max())
+    s = family.graph_s(curve["x"], curve["y"])
+    y_lo, y_hi = float(curve["y"].min()), float(curve["y"].max())
+    x_ref = np.full((1, family.n_states), 1.0 / family.n_states)
+
+    def gap_at(v):
+        x, y = family.graph_point(v)
+        p = stationary_distribution(family.rates(x_ref, np.array([[y]])), allow_transient=True)
+        return float(np.max(np.abs(x - p[0]))), y
+
+    return _sup_along_graph(family, s, d, gap_at, y_lo, y_hi)
+
+
+def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
+    """The supremum of a function along the exact graph from its samples `values` at the
+    graph's parameters `s` (in the curve's order): each sampled local maximum within the
+    largest jump between neighbours of the top is polished by a bounded scalar optimiser over
+    `s` towards each neighbour, on arcs in `[y_lo, y_hi]`; `f(s) -> (value, y)`."""
+    from scipy.optimize import minimize_scalar
+
+    best = float(np.max(values))
+    if len(values) < 2:
+        return best
+    last = len(values) - 1
+    jumps = np.abs(np.diff(values))
+    margin = float(np.max(jumps[np.isfinite(jumps)], initial=0.0))
+    v = values
+    peaks = [
+        i
+        for i in range(len(v))
+        if v[i] >= best - margin and v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)]
+    ]
+    for i in peaks:
+        for j in (i - 1, i + 1):
+            if not 0 <= j <= last or s[j] == s[i]:
+                continue
+            a, b = sorted((s[i], s[j]))
+            if not y_lo <= f(0.5 * (a + b))[1] <= y_hi:
+                continue  # an arc outside the range between two of its ends' points
+            res = minimize_scalar(lambda v: -f(v)[0], bounds=(a, b), method="bounded",
+                                  options={"xatol": 1e-12 * max(1.0, abs(a), abs(b))})  # fmt: skip
+            value, y = f(res.x)
+            if y_lo <= y <= y_hi:
+                best = max(best, value)
+    return best
+
+
+def identity_gap_kind(family) -> str:
+    """`"sup"` where `identity_gap` is the supremum over the curve (a family with an exact graph),
+    "sampled max" where it is the maximum over the continuation's points."""
+    return "sup" if hasattr(family, "graph_point") else "sampled max"
 
 
 # the smallest eps of the relaxation oscillation that the CLI and the sweeps accept: at kappa 3
@@ -816,6 +1000,8 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "curve_mean": ("point", curve["x"] @ c, {"long_name": "mean state c.x"}),
         "curve_stability": ("point", curve["stability"],
                             {"long_name": "largest Re eigenvalue of D_x F on the simplex"}),
+        "curve_stability_error": ("point", curve["stability_error"],
+                                  {"long_name": "round-off estimate of curve_stability"}),
         "branch_id": ("point", curve["branch_id"], {"long_name": "segment between folds"}),
         "linear_mean": ("point", p_lin @ c, {"long_name": "c.p_st(Q(x_ref, y)), x_ref uniform"}),
     }  # fmt: skip
@@ -824,6 +1010,7 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "kappa": float(family.kappa),
         "y_range": list(map(float, y_range)),
         "gap": gap,
+        "gap_kind": identity_gap_kind(family),
         "folds": json.dumps([{k: f[k] for k in ("y", "mean")} for f in curve["folds"]]),
         "branches": json.dumps(curve["branches"]),
         "family_params": json.dumps(family.params(), default=float),
@@ -831,18 +1018,26 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     }
     if osc_eps is not None and curve["folds"]:
         osc = relaxation_oscillation(eps=osc_eps, t_end=osc_t_end, family=family)
-        late = osc["time"].values >= 0.5 * osc_t_end
+        t = osc["time"].values
         yv = osc["y"].values[:, 0]
         data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
-        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0)  # local maxima of y
-        up = up[osc["time"].values[up] >= 0.5 * osc_t_end]
-        period = float(np.median(np.diff(osc["time"].values[up]))) if up.size >= 2 else float("nan")
+        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
+        up = up[t[up] >= 0.5 * osc_t_end]
+        period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
+        # y's range over the last full cycle (between the last two maxima); without one, over
+        # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
+        # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
+        cycle = up.size >= 2
+        window = (t[up[-2]], t[up[-1]]) if cycle else (0.5 * osc_t_end, osc_t_end)
+        sel = (t >= window[0]) & (t <= window[1])
         attrs.update({
             "osc_eps": float(osc_eps),
             "osc_status": osc.attrs["status"],
-            "osc_y_min": float(yv[late].min()),
-            "osc_y_max": float(yv[late].max()),
+            "osc_y_min": float(yv[sel].min()),
+            "osc_y_max": float(yv[sel].max()),
+            "osc_y_window": [float(v) for v in window],
+            "osc_y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
             "osc_period": period,
         })  # fmt: skip
         if not math.isfinite(period):

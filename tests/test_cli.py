@@ -463,3 +463,52 @@ def test_default_output_folder_that_is_not_a_folder(tmp_path, monkeypatch, kind,
         assert results.read_text() == "the user's own file"
     else:
         assert results.is_symlink() and not results.exists()
+
+
+def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
+    """A linear generator's manifold attracts; `--system cycle --kappa 0 --y-range 1 100`
+    printed "repelling (max Re lambda 8.99e+05)", round-off of the full matrix's eigenvalues.
+    Re lambda is -0.19999999959 at y = 100 (mpmath): the maximum over the range is above it."""
+    args = ["manifold", "--system", "cycle", "--kappa", "0", "--y-range", "1", "100", "--no-plot",
+            "--out", str(tmp_path / "m.nc")]  # fmt: skip
+    res = run(args)
+    assert res.exit_code == 0, res.output
+    assert "repelling" not in res.output and "branch 0: y in [1.0000, 100.0000]" in res.output
+    (branch,) = json.loads(run([*args, "--json"]).output)["branches"]
+    assert branch["stable"] is True and branch["unresolved_points"] == 0
+    assert -0.19999999959 < branch["max_real_eigenvalue"] < 0
+
+
+def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
+    """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
+    supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a
+    closed form on 2,000,001 points). The branches, folds and period are unchanged."""
+    res = run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "gap = sup over the curve of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = 0.6200" in lines
+    for part in ["branch 0: y in [-1.0000, 0.2271], mean c.x in [0.000, 0.175], stable",
+                 "branch 1: y in [0.0229, 0.2271], mean c.x in [0.175, 0.825], repelling",
+                 "branch 2: y in [0.0229, 1.5000], mean c.x in [0.825, 1.000], stable",
+                 "fold at y = 0.227106, mean c.x = 0.1752", "fold at y = 0.022894, mean c.x = 0.8248",
+                 "period 1.600"]:  # fmt: skip
+        assert part in res.output
+    data = json.loads(run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"),
+                           "--json"]).output)  # fmt: skip
+    assert data["gap"] == pytest.approx(0.61995, abs=1e-5) and data["gap_kind"] == "sup"
+
+
+def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
+    """`--kappa 30` printed "relaxation oscillation ...: y in [-6.3648, -2.7877]", y over
+    t in [10, 20], a stretch of the upper branch's way down (the cycle, period ~25, runs up to
+    y ~ -0.11 past the fold at -0.162): now named as such. The default run's range is over its
+    last cycle (between the last two maxima of y, one period apart) and crosses both folds."""
+    out = str(tmp_path / "m.nc")
+    res = run(["manifold", "--kappa", "30", "--no-plot", "--out", out])
+    assert res.exit_code == 0, res.output
+    assert "y in [-6.3648, -2.7877] over t in [10, 20], not a full cycle" in res.output
+    osc = json.loads(run(["manifold", "--no-plot", "--out", out, "--json"]).output)["oscillation"]
+    a, b = osc["y_window"]
+    assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
+    assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
+    assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106

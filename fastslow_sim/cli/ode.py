@@ -417,13 +417,14 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     folds = json.loads(ds.attrs["folds"])
     osc = None
     if "osc_y_min" in ds.attrs:
-        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "period")}
+        osc = {k: ds.attrs[f"osc_{k}"] for k in ("eps", "status", "y_min", "y_max", "y_window",
+                                                  "y_window_kind", "period")}  # fmt: skip
         if "osc_period_note" in ds.attrs:  # the period is NaN: null in the JSON, and why
             osc["period_note"] = ds.attrs["osc_period_note"]
     if as_json:
         click.echo(json_text({
             "system": system_name, "kappa": kappa, "y_range": [a, b], "branches": branches,
-            "folds": folds, "gap": ds.attrs["gap"],
+            "folds": folds, "gap": ds.attrs["gap"], "gap_kind": ds.attrs["gap_kind"],
             "identity_max_abs_diff": check["max_abs_diff"], "oscillation": osc,
             "out": str(out), "plot": None if plot_path is None else str(plot_path),
         }))  # fmt: skip
@@ -434,26 +435,46 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
         f"{check['max_abs_diff']:.2e} over {check['n_y']} values of y"
     )
     for br in branches:
-        kind = "stable" if br["stable"] else "repelling"
         click.echo(
             f"branch {br['index']}: y in [{_y_text(br['y_min'])}, {_y_text(br['y_max'])}], "
-            f"mean c.x in [{br['mean_min']:.3f}, {br['mean_max']:.3f}], {kind} "
-            f"(max Re lambda {br['max_real_eigenvalue']:.3g})"
+            f"mean c.x in [{br['mean_min']:.3f}, {br['mean_max']:.3f}], {_stability_text(br)}"
         )
     for f in folds:
         click.echo(f"fold at y = {f['y']:.6f}, mean c.x = {f['mean']:.4f}")
-    click.echo(f"gap = max |phi(y) - p_st(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
+    over = ("sup over the curve" if ds.attrs["gap_kind"] == "sup"
+            else f"max over the {ds.sizes['point']} sampled points")  # fmt: skip
+    click.echo(f"gap = {over} of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = {ds.attrs['gap']:.4f}")
     if osc is not None:
         period = (f"period not determined: {osc['period_note']}" if "period_note" in osc
                   else f"period {osc['period']:.3f}")  # fmt: skip
+        a, b = osc["y_window"]
+        over = (f"over its last cycle (t in [{a:.3f}, {b:.3f}])"
+                if osc["y_window_kind"] == "last cycle"
+                else f"over t in [{a:g}, {b:g}], not a full cycle")  # fmt: skip
         click.echo(
             f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
-            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}], {period}"
+            f"[{osc['y_min']:.4f}, {osc['y_max']:.4f}] {over}, {period}"
         )
     click.echo(f"dataset     {out}")
     if plot_path is not None:
         click.echo(f"plot        {plot_path}")
 
+
+
+def _stability_text(br: dict) -> str:
+    """A branch's stability (`nonlinear._branch_stability`): the sign of the largest Re lambda
+    where float64 resolves it, and where it does not, say so instead of printing a sign."""
+    sup = br["max_real_eigenvalue"]
+    if br["stable"] is None:
+        text = (
+            f"stability unresolved in float64 at {br['unresolved_points']} points (Re lambda "
+            f"within round-off {br['max_unresolved_error']:.2g} of 0)"
+        )
+        return text + ("" if sup is None else f", max Re lambda {sup:.3g} at the others")
+    kind = "stable" if br["stable"] else "repelling"
+    if br["unresolved_points"]:
+        kind += f", unresolved at {br['unresolved_points']} points"
+    return f"{kind} (max Re lambda {sup:.3g}{', at its fold' if br['max_at_fold'] else ''})"
 
 
 def _y_text(y: float) -> str:
