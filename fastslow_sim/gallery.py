@@ -41,7 +41,7 @@ class Sizes:
     # ODE figures
     trajectory_eps: float = 0.125
     manifold_eps: tuple = (0.1, 0.03, 0.01)
-    convergence_eps: tuple = (0.02, 0.01, 0.005, 0.0025)
+    convergence_eps: tuple = (0.01, 0.005, 0.0025, 0.00125)
     convergence_t_end: float = 3.0
     kappa: float = 3.0
     osc_t_end: float = 20.0

@@ -382,7 +382,7 @@ def _tasks() -> dict[str, Task]:
         "convergence": Task(
             "convergence",
             {"system": _integrate_options()["system"],
-             "eps": Option(str, "0.02,0.01,0.005,0.0025", sweepable=False),
+             "eps": Option(str, "0.01,0.005,0.0025,0.00125", sweepable=False),
              "t_end": Option(float, 3.0, (_positive, "a positive finite time"))},
             _run_convergence, inner_dims=("eps",), validate=_validate_convergence,
             description="errors to the slow manifold and their slopes in eps",

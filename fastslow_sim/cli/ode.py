@@ -262,7 +262,7 @@ def _integrate_lines(r: dict) -> list:
 @click.option(
     "--eps",
     "eps_list",
-    default="0.02,0.01,0.005,0.0025",
+    default="0.01,0.005,0.0025,0.00125",
     show_default=True,
     metavar="E1,E2,...",
     help="Values of eps (at least two).",
