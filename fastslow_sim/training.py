@@ -690,7 +690,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     try:
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
-                        client=client, runs_dir=out, progress=base.get("progress", True), log=log,
+                        client=client, runs_dir=out, parents=True, log=log,
+                        progress=base.get("progress", True),
                         attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip
     except CellInputError as err:  # the grid is reproduce's own, not the user's --grid
