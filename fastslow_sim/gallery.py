@@ -28,6 +28,7 @@ import numpy as np
 
 from .bridge.variants import ARMS
 from .errors import InputError
+from .wording import plural
 
 __all__ = ["Sizes", "FULL", "QUICK", "FIGURES", "GROUPS", "make_figures", "phi_sweep",
            "sweep_plan", "cost_dataset", "multirate_error_dataset", "DEFAULT_TEXT", "select",
@@ -330,7 +331,7 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
         if not ctx.compute:
             continue
         base = {**s.base, "progress": False}
-        with ctx.bar(f"the ablation on {name} ({len(ARMS)} arms x {s.seeds} seeds, "
+        with ctx.bar(f"the ablation on {name} ({len(ARMS)} arms x {plural(s.seeds, 'seed')}, "
                      f"{s.tokens:,} tokens each)", len(ARMS) * s.seeds) as bar:  # fmt: skip
             reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base,
                       log=lambda msg: bar.update(1))  # fmt: skip
@@ -485,7 +486,8 @@ def _fig_phi_sweep(ctx):
         raise _MissingError(f"the phi-vs-pst sweep ({path})")
     else:
         base = {k: v for k, v in s.base.items() if k != "P"}
-        with ctx.bar(f"the phi-vs-pst sweep ({len(plan)} runs: tokens and P)", len(plan)) as bar:
+        with ctx.bar(f"the phi-vs-pst sweep ({plural(len(plan), 'run')}: tokens and P)",
+                     len(plan)) as bar:  # fmt: skip
             rows = phi_sweep(out, plan, base=base, max_windows=s.phi_max_windows,
                              probe_windows=s.phi_probe_windows, bar=bar)  # fmt: skip
         ctx.used.append((str(path), "computed"))
@@ -575,7 +577,7 @@ def _fig_cost(ctx):
     s = ctx.sizes
     ds = ctx.dataset(ctx.results / "cost.nc",
                      f"wall-clock per token against T ({len(s.cost_T)} T x "
-                     f"{1 + len(s.cost_P)} networks x {s.cost_rounds} rounds)",
+                     f"{1 + len(s.cost_P)} networks x {plural(s.cost_rounds, 'round')})",
                      {"T": list(s.cost_T), "P": list(s.cost_P), "model": s.cost_model,
                       "batch": s.cost_batch, "rounds": s.cost_rounds},
                      lambda bar: cost_dataset(s.cost_T, s.cost_P, s.cost_model, s.cost_batch,

@@ -49,6 +49,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .wording import plural
 
 __all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
 
@@ -1134,7 +1135,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                 nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (workers or 1))
                 size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
                 summary["dashboard"] = _dashboard(c)
-                log(f"dask: {nw} workers at {c.scheduler.address}"
+                log(f"dask: {plural(nw, 'worker')} at {c.scheduler.address}"
                     + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
                 _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
                        on_chunk)  # fmt: skip

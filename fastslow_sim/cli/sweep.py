@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..errors import InputError
+from ..wording import plural
 from .common import json_text
 
 
@@ -80,7 +81,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     if as_json:
         click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
     else:
-        click.echo(f"{task}: {res['n_cells']} cells over {', '.join(ds.attrs['swept'])}; "
+        click.echo(f"{task}: {plural(res['n_cells'], 'cell')} over {', '.join(ds.attrs['swept'])}; "
                    f"{res['n_skipped']} already in the store, {res['n_run']} run, "
                    f"{res['n_failed']} failed, {res['n_pending']} pending")  # fmt: skip
         for key, msg in failed[:5]:
