@@ -52,8 +52,8 @@ def corpus(spec, P, context, as_json):
         f"validation {info['val_tokens']:,}), vocabulary {info['vocab_size']}"
     )
     if "oracle_loss" in info:
-        click.echo(f"reference losses on {info['reference_windows']} validation windows of "
-                   f"{info['reference_context']} targets (nats/token):")  # fmt: skip
+        click.echo(f"reference losses on {plural(info['reference_windows'], 'validation window')} "
+                   f"of {plural(info['reference_context'], 'target')} (nats/token):")  # fmt: skip
         click.echo(f"  oracle (y known)                   {info['oracle_loss']:.4f}")
         click.echo(f"  Bayes floor (past tokens only)     {info['bayes_floor_loss']:.4f}")
         click.echo(f"  ignore-y (fixed transition matrix) {info['ignore_y_loss']:.4f}")

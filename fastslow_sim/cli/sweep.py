@@ -17,7 +17,9 @@ from .common import json_text
 @click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
               help="A swept parameter: NAME=V1,V2,... or NAME=A:B (the integers A to B, both "
                    "included); repeat for each dimension.")
-@click.option("--store", required=True, metavar="PATH.zarr", help="The sweep's zarr store.")
+@click.option("--store", required=True, metavar="PATH.zarr",
+              help="The sweep's zarr store (a new path in an existing folder, or a store to "
+                   "resume).")
 @click.option("--workers", default=None, type=int, metavar="N",
               help="Worker processes of the local cluster [default: the cores]; 0: in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
