@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .wording import plural
 
 __all__ = ["Corpus", "load_corpus", "text_corpus", "random_corpus"]
 
@@ -48,8 +49,8 @@ class Corpus:
         for split, data in (("training", self.train), ("validation", self.val)):
             if len(data) < need:
                 raise InputError(
-                    f"the {split} split of corpus {self.name!r} has {len(data)} tokens, fewer than "
-                    f"one sequence of {need}; expected a longer corpus or a shorter context."
+                    f"the {split} split of corpus {self.name!r} has {plural(len(data), 'token')}, "
+                    f"fewer than one sequence of {need}; expected a longer corpus or a shorter context."
                 )
 
     def window_starts(self, split: str, T: int) -> np.ndarray:

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from .bridge.variants import ARMS
 from .errors import InputError
+from .wording import plural
 
 __all__ = ["Sizes", "FULL", "QUICK", "FIGURES", "GROUPS", "make_figures", "phi_sweep",
-           "sweep_plan", "cost_dataset", "multirate_error_dataset", "DEFAULT_TEXT"]  # fmt: skip
+           "sweep_plan", "cost_dataset", "multirate_error_dataset", "DEFAULT_TEXT", "select",
+           "only_choices", "uses_text"]  # fmt: skip
 
 DEFAULT_TEXT = "../shared/data/tinyshakespeare.txt"  # the README's Shakespeare (relative to cwd)
 
@@ -307,14 +311,17 @@ def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
                if k not in _RESUME_FREE)  # fmt: skip
 
 
-def _ablations(ctx) -> dict:
-    """`{corpus name: run folder}` of finished ablations, running `reproduce` where missing."""
+def _ablations(ctx, corpora=("me", "text")) -> dict:
+    """`{corpus name: run folder}` of finished ablations of `corpora` (those of them that
+    `_corpora` has), running `reproduce` where missing."""
     from .io import load_dataset
     from .training import reproduce
 
     s = ctx.sizes
     dirs = {}
     for name, spec in _corpora(ctx).items():
+        if name not in corpora:
+            continue
         folder = ctx.runs / f"reproduce-{name}"
         path = folder / "ablation.nc"
         if path.is_file() and (not ctx.compute or _ablation_matches(load_dataset(path), spec, s)):
@@ -324,7 +331,7 @@ def _ablations(ctx) -> dict:
         if not ctx.compute:
             continue
         base = {**s.base, "progress": False}
-        with ctx.bar(f"the ablation on {name} ({len(ARMS)} arms x {s.seeds} seeds, "
+        with ctx.bar(f"the ablation on {name} ({len(ARMS)} arms x {plural(s.seeds, 'seed')}, "
                      f"{s.tokens:,} tokens each)", len(ARMS) * s.seeds) as bar:  # fmt: skip
             reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base,
                       log=lambda msg: bar.update(1))  # fmt: skip
@@ -339,7 +346,7 @@ def _ablations(ctx) -> dict:
 def _fig_gates(ctx):
     from .analysis import plot_gates
 
-    return {"training-gates": plot_gates(_ablations(ctx))}
+    return {"training-gates": plot_gates(_ablations(ctx, FIGURES["training-gates"].corpora))}
 
 
 def _references(dirs) -> dict:
@@ -355,7 +362,7 @@ def _references(dirs) -> dict:
 def _fig_val_loss(ctx):
     from .analysis import plot_val_loss
 
-    dirs = _ablations(ctx)
+    dirs = _ablations(ctx, FIGURES["training-val-loss"].corpora)
     return {"training-val-loss": plot_val_loss(dirs, _references(dirs))}
 
 
@@ -363,7 +370,7 @@ def _fig_ablation(ctx):
     from .analysis import plot_ablation
     from .io import load_dataset
 
-    dirs = _ablations(ctx)
+    dirs = _ablations(ctx, FIGURES["training-ablation"].corpora)
     return {"training-ablation": plot_ablation({k: load_dataset(v / "ablation.nc")
                                                 for k, v in dirs.items()})}  # fmt: skip
 
@@ -371,7 +378,8 @@ def _fig_ablation(ctx):
 def _fig_wall_clock(ctx):
     from .analysis import plot_wall_clock
 
-    return {"training-wall-clock": plot_wall_clock(_ablations(ctx))}
+    dirs = _ablations(ctx, FIGURES["training-wall-clock"].corpora)
+    return {"training-wall-clock": plot_wall_clock(dirs)}
 
 
 def _phi_result(ctx, run: Path, what: str) -> dict:
@@ -395,7 +403,7 @@ def _phi_result(ctx, run: Path, what: str) -> dict:
 def _fig_phi_vs_pst(ctx):
     from .analysis import plot_phi_vs_pst
 
-    dirs = _ablations(ctx)
+    dirs = _ablations(ctx, FIGURES["phi-vs-pst"].corpora)
     if "me" not in dirs:
         raise _MissingError("the me ablation (phi_theta against p_st needs the me corpus)")
     results = {}
@@ -478,7 +486,8 @@ def _fig_phi_sweep(ctx):
         raise _MissingError(f"the phi-vs-pst sweep ({path})")
     else:
         base = {k: v for k, v in s.base.items() if k != "P"}
-        with ctx.bar(f"the phi-vs-pst sweep ({len(plan)} runs: tokens and P)", len(plan)) as bar:
+        with ctx.bar(f"the phi-vs-pst sweep ({plural(len(plan), 'run')}: tokens and P)",
+                     len(plan)) as bar:  # fmt: skip
             rows = phi_sweep(out, plan, base=base, max_windows=s.phi_max_windows,
                              probe_windows=s.phi_probe_windows, bar=bar)  # fmt: skip
         ctx.used.append((str(path), "computed"))
@@ -568,7 +577,7 @@ def _fig_cost(ctx):
     s = ctx.sizes
     ds = ctx.dataset(ctx.results / "cost.nc",
                      f"wall-clock per token against T ({len(s.cost_T)} T x "
-                     f"{1 + len(s.cost_P)} networks x {s.cost_rounds} rounds)",
+                     f"{1 + len(s.cost_P)} networks x {plural(s.cost_rounds, 'round')})",
                      {"T": list(s.cost_T), "P": list(s.cost_P), "model": s.cost_model,
                       "batch": s.cost_batch, "rounds": s.cost_rounds},
                      lambda bar: cost_dataset(s.cost_T, s.cost_P, s.cost_model, s.cost_batch,
@@ -579,22 +588,57 @@ def _fig_cost(ctx):
 
 # ---------------------------------------------------------------------------------------------
 
-# name -> (group, recipe); the name is the file stem of the figure
+class Figure(NamedTuple):
+    """A figure of the gallery: its group, its recipe, what it shows (one line, for `fastslow-sim
+    figures --help`), and the ablations it reads (`corpora`: "me", "text"; none for the others)."""
+
+    group: str
+    recipe: Callable
+    shows: str
+    corpora: tuple = ()
+
+
+# name -> Figure; the name is the file stem of the figure
 FIGURES = {
-    "integrate-birth-death": ("ode", _fig_trajectory),
-    "equilibrium-manifold": ("ode", _fig_equilibrium_manifold),
-    "convergence": ("ode", _fig_convergence),
-    "nonlinear-branches": ("ode", _fig_branches),
-    "multirate-map": ("ode", _fig_multirate),
-    "training-gates": ("training", _fig_gates),
-    "training-val-loss": ("training", _fig_val_loss),
-    "training-ablation": ("training", _fig_ablation),
-    "training-wall-clock": ("training", _fig_wall_clock),
-    "phi-vs-pst": ("training", _fig_phi_vs_pst),
-    "phi-vs-pst-sweep": ("training", _fig_phi_sweep),
-    "cost": ("cost", _fig_cost),
-}
+    "integrate-birth-death": Figure("ode", _fig_trajectory,
+                                    "x_i(t), p_st(y(t)) and y(t), birth-death system"),
+    "equilibrium-manifold": Figure("ode", _fig_equilibrium_manifold,
+                                   "trajectories onto h0 = p_st(y) and h0 + eps h1"),
+    "convergence": Figure("ode", _fig_convergence,
+                          "errors to the slow manifold against eps, with slopes"),
+    "nonlinear-branches": Figure("ode", _fig_branches,
+                                 "non-linear critical manifold, folds, relaxation cycle"),
+    "multirate-map": Figure("ode", _fig_multirate,
+                            "multirate map's error against Radau, over eps and H"),
+    "training-gates": Figure("training", _fig_gates,
+                             "|tanh(alpha)| per layer during training (me, text)",
+                             ("me", "text")),
+    "training-val-loss": Figure("training", _fig_val_loss,
+                                "validation loss per arm against step (me, text)",
+                                ("me", "text")),
+    "training-ablation": Figure("training", _fig_ablation,
+                                "paired final-loss differences of the arms (me, text)",
+                                ("me", "text")),
+    "training-wall-clock": Figure("training", _fig_wall_clock,
+                                  "wall-clock per training run of every arm (me, text)",
+                                  ("me", "text")),
+    "phi-vs-pst": Figure("training", _fig_phi_vs_pst,
+                         "phi_theta(y) against p_st(y) per state (me)", ("me",)),
+    "phi-vs-pst-sweep": Figure("training", _fig_phi_sweep,
+                               "TV of phi_theta to p_st against tokens and P (me)"),
+    "cost": Figure("cost", _fig_cost, "cost per token against context length T: time, FLOPs"),
+}  # fmt: skip
 GROUPS = ("ode", "training", "cost")
+
+
+def only_choices() -> list:
+    """What `--only` takes: the groups, then the figure names (`cost` is both, named once)."""
+    return list(GROUPS) + [n for n in FIGURES if n not in GROUPS]
+
+
+def uses_text(names) -> bool:
+    """Whether any of the figures `names` reads the text corpus's ablation."""
+    return any("text" in FIGURES[n].corpora for n in names)
 
 
 def _outputs(name: str, ctx) -> list:
@@ -602,7 +646,8 @@ def _outputs(name: str, ctx) -> list:
     any figure is made (a file of the user's at the last of them would otherwise be refused only
     after the work before it, hours of training for `cost.nc`)."""
     res, runs, s = ctx.results, ctx.runs, ctx.sizes
-    ablations = [(runs / f"reproduce-{c}" / "ablation.nc", "ablation") for c in _corpora(ctx)]
+    ablations = [(runs / f"reproduce-{c}" / "ablation.nc", "ablation") for c in _corpora(ctx)
+                 if c in FIGURES[name].corpora]  # fmt: skip
     table = {
         "integrate-birth-death": [(res / "integrate-birth-death.nc", "dataset")],
         "equilibrium-manifold": [(res / f"equilibrium-manifold-eps{e:g}.nc", "dataset")
@@ -614,7 +659,7 @@ def _outputs(name: str, ctx) -> list:
         "phi-vs-pst-sweep": [(runs / "phi-sweep" / "phi_vs_pst_sweep.json", "phi-vs-pst sweep")],
         "cost": [(res / "cost.nc", "dataset")],
     }  # fmt: skip
-    if FIGURES[name][0] == "training" and name != "phi-vs-pst-sweep":
+    if FIGURES[name].corpora:
         return ablations
     return table[name]
 
@@ -626,9 +671,9 @@ def select(only) -> list:
     items = [w.strip() for w in (only.split(",") if isinstance(only, str) else only) if w.strip()]
     bad = [w for w in items if w not in FIGURES and w not in GROUPS]
     if bad or not items:
-        raise InputError(f"--only must name figures or groups out of {list(GROUPS) + list(FIGURES)}; "
-                         f"got {only!r}.")  # fmt: skip
-    return [n for n, (g, _) in FIGURES.items() if n in items or g in items]
+        raise InputError(f"--only must name figures or groups out of {only_choices()}; got "
+                         f"{only!r}.")  # fmt: skip
+    return [n for n, f in FIGURES.items() if n in items or f.group in items]
 
 
 def _folder(path, what) -> Path:
@@ -667,7 +712,7 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
                     check_writable(path, what)
     records = []
     for name in names:
-        _, recipe = FIGURES[name]
+        recipe = FIGURES[name].recipe
         ctx.used = []
         t0 = time.perf_counter()
         with palette.style():

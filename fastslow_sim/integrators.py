@@ -55,6 +55,7 @@ from .generators import domain_text
 from .solvers import METHODS, SOLVER_ERRORS, Solution
 from .validation import positive
 from .validation import t_span as check_t_span
+from .wording import plural
 
 __all__ = [
     "integrate",
@@ -226,7 +227,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     n_failed = sum(s != "success" for s in sol.status)
     ds = _to_dataset(system, t_out, x, y, attrs={
         **attrs, "batch_size": B,
-        "status": "success" if not n_failed else f"{n_failed} of {B} trajectories failed",
+        "status": "success" if not n_failed else f"{n_failed} of {plural(B, 'trajectory')} failed",
         "message": "per-trajectory status in the variable 'status'", "wall_time_s": wall,
         **{k: int(np.sum(sol.stats[k])) for k in ("nfev", "njev", "nlu") if k in sol.stats},
     }, batch=True)  # fmt: skip
@@ -341,9 +342,9 @@ def _initial_state(system, x0, y0):
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
     y0 = np.asarray(y0, dtype=np.float64).reshape(-1)
     if x0.shape != (system.n_fast,):
-        raise InputError(f"x0 must have {system.n_fast} entries; got {x0.shape[0]}.")
+        raise InputError(f"x0 must have {plural(system.n_fast, 'entry')}; got {x0.shape[0]}.")
     if y0.shape != (system.n_slow,):
-        raise InputError(f"y0 must have {system.n_slow} entries; got {y0.shape[0]}.")
+        raise InputError(f"y0 must have {plural(system.n_slow, 'entry')}; got {y0.shape[0]}.")
     if not np.all(np.isfinite(x0)) or not np.all(np.isfinite(y0)):
         raise InputError(f"x0 and y0 must be finite; got x0={x0.tolist()}, y0={y0.tolist()}.")
     if system.conserves_mass and (np.any(x0 < 0) or abs(x0.sum() - 1.0) > 1e-12):
@@ -398,7 +399,7 @@ def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:
         ds["status"] = ("batch", status, ds["status"].attrs)
         n_bad = int(np.sum(status != "success"))
         if n_bad:
-            ds.attrs["status"] = f"{n_bad} of {status.size} trajectories failed"
+            ds.attrs["status"] = f"{n_bad} of {plural(status.size, 'trajectory')} failed"
     elif ds.attrs.get("status") == "success":
         counts = ", ".join(f"{k} ({int((~np.isfinite(ds[k])).sum())})" for k in bad)
         ds.attrs["status"] = "non_finite"

@@ -47,8 +47,8 @@ import xarray as xr
 from ._version import __version__
 from .errors import InputError
 
-__all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "atomic_path",
-           "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
+__all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "check_parent",
+           "atomic_path", "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
 
 ENGINE = "h5netcdf"
 MARK = "fastslow-sim"  # how a figure's Creator/Software metadata begins
@@ -325,6 +325,15 @@ def check_writable(path, what="output") -> Path:
             f"the {what} path {str(p)!r} is read-only (no write permission); it is never "
             f"replaced: make it writable or choose another path."
         )
+    check_parent(p, what)
+    return p
+
+
+def check_parent(path, what="output") -> Path:
+    """Raise `InputError` unless the folder that holds `path` exists and takes new entries (an
+    output's folders are never made silently: a typo in one would scatter the results)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."

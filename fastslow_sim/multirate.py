@@ -29,6 +29,7 @@ from scipy.linalg import expm
 
 from .errors import InputError
 from .validation import positive, positive_int
+from .wording import plural
 
 __all__ = ["multirate_map", "MAX_TOKENS"]
 
@@ -106,8 +107,8 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
     n_tok = n_blocks * P
     if tokens and n_tok > MAX_TOKENS:
         raise InputError(
-            f"{n_blocks} blocks of P = {P} tokens are {n_tok:.3g} tokens, more than the "
-            f"{MAX_TOKENS:,} whose states can be kept; expected fewer (or tokens=False)."
+            f"{plural(n_blocks, 'block')} of P = {plural(P, 'token')} are {n_tok:.3g} tokens, "
+            f"more than the {MAX_TOKENS:,} whose states can be kept; expected fewer (or tokens=False)."
         )
     keep = n_tok <= MAX_TOKENS if tokens is None else bool(tokens)
     walk = keep or P <= _WALK

@@ -26,6 +26,7 @@ from .errors import InputError
 from .generators import BirthDeath, Generator, domain_text, rate_domain, readout_vector
 from .stationary import stationary_distribution
 from .systems import FastSlowSystem, LinearSlowLaw
+from .wording import plural
 
 __all__ = [
     "NonlinearBirthDeath",
@@ -744,7 +745,7 @@ def _trace(family, u, t, y_range, region, h, h_max, max_points, known_folds=(), 
                 break  # no fold ahead: the curve never turns back
         if len(out) >= max_points:
             raise RuntimeError(
-                f"the continuation took {max_points} steps without leaving y in "
+                f"the continuation took {plural(max_points, 'step')} without leaving y in "
                 f"[{y_lo:g}, {y_hi:g}] for good (now at y={u[n]:.6g})"
             )
         # h_max near folds; elsewhere steps of up to 1/2000 of the range (a wide range of a

@@ -26,6 +26,7 @@ dask task.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import functools
 import hashlib
 import itertools
@@ -48,6 +49,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .wording import plural
 
 __all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
 
@@ -116,6 +118,12 @@ def _positive(v):
 # -- integrate --------------------------------------------------------------------------------
 
 
+# The system holds eps and gives back P = round(1/eps): two roundings of relative size 2**-53
+# each, exact while P * 2**-52 < 1/2; beyond, some P come back off by one (4% of those drawn
+# below 2**52), and the multirate map would run other blocks than the cell's coordinate says.
+P_MAX = 2**51
+
+
 def _integrate_options():
     from .integrators import METHODS
     from .systems import SYSTEMS
@@ -123,7 +131,9 @@ def _integrate_options():
     return {
         "system": Option(str, "birth-death", choices=tuple(SYSTEMS)),
         "eps": Option(float, None, (_positive, "a positive finite number")),
-        "P": Option(int, None, (lambda v: v is None or v >= 1, "a positive integer")),
+        "P": Option(int, None, (lambda v: v is None or 1 <= v <= P_MAX,
+                                f"a positive integer at most 2**51 ({P_MAX:,}), the largest "
+                                f"that eps = 1/P in float64 gives back exactly")),
         "t_end": Option(float, 5.0, (_positive, "a positive finite time")),
         "method": Option(str, "auto", choices=tuple(METHODS)),
         "rtol": Option(float, 1e-8, (lambda v: 100 * 2.0**-52 <= v < 1, "from 2.2e-14 to below 1")),
@@ -270,7 +280,9 @@ def _run_manifold(cells):
     check = identity_check(make_system(c["system"], eps=0.1), np.linspace(a, b, 101))
     folds = json.loads(ds.attrs["folds"])
     cell = ds[[v for v in ds.data_vars if not v.startswith("osc_")]]
-    cell["gap"] = ((), float(ds.attrs["gap"]), {"long_name": "max |phi(y) - p_st(Q(x_ref, y))|"})
+    over = "sup over the curve" if ds.attrs["gap_kind"] == "sup" else "max over the sampled points"
+    cell["gap"] = ((), float(ds.attrs["gap"]),
+                   {"long_name": f"{over} of max_i |phi_i(y) - p_st,i(Q(x_ref, y))|"})  # fmt: skip
     cell["identity_max_abs_diff"] = ((), float(check["max_abs_diff"]),
                                      {"long_name": "max |x_newton(y) - p_st(y)| at kappa = 0"})  # fmt: skip
     cell["n_branches"] = ((), len(json.loads(ds.attrs["branches"])), {"long_name": "branches"})
@@ -451,6 +463,10 @@ def _typed(task: Task, name: str, text, where: str):
         except ValueError:
             kind = {int: "an integer", float: "a number"}.get(opt.type, "a string")
             raise InputError(f"{where}: {name} must be {kind}; got {text!r}.") from None
+        except OverflowError:
+            value = None
+        if opt.type is int and (value is None or not INT_MIN <= value <= INT_MAX):
+            raise InputError(_int64_text(where, name, text))
     if opt.type is float and value is not None and not math.isfinite(value):
         raise InputError(f"{where}: {name} must be finite; got {text!r}.")
     if opt.choices is not None and value not in opt.choices:
@@ -460,9 +476,28 @@ def _typed(task: Task, name: str, text, where: str):
     return value
 
 
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # integer parameters: the store's int64 coordinates
+
+
+def _int64_text(where: str, name: str, text) -> str:
+    return (f"{where}: {name} must be an integer from -2**63 to 2**63 - 1 ({INT_MAX:,}), which "
+            f"the store keeps as 64-bit integers; got {str(text).strip()!r}.")  # fmt: skip
+
+
 def _as_int(text: str) -> int:
-    v = float(text)
-    if not math.isfinite(v) or not v.is_integer():
+    """The integer that `text` writes ("12", "1e3", "2.0"), exactly: read as a decimal, not
+    through float (which turned seed 99999999999999999999999 into 99999999999999991611392).
+    `ValueError` unless it is an integer; `OverflowError` for one of 1e19 or more in absolute
+    value (beyond int64, and never expanded: "1e999999" would be a million digits)."""
+    try:
+        v = decimal.Decimal(str(text).strip())
+    except decimal.InvalidOperation:
+        raise ValueError(text) from None
+    if not v.is_finite():
+        raise ValueError(text)
+    if v and v.adjusted() > 18:
+        raise OverflowError(text)
+    if v != v.to_integral_value():
         raise ValueError(text)
     return int(v)
 
@@ -500,6 +535,10 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                 except ValueError:
                     raise InputError(f"--grid {spec!r}: a range is A:B with integers A <= B "
                                      f"(both included); got {item!r}.") from None  # fmt: skip
+                except OverflowError:
+                    lo = hi = None
+                if lo is None or (lo <= hi and not (INT_MIN <= lo and hi <= INT_MAX)):
+                    raise InputError(_int64_text(f"--grid {spec!r}", key, item))
                 if hi < lo:
                     raise InputError(f"--grid {spec!r}: a range is A:B with A <= B (both "
                                      f"included); got {item!r}.")  # fmt: skip
@@ -525,13 +564,18 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
     return grid
 
 
-def parse_options(task: str | Task, options: dict | None) -> dict:
-    """The task's fixed options: defaults updated by `options` (strings are typed and checked)."""
+def parse_options(task: str | Task, options: dict | None, grid: dict | None = None) -> dict:
+    """The task's fixed options: defaults updated by `options` (strings are typed and checked).
+    An option that `grid` also sweeps is refused (the grid's values silently won)."""
     task = get_task(task) if isinstance(task, str) else task
     fixed = {k: o.default for k, o in task.options.items()}
     for name, value in (options or {}).items():
         key = _canonical(task, name)
-        fixed[key] = _typed(task, key, value, f"--{name.replace('_', '-')}")
+        flag = f"--{name.replace('_', '-')}"
+        if grid is not None and key in grid:
+            raise InputError(f"{flag} {value} sets {key}, which --grid {key}=... sweeps; expected "
+                             f"{key} either fixed ({flag}) or swept (--grid), not both.")  # fmt: skip
+        fixed[key] = _typed(task, key, value, flag)
     return fixed
 
 
@@ -774,13 +818,21 @@ def _interrupted_store(store: Path) -> bool:
     return all(e.name == CELLS or e.name in _root_entries(store) for e in store.iterdir())
 
 
-def _check_store(store: Path, task: str) -> Path:
+def _check_store(store: Path, task: str, parents: bool = False) -> Path:
+    from .io import _special, check_parent
+    from .validation import folder
+
     if store.is_symlink() and not store.exists():
         raise InputError(f"--store {str(store)!r} is a dangling symbolic link; expected a new or "
                          f"existing sweep folder (PATH.zarr).")  # fmt: skip
     if store.exists() and not store.is_dir():
-        raise InputError(f"--store {str(store)!r} is a file; expected a new or existing sweep "
+        kind = _special(store) or "file"
+        raise InputError(f"--store {str(store)!r} is a {kind}; expected a new or existing sweep "
                          f"folder (PATH.zarr).")  # fmt: skip
+    if not store.exists():  # the folders above it are the user's to make, as for every --out
+        folder(store, "sweep store")
+        if not parents:
+            check_parent(store, "sweep store")
     if not store.is_dir() or not any(store.iterdir()):
         return store
     attrs = _root_attrs(store)
@@ -794,9 +846,28 @@ def _check_store(store: Path, task: str) -> Path:
     return store
 
 
-def _create_store(store: Path):
+def _check_runs_dir(task: Task, runs_dir, store: Path, parents: bool = False) -> Path | None:
+    """The folder of a train-network sweep's run folders (default `PATH-runs` beside the
+    store), checked as the store is: a folder or a new path in an existing folder."""
+    from .io import check_parent
+    from .validation import folder
+
+    if not task.needs_out:
+        if runs_dir is not None:
+            raise InputError(f"--runs-dir {str(runs_dir)!r} is for the run folders of "
+                             f"train-network; the {task.name} task writes none.")  # fmt: skip
+        return None
+    runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
+    folder(runs_dir, "runs folder")
+    if not runs_dir.exists() and not parents:
+        check_parent(runs_dir, "runs folder")
+    return runs_dir
+
+
+def _create_store(store: Path, parents: bool = False):
     try:
-        (store / CELLS).mkdir(parents=True, exist_ok=True)
+        store.mkdir(parents=parents, exist_ok=True)  # else its folder exists (`_check_store`)
+        (store / CELLS).mkdir(exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the sweep store {str(store)!r}: {err.strerror}.") from None
 
@@ -1002,7 +1073,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
               workers: int | None = None, scheduler: str | None = None, client=None,
               chunk_size: int | None = None, retry_failed: bool = False, runs_dir=None,
               progress: bool = True, log=print, attrs: dict | None = None,
-              threads: int | None = None, on_chunk: Callable | None = None) -> dict:  # fmt: skip
+              threads: int | None = None, on_chunk: Callable | None = None,
+              parents: bool = False) -> dict:  # fmt: skip
     """Run every missing cell of `grid` (a dict, or `--grid` strings) of `task` and return
     `{"dataset", "store", "n_cells", "n_skipped", "n_run", "n_failed", "dashboard"}`.
 
@@ -1012,19 +1084,20 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     default: the batch split evenly over the workers, at most 64: a rodas4 batch costs about
     as much as one of its trajectories, so smaller chunks only add work) or one cell. `threads`: OMP,
     MKL and torch threads of each local worker (default: cores // workers). `on_chunk(results,
-    chunk)` is called as each chunk finishes.
+    chunk)` is called as each chunk finishes. The store's folder must exist (`--store a/b/c.zarr`
+    does not make a/b) unless `parents` (a caller whose own output folder holds the store, as
+    `reproduce --out DIR` holds DIR/sweep.zarr); nothing is written before every check passed.
     """
     t = get_task(task)
     grid = parse_grid(t, grid) if isinstance(grid, (list, tuple)) else parse_grid(
         t, [f"{k}={','.join(map(str, v))}" for k, v in grid.items()])  # fmt: skip
-    fixed = parse_options(t, options)
+    fixed = parse_options(t, options, grid)
     if workers is not None and workers < 0:
         raise InputError(f"--workers must be a non-negative integer; got {workers}.")
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
-    store = _check_store(Path(store), t.name)
-    if t.needs_out:
-        runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
+    store = _check_store(Path(store), t.name, parents)
+    runs_dir = _check_runs_dir(t, runs_dir, store, parents)
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
     retry = set()
@@ -1051,8 +1124,14 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
         c = None if here or not todo else stack.enter_context(_client(workers, scheduler, client,
                                                                        threads))  # fmt: skip
-        _create_store(store)
-        consolidate(store, t, grid, fixed, cells, attrs)
+        created = not store.exists()
+        try:
+            _create_store(store, parents)
+            consolidate(store, t, grid, fixed, cells, attrs)
+        except BaseException:
+            if created:  # a store that failed as it was made is no store: nothing is left
+                shutil.rmtree(store, ignore_errors=True)
+            raise
         try:
             if c is None:
                 _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None, progress,
@@ -1061,7 +1140,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                 nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (workers or 1))
                 size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
                 summary["dashboard"] = _dashboard(c)
-                log(f"dask: {nw} workers at {c.scheduler.address}"
+                log(f"dask: {plural(nw, 'worker')} at {c.scheduler.address}"
                     + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
                 _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
                        on_chunk)  # fmt: skip

@@ -30,6 +30,7 @@ from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, save_json
+from .wording import plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
            "check_config", "check_run_folder"]
@@ -63,10 +64,11 @@ def _kept_checkpoint(path, saved, bad) -> str:
     if saved is None:
         return f"; this run has written no checkpoint to {str(path)!r}."
     if saved >= bad:
-        return (f"; its last checkpoint, {str(path)!r}, holds those weights (after {saved} "
-                f"steps): resume from an earlier copy, if any, not from it.")  # fmt: skip
-    return (f"; its last checkpoint, {str(path)!r}, holds the weights after {saved} steps, "
-            f"whose loss was finite.")  # fmt: skip
+        return (f"; its last checkpoint, {str(path)!r}, holds those weights (after "
+                f"{plural(saved, 'step')}): resume from an earlier copy, if any, not from "
+                f"it.")  # fmt: skip
+    return (f"; its last checkpoint, {str(path)!r}, holds the weights after "
+            f"{plural(saved, 'step')}, whose loss was finite.")  # fmt: skip
 
 
 def parse_tokens(text) -> int:
@@ -615,7 +617,8 @@ def matched_depth(base: dict, vocab_size: int) -> int:
     if abs(count("dense", best) - target) > 0.01 * target:
         raise InputError(
             f"no dense depth matches the coupled model's {target:,} parameters within 1% "
-            f"(closest: {best} layers, {count('dense', best):,}); expected phi_mult near 4."
+            f"(closest: {plural(best, 'layer')}, {count('dense', best):,}); expected phi_mult "
+            f"near 4."
         )
     return best
 
@@ -690,7 +693,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     try:
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
-                        client=client, runs_dir=out, progress=base.get("progress", True), log=log,
+                        client=client, runs_dir=out, parents=True, log=log,
+                        progress=base.get("progress", True),
                         attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip
     except CellInputError as err:  # the grid is reproduce's own, not the user's --grid
@@ -700,8 +704,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
            enumerate(range(seeds)) if sw["status"].values[i, j] != "done"]  # fmt: skip
     if bad:
         a, s, msg = bad[0]
-        raise SweepError(f"{len(bad)} of {len(arms) * seeds} runs did not finish; {a} seed {s}: "
-                         f"{msg or 'pending'} (store {res['store']}).")  # fmt: skip
+        raise SweepError(f"{len(bad)} of {plural(len(arms) * seeds, 'run')} did not finish; "
+                         f"{a} seed {s}: {msg or 'pending'} (store {res['store']}).")  # fmt: skip
     runs = _runs_from_sweep(sw, arms, seeds)
     fresh = set(map(tuple, np.argwhere(sw["run_id"].values == sw.attrs["run_id"]).tolist())) \
         if "run_id" in sw else set()

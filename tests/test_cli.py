@@ -512,3 +512,23 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
     assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
     assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
+
+
+def test_a_count_of_one_takes_the_singular(tmp_path):
+    """The CLI printed '1 trajectories', '1 blocks of slow time H=0.01, 1 tokens each' and
+    '1 cells over seed': every count printed with its noun goes through one helper."""
+    from fastslow_sim.wording import plural
+
+    assert [plural(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert (plural(1, "trajectory"), plural(3, "trajectory")) == ("1 trajectory", "3 trajectories")
+    assert (plural(1, "entry"), plural(2, "day")) == ("1 entry", "2 days")
+    assert plural(12345, "token", spec=",") == "12,345 tokens"
+    common = ["--t-end", "0.01", "--n-eval", "2", "--no-plot"]
+    res = run(["integrate", "--batch", "1", "--eps", "0.1", *common, "--out", str(tmp_path / "b.nc")])
+    assert res.exit_code == 0 and "batch       1 trajectory: {'success': 1}" in res.output
+    res = run(["integrate", "--method", "multirate", "--eps", "1", *common,
+               "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    assert res.exit_code == 0 and "success: 1 block of slow time H=0.01, 1 token each" in res.output
+    res = run(["sweep", "integrate", "--grid", "seed=0", "--eps", "0.1", "--t-end", "0.01",
+               "--n-eval", "2", "--store", str(tmp_path / "s.zarr"), "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 0 and "integrate: 1 cell over seed; " in res.output

@@ -160,3 +160,47 @@ def test_compute_false_does_not_reuse_a_phi_result_older_than_its_run(tmp_path):
     with pytest.raises(gallery._MissingError, match="older than"):
         gallery._phi_result(ctx, run, "phi_theta against p_st")
     assert ctx.used == []
+
+
+def test_only_names_each_choice_once_and_help_lists_every_figure():
+    """`--only`'s choices named `cost` twice (a group and a figure), and `figures --help` did
+    not list the figures: now each choice once, and one help line per figure saying what it
+    shows."""
+    import re
+
+    res = CliRunner().invoke(main, ["figures", "--only", "pictures"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    choices = re.findall(r"'([^']+)'", res.output.split("out of", 1)[1].split("; got")[0])
+    assert sorted(choices) == sorted(set(gallery.GROUPS) | set(gallery.FIGURES))
+    assert len(choices) == len(set(choices))
+    res = CliRunner().invoke(main, ["figures", "--help"])
+    assert res.exit_code == 0
+    lines = res.output.split("\n")
+    for name, fig in gallery.FIGURES.items():
+        (line,) = [ln for ln in lines if ln.split()[:1] == [name]]
+        assert line.split(None, 1)[1] == fig.shows  # the whole description, on the name's line
+    for group in gallery.GROUPS:
+        assert group in res.output
+
+
+@pytest.mark.parametrize(
+    "only, note",
+    [(None, True), ("training", True), ("training-gates", True), ("ode", False), ("cost", False),
+     ("phi-vs-pst", False), ("phi-vs-pst-sweep", False), ("multirate-map,training-ablation", True)],
+)  # fmt: skip
+def test_text_note_only_for_figures_that_read_the_text(tmp_path, monkeypatch, only, note):
+    """The note on a missing tinyshakespeare.txt was printed for every selection, `--only cost`
+    included; now only where a selected figure reads the text ablation. The note follows what
+    the recipes read: phi-vs-pst draws the me runs only, and checks only the me ablation."""
+    monkeypatch.chdir(tmp_path)  # no ../shared/data/tinyshakespeare.txt from here
+    monkeypatch.setattr(gallery, "make_figures", lambda **kw: [])
+    res = CliRunner().invoke(main, ["figures"] + ([] if only is None else ["--only", only]))
+    assert res.exit_code == 0, res.output
+    assert ("tinyshakespeare.txt" in res.output) == note, res.output
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be " * 100)
+    ctx = gallery._Context(TINY, tmp_path / "f", tmp_path / "r", tmp_path / "runs", str(text),
+                           False, True)  # fmt: skip
+    read = {p.parent.name for n in gallery.select(only) for p, _ in gallery._outputs(n, ctx)
+            if p.name == "ablation.nc"}  # fmt: skip
+    assert ("reproduce-text" in read) == note

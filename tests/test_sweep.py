@@ -20,7 +20,8 @@ from fastslow_sim.cli import main
 from fastslow_sim.errors import InputError
 from fastslow_sim.sweep import CELLS, parse_grid, run_sweep
 
-FAST = {"t_end": "0.5", "n_eval": "5", "eps": "0.125"}  # tiny integrate cells (about 0.1 s each)
+SHORT = {"t_end": "0.5", "n_eval": "5"}  # tiny integrate cells (about 0.1 s each)
+FAST = {**SHORT, "eps": "0.125"}  # and eps, where it is not swept
 
 
 def _one_by_one(system, eps, seed, t_end=0.5, n_eval=5):
@@ -75,11 +76,21 @@ TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--
               "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--P", "4"]  # fmt: skip
 
 
+def _tiny_train(*swept):
+    """TINY_TRAIN without the options named `swept` (a swept parameter is not also fixed)."""
+    out, args = [], list(TINY_TRAIN)
+    while args:
+        name, value = args.pop(0), args.pop(0)
+        if name not in swept:
+            out += [name, value]
+    return out
+
+
 @pytest.mark.parametrize(
     "args, text",
     [  # values of the option's type that the task's own checks refuse: each was a failed cell
         (["integrate", "--grid", "eps=0.1,1e-13", "--grid", "seed=0,1", *sum(
-            ([f"--{k.replace('_', '-')}", v] for k, v in FAST.items() if k != "eps"), [])],
+            ([f"--{k.replace('_', '-')}", v] for k, v in SHORT.items()), [])],
          "--grid eps=1e-13, seed=0: eps = 1e-13 is below 1e-12, the smallest time-scale ratio"),
         (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
          "--grid eps=0.1: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
@@ -95,14 +106,14 @@ TINY_TRAIN = ["--corpus", "random", "--tokens", "256", "--block-size", "32", "--
          "--grid system=birth-death: eps=0.5 is too large for t_end=1: the initial layer lasts"),
         (["convergence", "--grid", "system=two-state,cycle", "--eps", "0.02,0.01", "--t-end", "1e300"],
          "--grid system=two-state: t_end=1e+300 is beyond 1000: the slow variable settles"),
-        (["train-network", "--grid", "n_layer=1,0", *TINY_TRAIN],
+        (["train-network", "--grid", "n_layer=1,0", *_tiny_train("--n-layer")],
          "--grid n_layer=0: n_layer must be a positive integer; got 0."),
         (["train-network", "--grid", "lr=1e-3,1e38", *TINY_TRAIN],
          "--grid lr=1e+38: lr must be a positive number at most 3.40282e+37 (AdamW steps by up "
          "to the learning rate / (1 - 0.9), which must fit in the model's float32); got 1e+38."),
         (["train-network", "--grid", "seed=0,1", "--min-lr", "1e38", *TINY_TRAIN],
          "--grid seed=0: min_lr must be a positive number at most 3.40282e+37"),
-        (["train-network", "--grid", "n_embd=32,33", *TINY_TRAIN], "--grid n_embd=33: "),
+        (["train-network", "--grid", "n_embd=32,33", *_tiny_train("--n-embd")], "--grid n_embd=33: "),
     ],
 )  # fmt: skip
 def test_bad_cell_is_refused_before_any_cell_runs(tmp_path, monkeypatch, args, text):
@@ -170,7 +181,7 @@ def test_bad_task_option_and_task_name(tmp_path):
 def test_store_layout_resume_and_one_by_one(tmp_path):
     store = tmp_path / "s.zarr"
     grid = ["eps=0.1,0.05", "system=birth-death,two-state", "seed=0:1"]
-    res = run_sweep("integrate", grid, FAST, store, workers=0, chunk_size=1, progress=False,
+    res = run_sweep("integrate", grid, SHORT, store, workers=0, chunk_size=1, progress=False,
                     log=lambda *a: None)  # fmt: skip
     assert (res["n_cells"], res["n_run"], res["n_failed"]) == (8, 8, 0)
     ds = xr.open_zarr(store)
@@ -194,11 +205,11 @@ def test_store_layout_resume_and_one_by_one(tmp_path):
     files = {p: p.stat().st_mtime_ns for p in (store / CELLS).glob("*.npz")}
     assert len(files) == 8
     # the same command again runs nothing and rewrites no cell
-    again = run_sweep("integrate", grid, FAST, store, workers=0, progress=False, log=lambda *a: None)
+    again = run_sweep("integrate", grid, SHORT, store, workers=0, progress=False, log=lambda *a: None)
     assert (again["n_skipped"], again["n_run"]) == (8, 0)
     assert {p: p.stat().st_mtime_ns for p in (store / CELLS).glob("*.npz")} == files
     # a larger grid runs only its new cells
-    more = run_sweep("integrate", ["eps=0.1,0.05,0.02", *grid[1:]], FAST, store, workers=0,
+    more = run_sweep("integrate", ["eps=0.1,0.05,0.02", *grid[1:]], SHORT, store, workers=0,
                      progress=False, log=lambda *a: None)  # fmt: skip
     assert (more["n_skipped"], more["n_run"]) == (8, 4)
     assert xr.open_zarr(store).sizes["eps"] == 3
@@ -209,7 +220,7 @@ def test_batched_chunk_matches_cells_one_by_one(tmp_path):
     trajectory). The steps are the same as alone; only round-off of the folded 1/eps differs,
     so the states agree to 1e-12 (the solver's own tolerance is rtol 1e-8)."""
     store = tmp_path / "b.zarr"
-    run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], FAST, store, workers=0, progress=False,
+    run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], SHORT, store, workers=0, progress=False,
               log=lambda *a: None)  # fmt: skip
     ds = xr.open_zarr(store).load()
     assert len(set(ds["worker"].values.ravel())) == 1
@@ -249,15 +260,15 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert str(ds["message"].values[1, 0]) == "LinAlgError: Singular matrix"
     assert np.isnan(ds["x"].values[1]).all() and np.isfinite(ds["x"].values[0]).all()
     # failed cells are final unless asked: the same command runs nothing
-    again = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
+    again = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], SHORT, store, workers=0,
                       progress=False, log=lambda *a: None)  # fmt: skip
     assert again["n_run"] == 0 and again["n_failed"] == 2
-    retry = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
+    retry = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], SHORT, store, workers=0,
                       retry_failed=True, progress=False, log=lambda *a: None)  # fmt: skip
     assert retry["n_run"] == 2 and retry["n_failed"] == 2
     monkeypatch.setattr(integrators, "integrate", real)  # the failure is gone: retried, done
     monkeypatch.setattr(integrators, "integrate_batch", fs.integrate_batch)
-    fixed = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], FAST, store, workers=0,
+    fixed = run_sweep("integrate", ["eps=0.1,0.05", "seed=0,1"], SHORT, store, workers=0,
                       retry_failed=True, progress=False, log=lambda *a: None)  # fmt: skip
     assert fixed["n_run"] == 2 and fixed["n_failed"] == 0
 
@@ -288,6 +299,8 @@ def test_manifold_and_convergence_cells(tmp_path):
 
     ref = manifold_dataset(family_for("birth-death", 1.0), (-1.0, 1.5), osc_eps=0.01)
     assert float(ds["gap"].sel(kappa=1.0)) == ref.attrs["gap"]
+    # the birth-death family has an exact graph: the gap is its supremum, and the label says so
+    assert ref.attrs["gap_kind"] == "sup" and ds["gap"].attrs["long_name"].startswith("sup ")
     conv = run_sweep("convergence", ["system=two-state"], {"eps": "0.02,0.01", "t_end": "1"},
                      tmp_path / "c.zarr", workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
     assert tuple(conv["err_h0"].dims) == ("system", "eps")
@@ -325,7 +338,7 @@ def test_local_cluster_of_two_workers(tmp_path):
     run one by one; each worker's torch runs the threads it was given."""
     store = tmp_path / "d.zarr"
     lines = []
-    res = run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], FAST, store, workers=2,
+    res = run_sweep("integrate", ["eps=0.1,0.05", "seed=0:3"], SHORT, store, workers=2,
                     chunk_size=1, threads=1, progress=False, log=lines.append)  # fmt: skip
     assert res["n_run"] == 8 and res["n_failed"] == 0
     assert "2 workers" in lines[0]
@@ -632,7 +645,7 @@ def test_users_folder_with_a_cells_subfolder_is_refused_untouched(tmp_path):
     shutil.rmtree(mine / "sub")
     (mine / "cells" / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="is not a sweep store"):
-        run_sweep("integrate", ["eps=0.1"], FAST, mine, workers=0, progress=False)
+        run_sweep("integrate", ["eps=0.1"], SHORT, mine, workers=0, progress=False)
     assert sorted(p.name for p in mine.rglob("*")) == ["cells", "notes.txt"]
 
 
@@ -682,3 +695,101 @@ def test_grid_over_a_parameter_that_is_also_a_cell_variable(tmp_path):
     ds = xr.open_zarr(tmp_path / "a.zarr")
     assert ds["method"].values.tolist() == ["auto", "rodas4"]
     assert ds["method_cell"].values.tolist() == ["rodas4", "rodas4"]
+
+
+def test_fixed_option_that_is_also_swept_is_refused(tmp_path):
+    """`--grid eps=... --eps 0.5` ran the grid's eps and recorded eps 0.5 nowhere: one of them
+    was silently dropped. Refused in one sentence naming the parameter (an alias too)."""
+    store = tmp_path / "s.zarr"
+    for args, text in [
+        (["integrate", "--grid", "eps=0.1,0.01", "--eps", "0.5"],
+         "--eps 0.5 sets eps, which --grid eps=... sweeps; expected eps either fixed (--eps) or "
+         "swept (--grid), not both."),
+        (["train-network", "--grid", "context=32,64", "--context", "16", *_tiny_train("--block-size")],
+         "--context 16 sets block_size, which --grid block_size=... sweeps"),
+    ]:  # fmt: skip
+        res = CliRunner().invoke(main, ["sweep", *args, "--store", str(store), "--workers", "0"])
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith(f"Error: {text}") and res.output.count("\n") == 1
+        assert not store.exists() and not (tmp_path / "s-runs").exists()
+
+
+def test_integer_values_are_exact_or_refused_naming_the_bound(tmp_path):
+    """A seed went through float(): 99999999999999999999999 became 99999999999999991611392 and
+    2**53 + 1 became 2**53. Integers are read exactly; beyond int64 (what the store keeps)
+    they are refused in one sentence, a range or a huge exponent unexpanded."""
+    g = parse_grid("integrate", ["seed=9007199254740993,9223372036854775807,1e3"])
+    assert g["seed"] == [2**53 + 1, 2**63 - 1, 1000]
+    for spec in ["seed=99999999999999999999999", "seed=9223372036854775808", "seed=0:1e30",
+                 "seed=1e999999999"]:  # fmt: skip
+        with pytest.raises(InputError, match=r"seed must be an integer from -2\*\*63 to 2\*\*63 - 1 "
+                           r"\(9,223,372,036,854,775,807\), which the store keeps as 64-bit"):  # fmt: skip
+            parse_grid("integrate", [spec])
+    store = tmp_path / "s.zarr"
+    res = run_sweep("integrate", ["seed=9007199254740993"], FAST, store, workers=0, progress=False,
+                    log=lambda *a: None)  # fmt: skip
+    ds = res["dataset"]
+    assert ds["seed"].dtype == np.int64 and int(ds["seed"].values[0]) == 2**53 + 1
+    x0, _ = fs.random_initial_conditions(fs.make_system("birth-death", eps=0.125), 1, 2**53 + 1)
+    assert np.array_equal(ds["x0"].values[0], x0[0])  # the cell ran the seed it names
+    assert json.loads(ds.attrs["grid"])["seed"] == [2**53 + 1]
+
+
+def test_grid_value_the_task_cannot_run_leaves_nothing_on_disk(tmp_path, monkeypatch):
+    """`--grid P=8,1e20` (multirate takes any eps) passed the checks, then writing the store's
+    P coordinate raised and left a half-made store. P is refused beyond 2**51, where eps = 1/P
+    stops giving P back exactly; and a store that fails as it is made is removed."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    for P, text in [("1e20", "P must be an integer from -2**63 to 2**63 - 1"),
+                    (str(2**51 + 1), "P must be a positive integer at most 2**51 "
+                                     "(2,251,799,813,685,248), the largest that eps = 1/P")]:  # fmt: skip
+        res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", f"P=8,{P}", "--method",
+                                        "multirate", "--store", str(store), "--workers", "0"])  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert text in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output
+        assert not store.exists()
+    s = fs.make_system("birth-death", eps=1.0 / 2**51)
+    assert s.P == 2**51  # the bound itself comes back exactly
+
+    def broken(*a, **k):
+        raise RuntimeError("the root could not be written")
+
+    monkeypatch.setattr(sw, "consolidate", broken)
+    with pytest.raises(RuntimeError):
+        run_sweep("integrate", ["seed=0"], FAST, store, workers=0, progress=False)
+    assert not store.exists()
+
+
+def test_store_and_runs_folders_are_checked_before_any_work(tmp_path):
+    """`--store a/b/c.zarr` made a/ and a/b/ silently; `--runs-dir FILE` was not looked at
+    until a cell ran. Both are refused up front as every command's outputs are: the folder
+    that holds an output must exist, and no folder on the way is a file."""
+    (tmp_path / "file").write_text("mine")
+    cases = [
+        (["integrate", "--grid", "seed=0", "--eps", "0.1", "--store", str(tmp_path / "a/b/c.zarr")],
+         f"cannot write the sweep store '{tmp_path}/a/b/c.zarr': folder '{tmp_path}/a/b' does "
+         f"not exist."),
+        (["integrate", "--grid", "seed=0", "--eps", "0.1", "--store", str(tmp_path / "file/c.zarr")],
+         f"'{tmp_path}/file' (above the sweep store '{tmp_path}/file/c.zarr') exists and is not "
+         f"a folder"),
+        (["integrate", "--grid", "seed=0", "--eps", "0.1", "--store", "/dev/null"],
+         "--store '/dev/null' is a character device; expected a new or existing sweep folder"),
+        (["train-network", "--grid", "seed=0,1", *TINY_TRAIN, "--store", str(tmp_path / "s.zarr"),
+          "--runs-dir", str(tmp_path / "file")],
+         f"'{tmp_path}/file' exists and is not a folder; expected the runs folder to be a folder"),
+        (["train-network", "--grid", "seed=0,1", *TINY_TRAIN, "--store", str(tmp_path / "s.zarr"),
+          "--runs-dir", str(tmp_path / "q/r")],
+         f"cannot write the runs folder '{tmp_path}/q/r': folder '{tmp_path}/q' does not exist."),
+        (["integrate", "--grid", "seed=0", "--eps", "0.1", "--store", str(tmp_path / "s.zarr"),
+          "--runs-dir", str(tmp_path / "r")],
+         f"--runs-dir '{tmp_path}/r' is for the run folders of train-network; the integrate task "
+         f"writes none."),
+    ]  # fmt: skip
+    for args, text in cases:
+        res = CliRunner().invoke(main, ["sweep", *args, "--workers", "0"])
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith(f"Error: {text}") and res.output.count("\n") == 1, res.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    assert (tmp_path / "file").read_text() == "mine"

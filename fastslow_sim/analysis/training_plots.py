@@ -10,6 +10,7 @@ import numpy as np
 
 from fastslow_sim.bridge.variants import ARMS
 
+from ..wording import plural
 from .palette import ARM_COLORS, WIDTH, arm_color
 from .plots import axis_label, figure_axes
 
@@ -60,7 +61,8 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
             shades = _layer_shades(arm_color(arm), g.shape[2])
             for layer in range(g.shape[2]):
                 ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
-                        label=f"{arm} ({len(g)} seeds)" if layer == g.shape[2] - 1 else None)  # fmt: skip
+                        label=f"{arm} ({plural(len(g), 'seed')})" if layer == g.shape[2] - 1
+                        else None)  # fmt: skip
                 ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
                                 color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
         ax.set_title(f"{corpus}: gates per layer (darker: deeper)")
@@ -87,7 +89,8 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
                 continue
             steps = runs[arm][0]["eval_step"].values
             v = np.array([ds["val_loss"].values for ds in runs[arm]])
-            ax.plot(steps, v.mean(0), color=arm_color(arm), label=f"{arm} ({len(v)} seeds)")
+            label = f"{arm} ({plural(len(v), 'seed')})"
+            ax.plot(steps, v.mean(0), color=arm_color(arm), label=label)
             ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
         refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
         for k, (name, value) in enumerate(refs):
@@ -163,7 +166,8 @@ def plot_ablation(ablations: dict, *, ax=None):
         ax.set_ylim(len(comps) - 0.4, -0.6)
         ax.set_xlabel("difference in validation loss [nats/token]")
         n_seeds = ds.sizes["seed"]
-        ax.set_title(f"{corpus}: paired by seed ({n_seeds} seeds), mean and 95% t interval",
+        ax.set_title(f"{corpus}: paired by seed ({plural(n_seeds, 'seed')}), mean and 95% t "
+                     f"interval",
                      fontsize=9.5)  # fmt: skip
         ax.legend(loc="lower left")
     fig.tight_layout()

@@ -23,7 +23,19 @@ def _print_figure_records(records):
     click.echo(f"total {sum(r['seconds'] for r in records):.1f} s")
 
 
-@click.command()
+class _FiguresCommand(click.Command):
+    """`figures --help` ends with the figure names, one line each on what it shows (read from
+    the gallery when the help is asked for, not when the CLI starts)."""
+
+    def format_epilog(self, ctx, formatter):
+        from ..gallery import FIGURES, GROUPS
+
+        with formatter.section(f"Figures (--only NAME,...; or a group: {', '.join(GROUPS)})"):
+            formatter.write_dl([(name, f.shows) for name, f in FIGURES.items()])
+        super().format_epilog(ctx, formatter)
+
+
+@click.command(cls=_FiguresCommand)
 @click.option("--quick", is_flag=True,
               help="Short runs (a few minutes on two cores) under fastslow-results/quick/.")
 @click.option("--out", "--out-dir", "out_dir", default=None, type=click.Path(file_okay=False),
@@ -39,7 +51,8 @@ def _print_figure_records(records):
               help="Text corpus of the second ablation [default: ../shared/data/tinyshakespeare.txt; "
                    "left out where the file is missing].")
 @click.option("--only", default=None, metavar="NAMES",
-              help="Comma-separated figure names or groups (ode, training, cost).")
+              help="Comma-separated figure names (listed below) or groups (ode, training, "
+                   "cost).")
 @ode_command
 def figures(quick, out_dir, results_dir, runs_dir, text, only):
     """Regenerate every figure, ODE and training alike, as PNG and PDF.
@@ -55,11 +68,11 @@ def figures(quick, out_dir, results_dir, runs_dir, text, only):
       fastslow-sim figures --only ode
     """
     use_agg()
-    from ..gallery import DEFAULT_TEXT, make_figures
+    from ..gallery import DEFAULT_TEXT, make_figures, select, uses_text
 
     if text is not None and not Path(text).is_file():
         raise InputError(f"--text {text!r} is not a file; expected a text corpus.")
-    if text is None and not Path(DEFAULT_TEXT).is_file():
+    if text is None and not Path(DEFAULT_TEXT).is_file() and uses_text(select(only)):
         click.echo(f"note: no {DEFAULT_TEXT} here, so the training figures show the me corpus only")
     records = make_figures(out=out_dir, quick=quick, results=results_dir, runs=runs_dir,
                            text=DEFAULT_TEXT if text is None else text, only=only)  # fmt: skip

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
+from ..wording import plural
 from .common import json_text, parse_eps_P
 
 
@@ -51,8 +52,8 @@ def corpus(spec, P, context, as_json):
         f"validation {info['val_tokens']:,}), vocabulary {info['vocab_size']}"
     )
     if "oracle_loss" in info:
-        click.echo(f"reference losses on {info['reference_windows']} validation windows of "
-                   f"{info['reference_context']} targets (nats/token):")  # fmt: skip
+        click.echo(f"reference losses on {plural(info['reference_windows'], 'validation window')} "
+                   f"of {plural(info['reference_context'], 'target')} (nats/token):")  # fmt: skip
         click.echo(f"  oracle (y known)                   {info['oracle_loss']:.4f}")
         click.echo(f"  Bayes floor (past tokens only)     {info['bayes_floor_loss']:.4f}")
         click.echo(f"  ignore-y (fixed transition matrix) {info['ignore_y_loss']:.4f}")
@@ -60,7 +61,7 @@ def corpus(spec, P, context, as_json):
         click.echo(f"  learnable gap ignore-y - floor     {info['loss_gap']:.4f}")
         click.echo(
             f"y from {info['y_p05']:.3f} to {info['y_p95']:.3f} (5th to 95th percentile), "
-            f"forgets its start within {info['y_memory_blocks']} blocks; P = {info['P']}"
+            f"forgets its start within {plural(info['y_memory_blocks'], 'block')}; P = {info['P']}"
         )
     if "note" in info:
         click.echo(f"note: {info['note']}")
@@ -162,7 +163,8 @@ def train_network(
         click.echo(json_text(summary))
         return
     click.echo(
-        f"{variant} on {corpus_spec}: {summary['tokens']:,} tokens in {summary['steps']} steps, "
+        f"{variant} on {corpus_spec}: {plural(summary['tokens'], 'token', spec=',')} in "
+        f"{plural(summary['steps'], 'step')}, "
         f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s"
     )
     val = (
@@ -274,7 +276,7 @@ def reproduce(
 
 
 def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
-    lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {seeds} seeds",
+    lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {plural(seeds, 'seed')}",
              "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
              "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
     for arm, r in table["arms"].items():

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import InputError
 from ..integrators import METHODS, random_initial_conditions, trajectory_summary
 from ..validation import number
+from ..wording import plural
 from .common import (
     KAPPA_MAX,
     MAX_BATCH,
@@ -241,7 +242,7 @@ def _integrate_lines(r: dict) -> list:
         f"status      {r['status']}: {r['message']}",
     ]
     if batched:
-        lines += [f"batch       {r['batch']} trajectories: {r['status_counts']}",
+        lines += [f"batch       {plural(r['batch'], 'trajectory')}: {r['status_counts']}",
                   f"y(t_end)    from {np.nanmin(y):.6g} to {np.nanmax(y):.6g}"]  # fmt: skip
     else:
         lines += [f"x(t_end)    {fmt_vec(r['x_final'])}", f"p_st(y)     {fmt_vec(r['p_st_final'])}",
@@ -432,7 +433,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     click.echo(f"{system_name}, kappa = {kappa:g}, y in [{a:g}, {b:g}]")
     click.echo(
         f"identity check (kappa = 0): max |x_newton(y) - p_st(y)| = "
-        f"{check['max_abs_diff']:.2e} over {check['n_y']} values of y"
+        f"{check['max_abs_diff']:.2e} over {plural(check['n_y'], 'value')} of y"
     )
     for br in branches:
         click.echo(

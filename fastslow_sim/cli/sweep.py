@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..errors import InputError
+from ..wording import plural
 from .common import json_text
 
 
@@ -16,7 +17,9 @@ from .common import json_text
 @click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
               help="A swept parameter: NAME=V1,V2,... or NAME=A:B (the integers A to B, both "
                    "included); repeat for each dimension.")
-@click.option("--store", required=True, metavar="PATH.zarr", help="The sweep's zarr store.")
+@click.option("--store", required=True, metavar="PATH.zarr",
+              help="The sweep's zarr store (a new path in an existing folder, or a store to "
+                   "resume).")
 @click.option("--workers", default=None, type=int, metavar="N",
               help="Worker processes of the local cluster [default: the cores]; 0: in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -80,7 +83,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     if as_json:
         click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
     else:
-        click.echo(f"{task}: {res['n_cells']} cells over {', '.join(ds.attrs['swept'])}; "
+        click.echo(f"{task}: {plural(res['n_cells'], 'cell')} over {', '.join(ds.attrs['swept'])}; "
                    f"{res['n_skipped']} already in the store, {res['n_run']} run, "
                    f"{res['n_failed']} failed, {res['n_pending']} pending")  # fmt: skip
         for key, msg in failed[:5]:

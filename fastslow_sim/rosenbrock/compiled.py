@@ -34,6 +34,7 @@ from numba import prange
 
 from ..cpu_kernels import _tridiagonal_solve
 from ..errors import InputError
+from ..wording import plural
 
 __all__ = ["march_chain", "CHAIN_KEYS"]
 
@@ -431,7 +432,8 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
     n = N - 1
     if n < 2 or len(chain["k"]) != n - 1:
         raise InputError(
-            f"z0 has {N} components; the chain has {len(chain['k']) + 1} states plus one slow one."
+            f"z0 has {plural(N, 'component')}; the chain has {len(chain['k']) + 1} states plus one "
+            f"slow one."
         )
     te = torch.as_tensor(t_eval, dtype=torch.float64).cpu().contiguous()
     K = te.shape[0]

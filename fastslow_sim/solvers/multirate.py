@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..wording import plural
 from . import Method, Solution, register
 
 DEFAULT_H = 0.01  # slow time per block when `H` is not given
@@ -56,7 +57,7 @@ def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
         z[:, b] = np.concatenate([run["x_blocks"], run["y_blocks"]], axis=1)
         P.append(run["P"])
     B = z0.shape[0]
-    message = f"{n_blocks} blocks of slow time H={H:g}, {P[0]} tokens each"
+    message = f"{plural(n_blocks, 'block')} of slow time H={H:g}, {plural(P[0], 'token')} each"
     stats = {"nfev": np.full(B, n_blocks), "njev": np.zeros(B, int), "nlu": np.zeros(B, int)}
     return Solution(z, ["success"] * B, [message] * B, stats, t=t0 + H * np.arange(n_blocks + 1),
                     attrs={"H": H, "tokens_per_block": P[0]})  # fmt: skip
