@@ -26,6 +26,9 @@ a division by zero gives inf or NaN as in torch (the solver's status per traject
 from __future__ import annotations
 
 import numba
+import numpy as np
+
+_MAX = float(np.finfo(np.float64).max)
 
 __all__ = ["arrow_factor", "arrow_solve", "arrow_solve_stage", "combine", "error_norm"]
 
@@ -121,14 +124,33 @@ def combine(y, K, a, out):
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def error_norm(e, y0, y1, rtol, atol, out):
     """The step's error per trajectory, `out_b = sqrt(mean_i (e_ib / (atol + rtol
-    max(|y0_ib|, |y1_ib|)))^2)` (`(N, B)` arrays; NaN in `e` or `y1` gives NaN)."""
+    max(|y0_ib|, |y1_ib|)))^2)` (`(N, B)` arrays; NaN in `e` or `y1` gives NaN). Where a square
+    overflows (a scaled entry beyond 1e154) the column is summed again scaled by its largest
+    entry, `control.rms`: finite for finite entries, inf for an inf one."""
     N, B = e.shape
     for b in range(B):
         out[b] = 0.0
     for r in range(N):
         for b in range(B):
-            a0, a1 = abs(y0[r, b]), abs(y1[r, b])
-            q = e[r, b] / (atol + rtol * (a0 if a0 >= a1 else a1))
+            q = e[r, b] / _error_scale(y0[r, b], y1[r, b], rtol, atol)
             out[b] += q * q
     for b in range(B):
-        out[b] = (out[b] / N) ** 0.5
+        if out[b] == np.inf:  # a square overflowed: again, in units of the largest entry
+            m = 0.0
+            for r in range(N):
+                m = max(m, abs(e[r, b] / _error_scale(y0[r, b], y1[r, b], rtol, atol)))
+            m = min(m, _MAX)
+            out[b] = 0.0
+            for r in range(N):
+                q = e[r, b] / _error_scale(y0[r, b], y1[r, b], rtol, atol) / m
+                out[b] += q * q
+            out[b] = (out[b] / N) ** 0.5 * m
+        else:
+            out[b] = (out[b] / N) ** 0.5
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _error_scale(y0, y1, rtol, atol):
+    """`atol + rtol max(|y0|, |y1|)`, the unit of one entry of the error."""
+    a0, a1 = abs(y0), abs(y1)
+    return atol + rtol * (a0 if a0 >= a1 else a1)

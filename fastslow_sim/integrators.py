@@ -33,7 +33,9 @@ The dataset records the tolerances asked for (`rtol`, `atol`) and those the solv
 (`solver_rtol`, `solver_atol`). An explicit method needs at least about `S / 3.3` steps for
 stability alone (the real stability interval of dopri5), so asking for one when `S > 500` issues
 a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about 290,000 evaluations
-at `eps = 1e-3` on a 16-state birth-death system).
+at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is below ten float64
+spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
+never reach it and is refused (`InputError`).
 
 A failed solve does not raise: the dataset's `status` and `message` attributes say why, and the
 states after the failure are NaN.
@@ -109,6 +111,24 @@ def estimate_explicit_nfev(method: str, stiffness: float) -> int:
     return int(stages * stiffness / interval)
 
 
+def _check_explicit_step(method, stiffness, t0, t1) -> None:
+    """`InputError` where the largest stable step of the explicit `method`, `interval (t1 - t0)
+    / S`, is below ten float64 spacings of the times near `t_end`, the smallest step a solver
+    takes there: it could never reach `t_end` (the birth-death chain at y0 = 100, rates 1e174:
+    a stable step of 1e-174; scipy's RK45 marched at t ~ 1e-170 for ever, DOP853 and
+    torchdiffeq stopped)."""
+    interval = method.explicit_stability[0]
+    step = interval * (t1 - t0) / stiffness
+    floor = 10 * np.spacing(max(abs(t0), abs(t1)))
+    if step < floor:
+        raise InputError(
+            f"the explicit method {method.name!r} is stable only with steps up to about "
+            f"{step:.3g} (stiffness index {stiffness:.3g} over [{t0:g}, {t1:g}]), below ten "
+            f"float64 spacings of the times near t_end ({floor:.3g}), so it cannot reach t_end; "
+            f"expected a stiff method (rodas4, lsoda, bdf) or method='auto'."
+        )
+
+
 def check_eps_range(eps, method) -> None:
     """`InputError` unless the ODE solvers resolve `eps` (one value or an array) in float64."""
     e = np.min(np.asarray(eps, dtype=np.float64))
@@ -179,6 +199,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             )
         options = {k: v for k, v in options.items() if k in chosen.options}
     elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
+        _check_explicit_step(chosen, stiffness, t0, t1)
         cost = estimate_explicit_nfev(chosen.name, stiffness)
         warnings.warn(
             f"the problem is stiff (stiffness index {stiffness:.3g} at eps={first.eps:g}); the "

@@ -9,6 +9,7 @@ import stat
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 import fastslow_sim as fs
@@ -72,6 +73,12 @@ def invoke(args, tmp_path, monkeypatch):
          "the y range [0, 177.0235] leaves the birth-death generator's domain [-176.599, "
          "177.023], where its rates are positive and finite."),
         (["integrate", "--eps", "0.1", "--y0", "nan"], "must be finite"),
+        # rates of 1e174 at y0 = 100 (inside the domain): an explicit method's stable step is
+        # 1e-174, so it never reaches t_end (rk45 ran for ever, dop853 stopped, failed)
+        (["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1", "--method", "rk45"],
+         "Error: the explicit method 'rk45' is stable only with steps up to about 5.84e-174"),
+        (["integrate", "--eps", "0.125", "--y0", "100", "--method", "dopri5"],
+         "below ten float64 spacings of the times near t_end (8.88e-15), so it cannot reach"),
         (["integrate", "--eps", "0.1", "--H", "0.5"], "--H is the block length"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "0"], "--H must be"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "nan"], "--H must be"),
@@ -98,6 +105,15 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         ["integrate", "--eps", "1e-12", "--method", "multirate", "--H", "0.05", "--t-end", "1"],
         ["integrate", "--eps", "1e300", "--t-end", "1"],
         ["integrate", "--eps", "0.1", "--y0", "30", "--t-end", "0.5"],
+        # rates of 1e173 and 1e294 (the domain ends at y = 177.02): status non_finite, a NaN
+        # table and exit 1 before (the first step's norm of f(z0) / atol overflowed)
+        ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1"],
+        ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "lsoda"],
+        ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "bdf"],
+        # unit rates over atol 1e-300: torchdiffeq's and scipy's first step squared f(z0) / atol,
+        # overflowed and was 0 (dopri5: 'underflow in dt 0.0', step_underflow, exit 1)
+        ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "dopri5"],
+        ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "bdf"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
     ],
@@ -232,10 +248,22 @@ def test_failed_solve_reports_no_mass_error_and_strict_json(tmp_path, monkeypatc
     """A solve that went non-finite (rodas4 at rtol 2.3e-14 over 1e11) printed
     `max |1^T x - 1| = 0.0` (a NaN-ignoring max over NaN) and `--json` printed NaN, which strict
     JSON parsers refuse: now the mass error is NaN in text, null in JSON, and every number is
-    finite or null."""
+    finite or null. That run failed only because its error norm squared e / atol = 1e300 and
+    overflowed; it succeeds now, so here the march fails as a march does, NaN from a step on
+    with the status non_finite."""
+    from fastslow_sim.rosenbrock import STATUS, compiled
+
+    real = compiled.march_chain
+
+    def failing(*args, **kwargs):
+        z, status, stats = real(*args, **kwargs)
+        z[z.shape[0] // 2 :] = float("nan")
+        return z, torch.full_like(status, STATUS.index("non_finite")), stats
+
+    monkeypatch.setattr(compiled, "march_chain", failing)
     monkeypatch.chdir(tmp_path)
-    args = ["integrate", "--eps", "0.1", "--t-end", "1e11", "--rtol", "2.3e-14", "--atol",
-            "1e-300", "--method", "rodas4", "--no-plot", "--out", "o.nc"]  # fmt: skip
+    args = ["integrate", "--eps", "0.1", "--t-end", "1", "--method", "rodas4", "--no-plot",
+            "--out", "o.nc"]  # fmt: skip
     r = CliRunner().invoke(main, args + ["--json"])
     assert r.exit_code == 1, r.output
     data = _strict_json(r.output)

@@ -86,6 +86,23 @@ def test_statuses_max_steps_step_underflow_and_non_finite():
     assert [STATUS[int(s)] for s in runs[1][1]] == ["success", "non_finite", "success"]
 
 
+@pytest.mark.parametrize("y0", [100.0, 170.0])
+def test_rates_near_the_float_range_take_the_same_path(y0):
+    # y0 inside the birth-death domain (y <= 177.02): up rates e^{4(y - 1/2)} of 1e173 and 1e294
+    # over eps. Before, the first step's norm |f(z0)| / atol overflowed, the step was 0 and both
+    # marches stopped at once: non_finite, NaN (the error norm squared such entries too)
+    system = fs.make_system("birth-death", eps=0.125)
+    z0 = np.concatenate([system.x0, [y0]])[None].repeat(2, 0)
+    z0[1, :-1] = 1.0 / system.n_fast  # a uniform start beside the default (all in state 0)
+    runs = _both(system, z0, [0.0, 0.5, 1.0], rtol=1e-8, atol=1e-10)
+    _assert_same(*runs, tol=1e-10 * y0)
+    assert [STATUS[int(s)] for s in runs[1][1]] == ["success"] * 2
+    # after a layer of about 1e-174, x = p_st(y) ~ e_7 and dy/dt = c.x - y = 1 - y
+    want = 1.0 + (y0 - 1.0) * np.exp(-np.array([0.5, 1.0]))
+    np.testing.assert_allclose(runs[1][0][1:, :, -1].numpy(), want[:, None].repeat(2, 1),
+                               rtol=1e-8)  # fmt: skip
+
+
 def test_another_tableau_and_control_take_the_same_path():
     # a perturbed RODAS4 that is neither stiffly accurate nor has a plain error estimate: the
     # general sums over M and E; and other control constants: both marches read them

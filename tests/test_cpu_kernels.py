@@ -46,6 +46,31 @@ def test_stage_kernels_match_the_torch_formulas():
     assert np.isnan(out[5]) and np.isnan(out[7]) and np.isfinite(np.delete(out, [5, 7])).all()
 
 
+def test_error_norm_of_entries_whose_squares_overflow():
+    # rates near 1e174 over atol 1e-10 (the birth-death chain at y = 100): scaled entries up to
+    # 1e300, whose squares overflow; the norm of such a column is still finite: 1e300 times the
+    # RMS of the column over 1e300, in the compiled kernel as in torch (control.error_norm)
+    from fastslow_sim.rosenbrock.control import StepControl, rms
+
+    rng = np.random.default_rng(1)
+    N, B = 9, 6
+    e = rng.standard_normal((N, B)) * np.array([1.0, 1e150, 1e200, 1e300, 1e300, 1e300])
+    e[0, 4], e[1, 5] = np.inf, np.nan
+    y0, y1 = rng.standard_normal((N, B)), rng.standard_normal((N, B))
+    unit = 1e-9 + 1e-6 * np.maximum(abs(y0), abs(y1))
+    m = np.abs(e / unit)[:, :4].max(0)
+    want = m * np.sqrt(np.mean((e[:, :4] / unit[:, :4] / m) ** 2, axis=0))
+    out = np.empty(B)
+    cpu_kernels.error_norm(e, y0, y1, 1e-6, 1e-9, out)
+    in_torch = StepControl().error_norm(*(torch.from_numpy(a) for a in (e, y0, y1)), 1e-6, 1e-9)
+    for got in (out, in_torch.numpy()):
+        np.testing.assert_allclose(got[:4], want, rtol=1e-14)
+        assert got[4] == np.inf and np.isnan(got[5])
+    # rms itself: exact on a column of equal entries at the top of the range, 0 on zeros
+    q = torch.tensor([[1e308, 0.0], [1e308, 0.0]], dtype=torch.float64)
+    assert rms(q, 0).tolist() == [1e308, 0.0]
+
+
 def test_stage_solve_equals_the_solve_of_the_formed_right_hand_side():
     n, B = 16, 9
     J = _arrow(B, n, seed=3)

@@ -120,3 +120,43 @@ def test_long_span_far_from_t_0():
     # within half an ulp per step; the solution is exp(-elapsed) to the solver's 1e-6
     slack = int(stats["naccept"][0]) * np.spacing(1e12) / 2
     assert abs(np.log(z[-1, 0, 0].item()) + 10.0) <= slack + 1e-6
+
+
+@pytest.mark.parametrize("y0", [100.0, 170.0])
+@pytest.mark.parametrize(
+    "method, options",
+    [("auto", {}), ("rodas4", {"march": "compiled"}), ("rodas4", {"march": "torch"}),
+     ("bdf", {}), ("lsoda", {})],
+)  # fmt: skip
+def test_rates_near_the_float_range(method, options, y0, one_thread):
+    """The birth-death chain's domain reaches y = 177.02, where its up rate e^{4(y - 1/2)}
+    (times n (|beta| + 1)) meets float64's largest number. Before, y0 = 100 (rates 1e173) gave
+    status non_finite and NaN (rodas4, auto), 'ValueError: array must not contain infs or NaNs'
+    (bdf), or ran for ever at t = 0 (lsoda): the first step's norm of f(z0) / atol overflowed."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), y0=[y0], method=method, n_eval=11, **options)
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    x, y = ds["x"].values, ds["y"].values[:, 0]
+    # x stays on the simplex (to the absolute tolerance 1e-10)
+    assert np.all(x >= -1e-10) and np.max(np.abs(x.sum(-1) - 1)) < 1e-10
+    # after a layer of ~1e-174, x = p_st(y) = h0(y): at y >= 37 all but e^{-4 (y - 1/2)} < 1e-64
+    # of the mass is in the top state, so h1 ~ dh0/dy is as small, and y follows the reduced
+    # system dy/dt = c.h0(y) - y = 1 - y to the solver's global error, which is what it is at
+    # y0 = 30, where every method worked before (relative, at rtol 1e-8: bdf 4.4e-8, lsoda
+    # 2.3e-8, rodas4 8.3e-9, auto 8e-11)
+    np.testing.assert_allclose(ds["manifold_distance"].values[1:], 0.0, atol=1e-10)
+    red = integrate_reduced(system, ds["time"].values, [y0])[:, 0]  # DOP853 at rtol 1e-11
+    np.testing.assert_allclose(red, 1.0 + (y0 - 1.0) * np.exp(-ds["time"].values), rtol=1e-10)
+    np.testing.assert_allclose(y, red, rtol=1e-7, atol=0)
+
+
+def test_a_scipy_method_that_fails_before_its_first_output_is_a_status():
+    # DOP853 at y0 = 100 (a stable step of 1e-174; integrate refuses it) stops before any
+    # output time: scipy's sol.y is then an empty list, and reading sol.y.T raised AttributeError
+    from fastslow_sim.solvers import METHODS
+
+    system = fs.make_system("birth-death", eps=0.125)
+    z0 = np.concatenate([system.x0, [100.0]])[None]
+    sol = METHODS["dop853"].solve(system, z0, np.linspace(0, 1, 3), 1e-8, 1e-10)
+    assert sol.status == ["failed"] and "step size" in sol.message[0]
+    assert np.isnan(sol.z).all()

@@ -12,7 +12,8 @@ the `StepControl` constants as arguments, and makes the decisions of `march.solv
 order (`tests/test_compiled_march.py` holds the two to 1e-10, statuses and statistics equal):
 
 - stage `i`: `(I/(h gamma) - J) k_i = f(y + sum_j A_ij k_j) + sum_j C_ij k_j / h` (`step.py`);
-- accept when `sqrt(mean_i (e_i / (atol + rtol max(|y0_i|, |y1_i|)))^2) <= 1`; next step
+- accept when `sqrt(mean_i (e_i / (atol + rtol max(|y0_i|, |y1_i|)))^2) <= 1`
+  (`cpu_kernels.error_norm`, without overflow); next step
   `h * clamp(safety max(err, err_floor)^(-1/order), fac_min, fac_max)`, `nonfinite_factor` for a
   NaN error (`control.py`); a step shortened to land on its target keeps the longer step proposed
   before it; too small once `h <= underflow_ulps * eps_mach |t| + tiny`;
@@ -32,7 +33,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..cpu_kernels import _tridiagonal_solve
+from ..cpu_kernels import _tridiagonal_solve, error_norm
 from ..errors import InputError
 from ..wording import plural
 
@@ -272,26 +273,24 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
                 for r in range(N):
                     for q in range(L):
                         y_new[r, q] += M[jj] * ks[jj, r, q]
-        # the error norm (control.py)
-        for q in range(L):
-            errs[q] = 0.0
-        for r in range(N):
-            for q in range(L):
-                if plain_error:
-                    e = ks[S - 1, r, q]
-                else:
-                    e = 0.0
-                    for jj in range(S):
-                        e += E[jj] * ks[jj, r, q]
-                a0, a1 = abs(y[r, q]), abs(y_new[r, q])
-                qq = e / (atol + rtol * (a0 if a0 >= a1 else a1))
-                errs[q] += qq * qq
+        # the error norm (control.py), of the estimate `ks[S-1]` or `sum_j E_j k_j`
+        ev = ks[S - 1]
+        if not plain_error:
+            ev = f  # free until the next stage
+            for r in range(N):
+                for q in range(L):
+                    ev[r, q] = 0.0
+            for jj in range(S):
+                for r in range(N):
+                    for q in range(L):
+                        ev[r, q] += E[jj] * ks[jj, r, q]
+        error_norm(ev, y, y_new, rtol, atol, errs)
         # the decisions, lane by lane
         for q in range(L):
             j = traj[q]
             if j < 0:
                 continue
-            err = (errs[q] / N) ** 0.5
+            err = errs[q]
             accept = err <= 1.0  # False for NaN
             if err != err:
                 fac = nonfinite

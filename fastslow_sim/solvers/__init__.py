@@ -12,6 +12,7 @@ imports none of them.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "SOLVER_ERRORS"]
+__all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "first_step",
+           "SOLVER_ERRORS"]  # fmt: skip
 
 # what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver):
 # reported as the trajectory's status, not raised in the middle of a batch
@@ -101,6 +103,52 @@ def per_trajectory(solve_one):
                         {k: np.array([s.get(k, 0) for s in stats]) for k in keys})  # fmt: skip
 
     return solve
+
+
+_LOG_MAX = math.log(np.finfo(np.float64).max)
+
+
+def _log(v):
+    return math.log(v) if v > 0 else -math.inf
+
+
+def first_step(fun, t0, z0, t1, order, rtol, atol):
+    """Hairer's starting step (Solving ODEs I, II.4; scipy's `select_initial_step`, torchdiffeq's
+    `_select_initial_step`, for an error estimator of `order`) with its
+    norms computed without overflow (`rosenbrock.control.rms`) and its second-derivative
+    estimate in logarithms, or `None` where theirs computes it without overflow (the same step).
+    Theirs squares `f(z0) / atol`, which overflows beyond 1e154 (rates near 1e174 over `atol`
+    1e-10, or unit rates over `atol` 1e-300), and gives a first step of 0: NaN, or no progress."""
+
+    def norm(v):  # the scaled RMS norm, and whether scipy's sum of squares overflows
+        q = np.asarray(v / scale, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            squares = float(q @ q)
+        if squares < math.inf or math.isnan(squares):
+            return math.sqrt(squares / q.size), False
+        import torch  # (only here: the scipy methods need no torch)
+
+        from ..rosenbrock.control import rms
+
+        return float(rms(torch.from_numpy(q), 0)), True
+
+    scale = atol + np.abs(z0) * rtol
+    f0 = np.asarray(fun(t0, z0), dtype=np.float64)
+    (d0, over0), (d1, over1) = norm(z0), norm(f0)
+    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, t1 - t0)
+    if not h0 > 0:  # |f(z0)| / atol beyond float64 itself: scipy says what fails
+        return None
+    f1 = np.asarray(fun(t0 + h0, z0 + h0 * f0), dtype=np.float64)
+    r2, over2 = norm(f1 - f0)
+    # d2 = r2 / h0, the second derivative's size (1e358 at y = 100), in logarithms
+    log_d2 = _log(r2) - math.log(h0)
+    if not (over0 or over1 or over2 or log_d2 >= _LOG_MAX):
+        return None
+    if d1 <= 1e-15 and log_d2 <= math.log(1e-15):
+        h1 = max(1e-6, h0 * 1e-3)
+    else:
+        h1 = math.exp((math.log(0.01) - max(_log(d1), log_d2)) / (order + 1))
+    return min(100 * h0, h1, t1 - t0)
 
 
 # every back-end module of this package registers its methods when imported (cheap: none imports

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Method, per_trajectory, register
+from . import Method, first_step, per_trajectory, register
 
 
 def odeint_system(system, z0, t, method="dopri5", rtol=1e-8, atol=1e-10, max_steps=1_000_000):
@@ -30,7 +30,7 @@ def odeint_system(system, z0, t, method="dopri5", rtol=1e-8, atol=1e-10, max_ste
                   options={"max_num_steps": int(max_steps)})  # fmt: skip
 
 
-def _solve_one(name):
+def _solve_one(name, order):
     def solve_one(system, z0, t_eval, rtol, atol, max_steps=1_000_000):
         import torch
 
@@ -53,11 +53,16 @@ def _solve_one(name):
         from torchdiffeq import odeint
 
         z = np.full((len(t_eval), len(z0)), np.nan)
+        options = {"max_num_steps": int(max_steps)}
+        # torchdiffeq's starting step squares f(z0) / atol: where that overflows (it made the
+        # step 0: 'underflow in dt 0.0'), the same step computed without overflow
+        h = first_step(system.rhs, t_eval[0], z0, t_eval[-1], order - 1, rtol, atol)
+        if h is not None:
+            options["first_step"] = h
         try:
             with torch.no_grad():
                 out = odeint(func, torch.from_numpy(np.array(z0)), torch.from_numpy(t_eval),
-                             rtol=rtol, atol=atol, method=name,
-                             options={"max_num_steps": int(max_steps)})  # fmt: skip
+                             rtol=rtol, atol=atol, method=name, options=options)  # fmt: skip
             z[:] = out.numpy()
             status, message = "success", "integration finished"
         except AssertionError as err:  # torchdiffeq reports failures by assert
@@ -71,12 +76,12 @@ def _solve_one(name):
     return per_trajectory(solve_one)
 
 
-for _name, _text, _stab in [
-    ("dopri5", "torchdiffeq Dormand-Prince 5(4)", (3.3, 6)),
-    ("dopri8", "torchdiffeq Dormand-Prince 8(7)", (6.0, 13)),
-    ("bosh3", "torchdiffeq Bogacki-Shampine 3(2)", (2.5, 3)),
-    ("adaptive_heun", "torchdiffeq Heun 2(1)", (2.0, 2)),
+for _name, _text, _stab, _order in [
+    ("dopri5", "torchdiffeq Dormand-Prince 5(4)", (3.3, 6), 5),
+    ("dopri8", "torchdiffeq Dormand-Prince 8(7)", (6.0, 13), 8),
+    ("bosh3", "torchdiffeq Bogacki-Shampine 3(2)", (2.5, 3), 3),
+    ("adaptive_heun", "torchdiffeq Heun 2(1)", (2.0, 2), 2),
 ]:
     register(Method(_name, "torchdiffeq", False, _text + "; differentiable (odeint_system)",
-                    _solve_one(_name), options=("max_steps",), differentiable=True,
+                    _solve_one(_name, _order), options=("max_steps",), differentiable=True,
                     explicit_stability=_stab))  # fmt: skip
