@@ -277,9 +277,10 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
     lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {seeds} seeds",
              "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
              "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
+    one = "n/a (1 seed)" if seeds < 2 else None  # one seed has no spread and no interval
     for arm, r in table["arms"].items():
         v = np.array(r["val_loss"])
-        sd = float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        sd = one or f"{v.std(ddof=1):.4f}"
         gates = (
             " ".join(f"{g:.4f}" for g in r["gate_abs_per_layer"])
             if arm not in ("dense", "dense-matched")
@@ -287,7 +288,7 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
         )
         ratio = "" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
         lines.append(f"| {arm} | {r['n_layer']} | {r['params']:,} | {r['flops_per_token'] / 1e6:.2f} M | "
-                     f"{v.mean():.4f} ± {sd:.4f} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
+                     f"{v.mean():.4f} ± {sd} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
     ref = table.get("references")
     if ref:
         lines.append(f"references (same windows): oracle {ref['oracle_loss']:.4f}, Bayes floor "
@@ -297,8 +298,9 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
               "| a - b | mean | 95% interval | df | verdict |", "|---|---:|---|---:|---|"]  # fmt: skip
     for c in table["comparisons"]:
         lo, hi = c["ci95"]
+        interval = one or f"[{lo:+.4f}, {hi:+.4f}]"
         note = " (excludes 0)" if c["verdict"] == "equivalent" and c["excludes_zero"] else ""
-        lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | "
+        lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | {interval} | "
                      f"{c['df']} | {c['verdict']}{note} |")  # fmt: skip
     return "\n".join(lines)
 
