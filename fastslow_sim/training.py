@@ -51,6 +51,9 @@ LR_MAX = torch.finfo(torch.float32).max * (1 - BETA1)
 # optimizer steps of one run, at most: every step's loss, learning rate, throughput and gates are
 # kept in memory and in every checkpoint (as integrate keeps at most 1,000,000 saved points)
 MAX_STEPS = 1_000_000
+# the largest seed: rank r draws its batches from a torch generator seeded with seed * 1000 + r,
+# which takes at most 2^64 - 1 (above, "Overflow when unpacking long long")
+MAX_SEED = (2**64 - 1000) // 1000
 
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
@@ -393,6 +396,11 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
 
     rank, world, local_rank = _dist()
     _validate(cfg, names, world)
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
+        raise InputError(
+            f"{(names or {}).get('seed', 'seed')} must be an integer from 0 to {MAX_SEED:,} (the "
+            f"data order's generator takes seed x 1000 + rank); got {cfg.seed!r}."
+        )
     device = _device(cfg.device)
     if world > 1:
         import torch.distributed as dist

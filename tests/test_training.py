@@ -255,6 +255,10 @@ ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 
         (["train-network", "--context", "0"], "--context must be a positive integer; got 0."),
         (["train-network", "--checkpoint-every", "0"], "--checkpoint-every must be a positive integer"),
         (["reproduce", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
+        # torch's "Overflow when unpacking long long" traceback, after the run folder was made
+        (["train-network", "--corpus", "random", "--tokens", "2048", "--seed", "100000000000000000"],
+         "--seed must be an integer from 0 to 18,446,744,073,709,550 (the data order's generator "
+         "takes seed x 1000 + rank); got 100000000000000000."),
         # a MemoryError traceback building the grid of seeds
         (["reproduce", "--seeds", "99999999999"],
          "--seeds must be an integer from 1 to 200,000 (a sweep holds at most 1,000,000 runs, here "

@@ -89,7 +89,7 @@ def _train_options(f):
 # how train-network and reproduce call the TrainConfig fields that are their options, so that
 # the library's messages name the option a user typed (`training.train`'s `names`)
 OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size": "--context",
-                "ckpt_interval": "--checkpoint-every"}  # fmt: skip
+                "ckpt_interval": "--checkpoint-every", "seed": "--seed"}  # fmt: skip
 
 
 def _base_config(P, device, batch_size, block_size, use_compile):
