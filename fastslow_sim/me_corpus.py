@@ -37,12 +37,18 @@ import numpy as np
 
 from .errors import InputError
 from .generators import readout_vector
+from .validation import count_text
 
 __all__ = ["MECorpusConfig", "me_corpus", "me_reference_losses", "parse_me_spec"]
 
 _GRID = 8193  # y-table of the filter's propagators: linear interpolation, error < 1e-7 (tested)
 _PARTICLES = 128  # particles for the slow state at a window's start
 _BURN_IN_BLOCKS = 64  # dropped, so the corpus starts in the stationary regime
+# tokens of one corpus, at most: building it holds about 160 bytes per token at its peak (the
+# tokens, their uniforms and log-probabilities, each block's generator for p_st; 1.4 GB at 8M
+# tokens, measured) and takes about 12 us per token on a 2-core machine, so this bound is
+# about 16 GB and 20 minutes
+MAX_TOKENS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,11 @@ class MECorpusConfig:
         positive_int("context")
         positive_int("seed", 0)
         positive_int("tokens", 20 * self.P * max(1, -(-self.context // self.P)))
+        if self.tokens > MAX_TOKENS:
+            raise InputError(
+                f"the me corpus holds at most {MAX_TOKENS:,} tokens (about 160 bytes of memory "
+                f"each while it is built); got tokens={count_text(self.tokens)}."
+            )
         for name in ("beta", "rate", "H", "feedback", "y0"):
             if not math.isfinite(float(getattr(self, name))):
                 raise InputError(
@@ -84,6 +95,17 @@ class MECorpusConfig:
             )
         if self.rate <= 0:
             raise InputError(f"the me corpus needs a positive chain rate; got rate={self.rate}.")
+        try:
+            lo, hi = self.generator().domain()
+        except InputError:  # no y at all
+            lo, hi = math.inf, -math.inf
+        if not lo <= 0 < 1 <= hi:
+            where = f"for y in [{lo:g}, {hi:g}] only" if lo <= hi else "for no y"
+            raise InputError(
+                f"the me corpus needs its chain's rates (up rate*exp(beta (y - 1/2)), down rate) "
+                f"finite in float64 for every y in [0, 1]; rate={self.rate:g} with "
+                f"beta={self.beta:g} leaves them finite {where}; expected a smaller rate or |beta|."
+            )
         if abs(self.feedback) > 1:
             raise InputError(
                 f"the me corpus needs |feedback| <= 1 (so y stays in [0, 1]); got {self.feedback}."
@@ -91,10 +113,13 @@ class MECorpusConfig:
         if not 0 <= self.y0 <= 1:
             raise InputError(f"the me corpus needs y0 in [0, 1]; got y0={self.y0}.")
 
-    def generator(self):
+    def generator(self, rate: float | None = None):
+        """The chain's birth-death generator (`rate`: another rate constant than the corpus's,
+        e.g. 1 for `Q / rate`)."""
         from .generators import BirthDeath
 
-        return BirthDeath(n=self.n_states, up=self.rate, down=self.rate, beta=self.beta, y_mid=0.5)
+        rate = self.rate if rate is None else rate
+        return BirthDeath(n=self.n_states, up=rate, down=rate, beta=self.beta, y_mid=0.5)
 
     def readout(self) -> np.ndarray:
         return readout_vector(self.n_states)
@@ -140,26 +165,39 @@ def parse_me_spec(spec: str) -> MECorpusConfig | None:
 
 
 def _propagators(cfg: MECorpusConfig, ys) -> np.ndarray:
-    """Per-token propagators `expm(H Q(y))`, `(..., n, n)`, by the symmetric eigenproblem.
+    """Per-token propagators `expm(H Q(y))`, `(..., n, n)`: the projection `1 p_st(y)^T` plus
+    the chain's decaying modes, by the symmetric eigenproblem.
 
     The birth-death chain is reversible: with `d_i = sqrt(p_st,i)`, `S = D Q D^{-1}` is
     symmetric tridiagonal (off-diagonal `sqrt(u v)`), so `expm(H Q) = D^{-1} V e^{H L} V^T D`,
     `S = V L V^T` (one batched `eigh`, about 20 times faster than Pade for 8 x 8 blocks; agrees
-    with `scipy.linalg.expm` to 1e-11, tested; rows renormalised to sum to 1).
+    with `scipy.linalg.expm` to 1e-11, tested). The term of the zero eigenvalue is `1 p_st^T`,
+    taken with `p_st` from GTH (every entry to low relative error), not from the eigenvector;
+    the others decay like `e^{H rate lambda_k}`, `lambda_k < 0`. The rate factors out,
+    `Q = rate Q_1(y)`, so the eigenproblem is `Q_1`'s at any rate and nothing overflows (the
+    zero eigenvalue's round-off, `rate` times 1e-16, reached `e^{710}` at `rate` 1e19): at huge
+    rates the decaying terms underflow to 0 and every row is `p_st(y)`. Rows renormalised to
+    sum to 1 (round-off ~1e-12).
     """
-    Q = cfg.generator().rates(np.asarray(ys, dtype=np.float64))
+    from .stationary import stationary_distribution
+
+    Q = cfg.generator(rate=1.0).rates(np.asarray(ys, dtype=np.float64))
     n = Q.shape[-1]
     i = np.arange(n - 1)
     up, down = Q[..., i, i + 1], Q[..., i + 1, i]
     S = np.zeros_like(Q)
     S[..., i, i + 1] = S[..., i + 1, i] = np.sqrt(up * down)
     S[..., np.arange(n), np.arange(n)] = np.diagonal(Q, axis1=-2, axis2=-1)
-    lam, V = np.linalg.eigh(S)
+    lam, V = np.linalg.eigh(S)  # ascending: the last is the zero eigenvalue (irreducible chain)
     log_d = np.concatenate([np.zeros(Q.shape[:-2] + (1,)),
                             np.cumsum(0.5 * np.log(up / down), axis=-1)], axis=-1)  # fmt: skip
-    M = (V * np.exp(cfg.H * lam)[..., None, :]) @ np.swapaxes(V, -1, -2)
-    K = np.maximum(M * np.exp(log_d[..., None, :] - log_d[..., :, None]), 0.0)
-    return K / K.sum(axis=-1, keepdims=True)  # rows of a propagator sum to 1 (round-off ~1e-12)
+    modes = V[..., :, :-1]
+    decay = np.exp(cfg.H * cfg.rate * np.minimum(lam[..., :-1], 0.0))
+    M = (modes * decay[..., None, :]) @ np.swapaxes(modes, -1, -2)
+    ratio = np.exp(log_d[..., None, :] - log_d[..., :, None])  # d_j / d_i
+    K = stationary_distribution(Q)[..., None, :] + M * ratio
+    K = np.maximum(K, 0.0)
+    return K / K.sum(axis=-1, keepdims=True)
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, save_json
+from .validation import count_text
 from .wording import plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
@@ -47,6 +49,12 @@ RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "tr
 # above it raises. Such a run diverges at once, but as a TrainingDivergedError, not torch's error.
 BETA1 = 0.9
 LR_MAX = torch.finfo(torch.float32).max * (1 - BETA1)
+# optimizer steps of one run, at most: every step's loss, learning rate, throughput and gates are
+# kept in memory and in every checkpoint (as integrate keeps at most 1,000,000 saved points)
+MAX_STEPS = 1_000_000
+# the largest seed: rank r draws its batches from a torch generator seeded with seed * 1000 + r,
+# which takes at most 2^64 - 1 (above, "Overflow when unpacking long long")
+MAX_SEED = (2**64 - 1000) // 1000
 
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
@@ -216,7 +224,14 @@ def _dist():
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _validate(cfg: TrainConfig):
+def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
+    """`InputError` unless `cfg`'s settings are valid. `names` says how a message calls a
+    field (the command line's option, e.g. `{"block_size": "--context"}`; else its own name);
+    `world` is the number of processes, each of which trains on one batch per step."""
+
+    def called(field):
+        return (names or {}).get(field, field)
+
     for name in (
         "tokens",
         "batch_size",
@@ -227,17 +242,27 @@ def _validate(cfg: TrainConfig):
     ):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"{name} must be a positive integer; got {v!r}.")
+            raise InputError(f"{called(name)} must be a positive integer; got {v!r}.")
+    batch = cfg.batch_size * cfg.block_size * world
+    if not batch <= cfg.tokens <= MAX_STEPS * batch:
+        each = f" on each of {world} processes" if world > 1 else ""
+        raise InputError(
+            f"{called('tokens')} must be from {batch:,} (one batch{each}: "
+            f"{called('batch_size')} {cfg.batch_size} x {called('block_size')} {cfg.block_size}) "
+            f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
+            f"got {count_text(cfg.tokens)}."
+        )
     for name in ("lr", "min_lr", "grad_clip"):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise InputError(f"{name} must be a positive number; got {v!r}.")
+            raise InputError(f"{called(name)} must be a positive number; got {v!r}.")
     for name in ("lr", "min_lr"):  # the schedule passes through both
         v = getattr(cfg, name)
         if v > LR_MAX:
             raise InputError(
-                f"{name} must be a positive number at most {LR_MAX:.6g} (AdamW steps by up to the "
-                f"learning rate / (1 - {BETA1}), which must fit in the model's float32); got {v!r}."
+                f"{called(name)} must be a positive number at most {LR_MAX:.6g} (AdamW steps by "
+                f"up to the learning rate / (1 - {BETA1}), which must fit in the model's float32); "
+                f"got {v!r}."
             )
     v = cfg.warmup_steps
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -347,14 +372,35 @@ def _evaluate(model, batches, autocast_on, device) -> float:
     return float(np.mean(losses))
 
 
-def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
-    """Train one network; returns the summary (also written to `out/summary.json`)."""
+def _check_parent(out: Path, what: str) -> None:
+    """`InputError` unless the folder that is to hold the new folder `out` exists: the folders
+    above an output are the user's to make (as `check_writable` asks of a file's folder)."""
+    from .io import check_parent
+    from .validation import folder
+
+    folder(out, what)
+    if not out.exists():
+        check_parent(out, what)
+
+
+def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
+          names: dict | None = None, parents: bool = True) -> dict:  # fmt: skip
+    """Train one network; returns the summary (also written to `out/summary.json`).
+
+    `names`: how an error message calls a setting (`_validate`; the command line passes its
+    option names). `parents=False`: the folder that holds `cfg.out` must exist (the command
+    line's `--out`), else the run folder is made with the folders above it."""
     from tqdm import tqdm
 
     from .io import save_dataset
 
-    _validate(cfg)
     rank, world, local_rank = _dist()
+    _validate(cfg, names, world)
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
+        raise InputError(
+            f"{(names or {}).get('seed', 'seed')} must be an integer from 0 to {MAX_SEED:,} (the "
+            f"data order's generator takes seed x 1000 + rank); got {cfg.seed!r}."
+        )
     device = _device(cfg.device)
     if world > 1:
         import torch.distributed as dist
@@ -368,6 +414,8 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     ckpt_path = out / "ckpt.pt"
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {str(out)!r} exists and is not a folder.")
+    if not parents:
+        _check_parent(out, "run folder")
     if cfg.resume and not ckpt_path.is_file():
         raise InputError(f"--resume: no checkpoint at {str(ckpt_path)!r}.")
     checkpoint = None
@@ -401,7 +449,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print) -> dict:
     corpus, mcfg = _check_corpus_and_model(cfg, corpus)
     if rank == 0:
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            out.mkdir(parents=parents, exist_ok=True)
         except OSError as err:
             raise InputError(
                 f"cannot create the output folder {str(out)!r}: {err.strerror}."
@@ -667,26 +715,35 @@ def _comparison_pairs(arms) -> list:
 
 def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: dict | None = None,
               margin: float = 0.01, log=print, workers: int = 0, scheduler: str | None = None,
-              client=None) -> dict:  # fmt: skip
+              client=None, names: dict | None = None, parents: bool = True) -> dict:  # fmt: skip
     """Train every arm for every seed (arms of one seed share the data order, and the arms that
     share the dense architecture share its initialisation); returns the ablation table.
 
     The arms x seeds grid runs as a sweep (`fastslow_sim.sweep`) into `out/sweep.zarr`, with one
     run folder `out/ARM-seedS` per cell: `workers=0` in this process, `workers=N` on a local
     dask cluster, `scheduler` (or `client`) on an existing one. The table is computed from the
-    store; re-running skips the cells (and reuses the run folders) it already has."""
+    store; re-running skips the cells (and reuses the run folders) it already has. `names` and
+    `parents`: as `train`'s (`parents=False`: the folder that holds `out` must exist)."""
     import xarray as xr
 
     from .io import save_dataset
-    from .sweep import CellInputError, SweepError, run_sweep
+    from .sweep import MAX_CELLS, CellInputError, SweepError, run_sweep
 
-    if seeds < 1:
-        raise InputError(f"--seeds must be a positive integer; got {seeds}.")
+    most = MAX_CELLS // max(len(arms), 1)  # the grid is arms x seeds cells of one sweep
+    integer = isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool)
+    if not integer or not 1 <= seeds <= most:
+        raise InputError(f"--seeds must be an integer from 1 to {most:,} (a sweep holds at most "
+                         f"{MAX_CELLS:,} runs, here {len(arms)} arm{'s' * (len(arms) != 1)} per seed); "
+                         f"got {count_text(int(seeds)) if integer else repr(seeds)}.")  # fmt: skip
     if not (math.isfinite(margin) and margin > 0):
         raise InputError(f"--margin must be a positive number of nats; got {margin}.")
+    base = dict(base or {})
+    fields = TrainConfig.__dataclass_fields__
+    _validate(TrainConfig(**{k: v for k, v in base.items() if k in fields}, tokens=tokens), names)
+    if not parents:
+        _check_parent(Path(out), "reproduce folder")
     if Path(out).is_dir():  # refused before hours of training, not after
         check_writable(Path(out) / "ablation.nc", "ablation")
-    base = dict(base or {})
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
     options = {k: v for k, v in base.items() if k not in ("progress", "out")}
     options.update(corpus=corpus_spec, tokens=str(tokens))

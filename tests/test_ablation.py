@@ -239,3 +239,32 @@ def test_spec_owns_its_seed_but_not_P_or_context():
         from fastslow_sim.training import train
 
         train(train_cfg)
+
+
+def _runs(val_losses):
+    """`{arm: [summary per seed]}` with the fields `ablation_table` reads."""
+    return {arm: [{"val_loss": v, "wall_time_s": 1.0, "tokens_per_s": 100.0, "params": 10,
+                   "flops_per_token_train": 1e6, "n_layer": 1, "gates": [0.5]} for v in vals]
+            for arm, vals in val_losses.items()}  # fmt: skip
+
+
+def test_one_seed_prints_no_spread_and_no_interval():
+    """One seed has no standard deviation and no t interval (df 0): the table printed
+    'nan' for both; now 'n/a (1 seed)', and the JSON holds null, never NaN."""
+    from fastslow_sim.cli.common import json_text
+    from fastslow_sim.cli.network import _format_ablation
+    from fastslow_sim.training import ablation_table
+
+    table = ablation_table(_runs({"dense": [1.5], "coupled": [1.4]}))
+    text = _format_ablation(table, "random", 2048, 1)
+    assert "nan" not in text.lower()
+    assert "| 1.5000 ± n/a (1 seed) |" in text and "| 1.4000 ± n/a (1 seed) |" in text
+    assert "| coupled - dense | -0.1000 | n/a (1 seed) | 0 | inconclusive |" in text
+    assert json.loads(json_text(table))["comparisons"][0]["ci95"] == [None, None]
+    # two seeds: the sample standard deviation and scipy's t interval, as before
+    two = ablation_table(_runs({"dense": [1.5, 1.7], "coupled": [1.4, 1.5]}))
+    text = _format_ablation(two, "random", 2048, 2)
+    d = np.array([1.4, 1.5]) - np.array([1.5, 1.7])
+    lo, hi = stats.t.interval(0.95, 1, loc=d.mean(), scale=d.std(ddof=1) / np.sqrt(2))
+    assert f"| 1.6000 ± {np.std([1.5, 1.7], ddof=1):.4f} |" in text
+    assert f"| -0.1500 | [{lo:+.4f}, {hi:+.4f}] | 1 |" in text

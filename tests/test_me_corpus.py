@@ -2,6 +2,7 @@
 computed exactly (attained on a long sample, beaten by no predictor from past tokens)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -155,3 +156,63 @@ def test_small_corpus_is_seeded_and_ordered():
     s = a.stats
     assert s["oracle_loss"] <= s["bayes_floor_loss"] <= s["ignore_y_loss"]
     assert s["reference_context"] == 64 and math.isfinite(s["loss_gap"])
+
+
+@pytest.mark.parametrize("rate", [1e19, 1e100, 1e300])
+def test_propagator_at_huge_rates_is_the_projection_on_p_st(rate):
+    """The chain mixes within a token: expm(H Q(y)) = 1 p_st(y)^T, every row the stationary
+    distribution. The eigenvalue 0's round-off (rate x 1e-16) overflowed e^{H lambda} from
+    rate 1e19 on, and every probability was NaN. p_st here is the closed form (log space);
+    GTH's relative error is a few ulps per state, so 1e-13 relative is room for 8 states."""
+    cfg = MECorpusConfig(rate=rate)
+    ys = np.linspace(0, 1, 57)
+    K = _propagators(cfg, ys)
+    p = cfg.generator().closed_form(ys)
+    np.testing.assert_allclose(K, np.broadcast_to(p[:, None, :], K.shape), rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("rate", [0.05, 60.0, 1e4])
+def test_propagators_are_the_matrix_exponential_across_rates(rate):
+    """Between the default and the projection, the decaying modes are those of expm. The
+    similarity transform's condition number, max d_j / d_i = e^{(n - 1) beta / 4} = 1.2e6,
+    times round-off (1e-16) gives 1e-10; scipy's expm at rate 1e4 is good to about that too."""
+    cfg = MECorpusConfig(rate=rate)
+    ys = np.linspace(0, 1, 33)
+    exact = expm(cfg.H * cfg.generator().rates(ys))
+    np.testing.assert_allclose(_propagators(cfg, ys), exact, rtol=0, atol=1e-9)
+
+
+def test_corpus_at_a_huge_rate_scores_p_st():
+    """At rate 1e300 every token is drawn from p_st(y_k) of its block: the oracle's log-prob of
+    every token is log p_st(y_k)[token], up to the table's linear interpolation in y, whose
+    relative error is about (h d log p/dy)^2 / 8 <= (7 beta h)^2 / 8 = 6e-6 for h = 1/8192."""
+    c = load_corpus("me:tokens=20k,rate=1e300", P=8, context=16)
+    toks = np.concatenate([c.train, c.val]).astype(np.int64)
+    p = c.blocks["p_st"][np.arange(len(toks)) // 8]
+    np.testing.assert_allclose(c.blocks["log_oracle"], np.log(p[np.arange(len(toks)), toks]),
+                               rtol=0, atol=1e-5)  # fmt: skip
+    s = c.stats
+    assert all(math.isfinite(s[k]) for k in ("oracle_loss", "bayes_floor_loss", "ignore_y_loss"))
+    assert s["oracle_loss"] <= s["bayes_floor_loss"] <= s["ignore_y_loss"]
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    # the chain's rates overflow float64 within y in [0, 1]: refused, not NaN
+    ("me:rate=1e306", "rate=1e+306 with beta=8 leaves them finite for y in [-inf, 0.614376] only; "
+                      "expected a smaller rate or |beta|."),
+    ("me:rate=1e308,beta=0", "rate=1e+308 with beta=0 leaves them finite for no y"),
+    # a corpus beyond memory (72.8 TiB for the uniforms alone): refused before any work
+    ("me:tokens=1e13", "the me corpus holds at most 100,000,000 tokens (about 160 bytes of memory "
+                       "each while it is built); got tokens=10,000,000,000,000."),
+    ("me:tokens=100000001", "got tokens=100,000,001."),
+])  # fmt: skip
+def test_rates_and_sizes_beyond_float64_or_memory_are_refused(spec, fragment):
+    with pytest.raises(fs.InputError, match=re.escape(fragment)):
+        parse_me_spec(spec)
+
+
+def test_largest_corpus_and_rate_are_accepted():
+    from fastslow_sim.me_corpus import MAX_TOKENS
+
+    assert MECorpusConfig(tokens=MAX_TOKENS).tokens == MAX_TOKENS  # the config only: no corpus
+    assert parse_me_spec("me:rate=1e300").rate == 1e300

@@ -226,7 +226,7 @@ def test_train_network_cli(tmp_path, text_file):
         (["reproduce", "--arms", "dense,dense"], "--arms must name"),
         (["train-network", "--seed", "-1"], "--seed must be a non-negative"),
         (["corpus", "me:beta"], "NAME=VALUE"),
-        (["reproduce", "--seeds", "0"], "--seeds must be a positive integer"),
+        (["reproduce", "--seeds", "0"], "--seeds must be an integer from 1 to 200,000"),
         (["corpus", "wiki"], "unknown corpus"),
         (["phi-vs-pst", "OUT/none"], "no checkpoint"),
     ],
@@ -236,6 +236,86 @@ def test_training_cli_bad_input(args, fragment, tmp_path):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
     assert fragment in res.output and "Traceback" not in res.output
+
+
+ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 256) to "
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        # an OverflowError traceback in tqdm, after the run folder was made (empty)
+        (["train-network", "--tokens", "1e300"],
+         ONE_BATCH + "2,048,000,000 (1,000,000 steps of one batch); got 1e+300."),
+        # trained one batch of 2,048 tokens, and said so only in the summary
+        (["train-network", "--corpus", "random", "--tokens", "100"], ONE_BATCH),
+        (["reproduce", "--tokens", "1e300"], ONE_BATCH),
+        # the library's names (batch_size, block_size, ckpt_interval) were printed
+        (["train-network", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
+        (["train-network", "--context", "0"], "--context must be a positive integer; got 0."),
+        (["train-network", "--checkpoint-every", "0"], "--checkpoint-every must be a positive integer"),
+        (["reproduce", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
+        # torch's "Overflow when unpacking long long" traceback, after the run folder was made
+        (["train-network", "--corpus", "random", "--tokens", "2048", "--seed", "100000000000000000"],
+         "--seed must be an integer from 0 to 18,446,744,073,709,550 (the data order's generator "
+         "takes seed x 1000 + rank); got 100000000000000000."),
+        # a MemoryError traceback building the grid of seeds
+        (["reproduce", "--seeds", "99999999999"],
+         "--seeds must be an integer from 1 to 200,000 (a sweep holds at most 1,000,000 runs, here "
+         "5 arms per seed); got 99,999,999,999."),
+        (["reproduce", "--arms", "dense", "--seeds", "1000001"], "from 1 to 1,000,000 "),
+        # --scheduler won and --workers was silently ignored
+        (["reproduce", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"],
+         "give --workers (a local cluster) or --scheduler (an existing one), not both."),
+        (["reproduce", "--workers", "0", "--scheduler", "tcp://127.0.0.1:1"], "not both"),
+        # the folders above --out were made silently; a file's folder must exist (check_writable)
+        (["train-network", "--corpus", "random", "--tokens", "2048", "--out", "a/b/c"],
+         "cannot write the run folder 'a/b/c': folder 'a/b' does not exist."),
+        (["reproduce", "--corpus", "random", "--tokens", "2048", "--out", "a/b"],
+         "cannot write the reproduce folder 'a/b': folder 'a' does not exist."),
+    ],
+)  # fmt: skip
+def test_network_options_are_refused_in_one_sentence_before_any_work(args, fragment, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # the default run folders would be made here
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("Error: ") and res.output.count("\n") == 1, res.output
+    assert fragment in res.output
+    assert not list(tmp_path.iterdir())  # nothing made on disk
+
+
+def test_tokens_from_one_batch_to_the_step_cap():
+    """The bounds in the library's own names (and a DDP run's batch on every process): one batch
+    of 4 x 32 tokens and MAX_STEPS of them are accepted, one token less or more is refused."""
+    from fastslow_sim.training import MAX_STEPS, _validate
+
+    for tokens in (128, MAX_STEPS * 128):
+        _validate(TrainConfig(tokens=tokens, **TINY))
+    for tokens in (127, MAX_STEPS * 128 + 1):
+        with pytest.raises(fs.InputError, match=r"^tokens must be from 128 \(one batch: "
+                           r"batch_size 4 x block_size 32\) to 128,000,000 "):  # fmt: skip
+            _validate(TrainConfig(tokens=tokens, **TINY))
+    with pytest.raises(fs.InputError, match=r"^tokens must be from 256 \(one batch on each of "
+                       r"2 processes: batch_size 4 x block_size 32\)"):  # fmt: skip
+        _validate(TrainConfig(tokens=255, **TINY), world=2)
+
+
+def test_train_refuses_a_run_folder_whose_folder_is_missing(tmp_path):
+    cfg = _cfg(tmp_path, "a/b", "random", tokens=128)
+    with pytest.raises(fs.InputError, match="folder '.*/a' does not exist.$"):
+        train(cfg, parents=False)
+    assert not (tmp_path / "a").exists()
+
+
+def test_default_run_folder_is_made_with_runs(tmp_path, monkeypatch):
+    """Without --out the run goes to runs/VARIANT-CORPUS-seedS, runs/ made as needed."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["train-network", "--corpus", "random", "--tokens", "128",
+                                    "--context", "32", "--batch-size", "4", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["steps"] == 1
+    assert (tmp_path / "runs" / "coupled-random-seed0" / "summary.json").is_file()
 
 
 def test_empty_corpus_file_cli(tmp_path):

@@ -224,6 +224,15 @@ def parse_eps_list(text: str) -> list[float]:
     return values.tolist()
 
 
+def check_cluster_options(workers, scheduler) -> None:
+    """`InputError` when both `--workers` (a local cluster) and `--scheduler` (an existing one)
+    are given: the grid runs on one cluster."""
+    if workers is not None and scheduler is not None:
+        raise InputError(
+            "give --workers (a local cluster) or --scheduler (an existing one), not both."
+        )
+
+
 def ode_command(f):
     """A solver or analysis failure (overflow, a stalled continuation, a singular matrix) ends in
     one sentence and exit status 1, never a traceback; bad input stays exit status 2."""

@@ -11,7 +11,7 @@ import numpy as np
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
-from .common import json_text, parse_eps_P
+from .common import check_cluster_options, json_text, parse_eps_P
 
 
 @click.command()
@@ -87,6 +87,12 @@ def _train_options(f):
     return f
 
 
+# how train-network and reproduce call the TrainConfig fields that are their options, so that
+# the library's messages name the option a user typed (`training.train`'s `names`)
+OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size": "--context",
+                "ckpt_interval": "--checkpoint-every", "seed": "--seed"}  # fmt: skip
+
+
 def _base_config(P, device, batch_size, block_size, use_compile):
     _, P_int = parse_eps_P(None, P)
     return {"P": P_int, "device": device, "batch_size": batch_size, "block_size": block_size,
@@ -146,6 +152,7 @@ def train_network(
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, device, batch_size, block_size, use_compile)
+    parents = out is None  # the default's folder runs/ is made; --out's folder must exist
     if out is None:
         tag = "text" if corpus_spec.startswith("text:") else corpus_spec
         out = f"runs/{variant}-{tag}-seed{seed}"
@@ -155,7 +162,7 @@ def train_network(
     cfg = TrainConfig(variant=variant, corpus=corpus_spec, tokens=n_tokens, seed=seed, out=out,
                       resume=resume, progress=not as_json, ckpt_interval=ckpt_interval, **base)  # fmt: skip
     try:
-        summary = train(cfg)
+        summary = train(cfg, names=OPTION_NAMES, parents=parents)
     except TrainingDivergedError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
@@ -204,8 +211,13 @@ def train_network(
 )
 @click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@click.option("--workers", default=0, show_default=True, type=int, metavar="N",
-              help="Run the arms x seeds grid on a local dask cluster of N processes; 0: here.")
+@click.option(
+    "--workers",
+    default=None,
+    type=int,
+    metavar="N",
+    help="Run the arms x seeds grid on a local dask cluster of N processes; 0: here [default: 0].",
+)
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the grid on the existing dask cluster at ADDRESS.")
 def reproduce(
@@ -248,22 +260,23 @@ def reproduce(
     from ..training import reproduce as run_reproduce
 
     n_tokens = parse_tokens(tokens)
-    names = [v.strip() for v in arms.split(",") if v.strip()]
-    bad = [v for v in names if v not in ARMS]
-    if bad or not names or len(set(names)) != len(names):
+    arm_names = [v.strip() for v in arms.split(",") if v.strip()]
+    bad = [v for v in arm_names if v not in ARMS]
+    if bad or not arm_names or len(set(arm_names)) != len(arm_names):
         raise InputError(f"--arms must name distinct arms among {list(ARMS)}; got {arms!r}.")
-    if seeds < 1:
-        raise InputError(f"--seeds must be a positive integer; got {seeds}.")
+    check_cluster_options(workers, scheduler)
     base = _base_config(P, device, batch_size, block_size, use_compile)
     base["progress"] = not as_json
     tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
+    parents = out is None  # the default's folder runs/ is made; --out's folder must exist
     out = out or f"runs/reproduce-{tag}"
     log = (lambda *a: None) if as_json else click.echo
     from ..sweep import SweepError
 
     try:
-        table = run_reproduce(corpus_spec, n_tokens, seeds, names, out, base, margin=margin,
-                              log=log, workers=workers, scheduler=scheduler)  # fmt: skip
+        table = run_reproduce(corpus_spec, n_tokens, seeds, arm_names, out, base, margin=margin,
+                              log=log, workers=workers or 0, scheduler=scheduler,
+                              names=OPTION_NAMES, parents=parents)  # fmt: skip
     except SweepError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
@@ -279,9 +292,10 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
     lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {plural(seeds, 'seed')}",
              "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
              "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
+    one = "n/a (1 seed)" if seeds < 2 else None  # one seed has no spread and no interval
     for arm, r in table["arms"].items():
         v = np.array(r["val_loss"])
-        sd = float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        sd = one or f"{v.std(ddof=1):.4f}"
         gates = (
             " ".join(f"{g:.4f}" for g in r["gate_abs_per_layer"])
             if arm not in ("dense", "dense-matched")
@@ -289,7 +303,7 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
         )
         ratio = "" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
         lines.append(f"| {arm} | {r['n_layer']} | {r['params']:,} | {r['flops_per_token'] / 1e6:.2f} M | "
-                     f"{v.mean():.4f} ± {sd:.4f} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
+                     f"{v.mean():.4f} ± {sd} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
     ref = table.get("references")
     if ref:
         lines.append(f"references (same windows): oracle {ref['oracle_loss']:.4f}, Bayes floor "
@@ -299,8 +313,9 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
               "| a - b | mean | 95% interval | df | verdict |", "|---|---:|---|---:|---|"]  # fmt: skip
     for c in table["comparisons"]:
         lo, hi = c["ci95"]
+        interval = one or f"[{lo:+.4f}, {hi:+.4f}]"
         note = " (excludes 0)" if c["verdict"] == "equivalent" and c["excludes_zero"] else ""
-        lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | "
+        lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | {interval} | "
                      f"{c['df']} | {c['verdict']}{note} |")  # fmt: skip
     return "\n".join(lines)
 

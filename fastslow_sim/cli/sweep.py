@@ -9,7 +9,7 @@ import click
 
 from ..errors import InputError
 from ..wording import plural
-from .common import json_text
+from .common import check_cluster_options, json_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -56,8 +56,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     from ..sweep import get_task, run_sweep
 
     t = get_task(task)
-    if workers is not None and scheduler is not None:
-        raise InputError("give --workers (a local cluster) or --scheduler (an existing one), not both.")
+    check_cluster_options(workers, scheduler)
     options, args = {}, list(ctx.args)
     while args:
         word = args.pop(0)
