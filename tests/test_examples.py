@@ -41,8 +41,9 @@ def check_collapse(out):
 
 def check_first_order(out):
     s = out["slopes"]
-    # theory 1, 2, 1; at eps = 0.04 the next order still shows (a relative O(eps) = 4%
-    # correction bends the fit by about 0.1-0.2), so 0.25 around the slope
+    # theory 1, 2, 1; birth-death's next order is large (|x - h0| ~ eps |h1| (1 + 19 eps)), and
+    # every eps is measured on one window, after the largest eps's layer: on 0.01 ... 0.0025 the
+    # fit gives 1.11, 2.17, 1.01 (on 0.04 ... 0.01 it gave 1.40), so 0.25 around the slope
     assert abs(s["err_h0"] - 1.0) < 0.25 and abs(s["err_h1"] - 2.0) < 0.3
     assert abs(s["err_y"] - 1.0) < 0.25
 

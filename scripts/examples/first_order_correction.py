@@ -16,7 +16,7 @@ import numpy as np
 import fastslow_sim as fs
 from fastslow_sim.manifold import convergence
 
-EPS = (0.04, 0.02, 0.01)
+EPS = (0.01, 0.005, 0.0025)
 
 
 def main(ax=None, eps_values=EPS, t_end: float = 2.0) -> dict:
