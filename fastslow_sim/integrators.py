@@ -318,9 +318,12 @@ def _output_times(t0, t1, t_eval, n_eval):
 def _initial_states(system, x0, y0, eps):
     """`(x0 (B, n), y0 (B, m), eps (B,) or None)`, every row a valid initial state."""
     x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
-    y0 = np.atleast_2d(np.asarray(system.y0 if y0 is None else y0, dtype=np.float64))
-    if y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
+    y0 = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64)
+    # a 2-D y0 given as (m, B) is read as (B, m); a 1-D y0 is one trajectory's slow state, so
+    # [1, 2] on a system with one slow variable is refused (it ran silently from y0 = 1)
+    if y0.ndim == 2 and y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
         y0 = y0.T
+    y0 = np.atleast_2d(y0)
     n_eps = 1 if eps is None else int(np.size(eps))
     B = max(x0.shape[0], y0.shape[0], n_eps)
     if x0.shape[0] not in (1, B) or y0.shape[0] not in (1, B):
@@ -340,10 +343,14 @@ def _initial_states(system, x0, y0, eps):
 def _initial_state(system, x0, y0):
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
     y0 = np.asarray(y0, dtype=np.float64).reshape(-1)
-    if x0.shape != (system.n_fast,):
-        raise InputError(f"x0 must have {system.n_fast} entries; got {x0.shape[0]}.")
-    if y0.shape != (system.n_slow,):
-        raise InputError(f"y0 must have {system.n_slow} entries; got {y0.shape[0]}.")
+    for name, v, size, what in [("x0", x0, system.n_fast, "state"),
+                                ("y0", y0, system.n_slow, "slow variable")]:  # fmt: skip
+        if v.shape != (size,):
+            raise InputError(
+                f"{name} must have {size} {'entry' if size == 1 else 'entries'}, one per {what} "
+                f"of the {system.name} system; got {v.size}"
+                + (f" ({v.tolist()})." if v.size <= 16 else ".")
+            )
     if not np.all(np.isfinite(x0)) or not np.all(np.isfinite(y0)):
         raise InputError(f"x0 and y0 must be finite; got x0={x0.tolist()}, y0={y0.tolist()}.")
     if system.conserves_mass and (np.any(x0 < 0) or abs(x0.sum() - 1.0) > 1e-12):

@@ -78,6 +78,18 @@ def invoke(args, tmp_path, monkeypatch):
         # --t-end 1e9, "Maximum allowed dimension exceeded" at --H 1e-300) are refused
         (["integrate", "--eps", "0.1", "--method", "multirate", "--t-end", "1e9"], "blocks"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "1e-300"], "blocks"),
+        # a y0 of the wrong length ran silently from its first entry (y0 = 1)
+        (["integrate", "--eps", "0.1", "--y0", "1,2"],
+         "y0 must have 1 entry, one per slow variable of the birth-death system; got 2 "
+         "([1.0, 2.0])."),
+        (["integrate", "--eps", "0.1", "--system", "two-state", "--x0", "1,0,0"],
+         "x0 must have 2 entries, one per state of the two-state system; got 3"),
+        # options that did nothing, or contradicted each other, were accepted
+        (["integrate", "--eps", "0.1", "--seed", "3"], "and no --batch was given (got --seed 3)"),
+        (["integrate", "--eps", "0.1", "--plot", "a.png"],
+         "--plot a.png asks for a plot and --no-plot for none"),
+        (["integrate", "--eps", "0.1", "--batch", "2", "--seed", str(2**63)],
+         f"at most 2**63 - 1 = {2**63 - 1}"),
     ],
 )
 def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):

@@ -207,6 +207,31 @@ def test_eps_P_relation():
     assert fs.resolve_eps(eps=0.3) == (0.3, None)
 
 
+@pytest.mark.parametrize(
+    "x0, y0, fragment",
+    [
+        (None, [1.0, 2.0], "y0 must have 1 entry, one per slow variable of the birth-death "
+                           "system; got 2 ([1.0, 2.0])."),
+        ([1.0, 0.0], None, "x0 must have 8 entries, one per state of the birth-death system; "
+                           "got 2 ([1.0, 0.0])."),
+    ],
+)
+def test_initial_state_of_the_wrong_length_is_refused(x0, y0, fragment):
+    """y0 = [1, 2] on a system with one slow variable was read as a batch of two (a 1-D y0
+    transposed) and its first trajectory returned: a run from y0 = 1, without a word."""
+    system = fs.make_system("birth-death", eps=0.1)
+    with pytest.raises(fs.InputError) as info:
+        fs.integrate(system, (0, 0.1), x0, y0)
+    assert str(info.value) == fragment
+
+
+def test_a_batch_of_y0_as_columns_still_reads():
+    system = fs.make_system("birth-death", eps=0.1)
+    y0 = np.array([[0.2, 0.5, 0.8]])  # (m, B): three trajectories
+    ds = fs.integrate(system, (0, 0.1), None, y0, n_eval=3)
+    np.testing.assert_array_equal(ds["y"].values[:, 0, 0], [0.2, 0.5, 0.8])
+
+
 def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):
     """The dataset's p_st(y(t)) is computed in chunks of saved points: bit for bit the values of
     one call over all of them (NaN rows skipped, a partial last chunk), with a peak of allocated

@@ -33,6 +33,7 @@ from .common import (
     use_agg,
 )
 
+SEED_MAX = 2**63 - 1  # the dataset's seed attribute is a 64-bit integer
 P_ST_WARN_FLOPS = 3e11  # about 25-60 s of GTH (scripts/bench_stationary.py)
 # the compiled GTH (n^3/3 operations), 2 cores: 512 states, and 4,096 (in panels, dgemm)
 GTH_FLOPS_PER_S = (5e9, 13e9)
@@ -73,7 +74,13 @@ def _minutes(seconds: float) -> str:
     help="Integrate N random initial conditions (x0 uniform on the simplex, y0 uniform "
     "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
+@click.option(
+    "--seed",
+    default=None,
+    type=int,
+    metavar="S",
+    help="Seed of the --batch draw, from 0 to 2**63 - 1 (--batch only) [default: 0].",
+)
 @click.option(
     "--states",
     default=None,
@@ -158,8 +165,16 @@ def integrate(
         )
     if not (math.isfinite(atol) and 0 < atol <= 1):
         raise InputError(f"--atol must be a positive number at most 1 (e.g. 1e-10); got {atol}.")
-    if seed < 0:
-        raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    if seed is not None and batch is None:
+        raise InputError(
+            f"--seed seeds the random initial conditions of --batch, and no --batch was given "
+            f"(got --seed {seed}); expected --batch N with it, or no --seed."
+        )
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise InputError(
+            f"--seed must be a non-negative integer at most 2**63 - 1 = {SEED_MAX} (a 64-bit "
+            f"integer, as the dataset stores it); got {seed}."
+        )
     kwargs = {}
     if H is not None:
         if method != "multirate":
@@ -189,6 +204,7 @@ def integrate(
             raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
         if method == "multirate":
             raise InputError("--batch integrates with the ODE solvers; drop --method multirate.")
+        seed = 0 if seed is None else seed
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
