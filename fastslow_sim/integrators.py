@@ -110,12 +110,19 @@ def estimate_explicit_nfev(method: str, stiffness: float) -> int:
 
 def check_eps_range(eps, method) -> None:
     """`InputError` unless the ODE solvers resolve `eps` (one value or an array) in float64."""
+    if method == "multirate":  # P = 1/eps tokens per block, an integer a dataset can store
+        from .multirate import block_tokens
+
+        for e in np.unique(np.asarray(eps, dtype=np.float64)):
+            block_tokens(float(e))
+        return
     e = np.min(np.asarray(eps, dtype=np.float64))
-    if method != "multirate" and e < EPS_MIN:
+    if e < EPS_MIN:
         raise InputError(
             f"eps = {e:g} is below {EPS_MIN:g}, the smallest time-scale ratio the ODE solvers "
             f"resolve in float64 (the fast rates are the generator's times 1/eps); expected "
-            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes any eps."
+            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes eps = 1/P for any integer "
+            f"P up to 2**63 - 1."
         )
 
 

@@ -128,6 +128,18 @@ def test_explicit_method_warning_is_printed(tmp_path):
     assert "Warning: the problem is stiff" in res.output
 
 
+def test_a_P_that_is_no_integer_is_not_printed(tmp_path):
+    """1/1.5e-9 = 666,666,666.67: 'P = 666666667' was printed and saved."""
+    res = run(["integrate", "--eps", "1.5e-9", "--t-end", "0.01", "--n-eval", "3", "--no-plot",
+               "--out", str(tmp_path / "r.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("birth-death: eps = 1.5e-09, t in [0, 0.01]\n")
+    assert fs.load_dataset(tmp_path / "r.nc").attrs["P"] == -1
+    res = run(["integrate", "--eps", "1e-4", "--t-end", "0.01", "--n-eval", "3", "--no-plot",
+               "--out", str(tmp_path / "s.nc"), "--json"])  # fmt: skip
+    assert json.loads(res.output)["P"] == 10_000
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

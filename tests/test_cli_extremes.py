@@ -90,6 +90,14 @@ def invoke(args, tmp_path, monkeypatch):
          "--plot a.png asks for a plot and --no-plot for none"),
         (["integrate", "--eps", "0.1", "--batch", "2", "--seed", str(2**63)],
          f"at most 2**63 - 1 = {2**63 - 1}"),
+        # P = 1e20 tokens per block ran, then the dataset's int P failed in h5py (a traceback)
+        (["integrate", "--eps", "1e-20", "--method", "multirate", "--t-end", "0.01"],
+         "P = 1e+20 tokens per block (eps = 1e-20) is more than 2**63 - 1"),
+        (["integrate", "--P", str(2**63), "--method", "multirate", "--t-end", "0.01"],
+         "is more than 2**63 - 1"),
+        # 1/eps overflowed: OverflowError, exit status 1
+        (["integrate", "--eps", "5e-324"], "below 1e-12"),
+        (["integrate", "--eps", "5e-324", "--method", "multirate"], "1/eps = inf"),
     ],
 )
 def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):
@@ -109,6 +117,8 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         ["integrate", "--eps", "0.1", "--y0", "30", "--t-end", "0.5"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
+        # P = 999999999999999872 tokens per block (below 2**63): by doubling, and stored
+        ["integrate", "--eps", "1e-18", "--method", "multirate", "--t-end", "0.01"],
     ],
 )
 def test_extreme_valid_input_integrates(args, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fastslow_sim as fs
-from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev
+from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev, trajectory_summary
 
 
 @pytest.mark.parametrize("name", list(fs.SYSTEMS))
@@ -205,6 +205,32 @@ def test_eps_P_relation():
     assert fs.resolve_eps(P=8) == (0.125, 8)
     assert fs.resolve_eps(eps=0.125) == (0.125, 8)
     assert fs.resolve_eps(eps=0.3) == (0.3, None)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 7, 8, 10, 1000, 10**4, 999_999_937, 10**9, 10**12, 2**40])
+def test_P_is_the_integer_whose_inverse_eps_is(P):
+    """`eps = 1/P` in float64 (1e-4, 1/3, 1/7 as typed or divided) gives P back, and so does
+    eps one ulp off it (the round-off of another division, 0.1 * 0.1 = 0.010000000000000002)."""
+    eps = 1.0 / P
+    assert fs.resolve_eps(eps=eps) == (eps, P)
+    assert fs.resolve_eps(eps=np.nextafter(eps, 1.0))[1] == P
+    assert fs.resolve_eps(eps=repr(eps)) == (eps, P)  # the decimal text the CLI reads
+
+
+@pytest.mark.parametrize("eps", [1.5e-9, 0.3, 1 / 7 * (1 + 1e-12), 1e-4 * (1 + 1e-10), 0.7, 2.0,
+                                 1e300, 5e-324])  # fmt: skip
+def test_no_P_when_one_over_eps_is_not_an_integer(eps):
+    """1/1.5e-9 = 666,666,666.67 was reported as P = 666666667 (a relative tolerance of 1e-9 on
+    1/eps), as was eps = 1e-4 (1 + 1e-10), a million ulps from 1/10,000; 5e-324 raised
+    OverflowError (1/eps = inf)."""
+    assert fs.resolve_eps(eps=eps) == (eps, None)
+    assert fs.make_system("birth-death", eps=eps).P is None
+
+
+def test_a_P_that_is_no_integer_is_saved_as_minus_one():
+    ds = fs.integrate(fs.make_system("birth-death", eps=1.5e-9), (0, 0.01), n_eval=3)
+    assert ds.attrs["P"] == -1 and trajectory_summary(ds)["P"] is None
+    assert fs.integrate(fs.make_system("birth-death", eps=1e-4), (0, 0.01)).attrs["P"] == 10**4
 
 
 @pytest.mark.parametrize(
