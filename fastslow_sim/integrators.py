@@ -53,7 +53,7 @@ from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
 from .solvers import METHODS, SOLVER_ERRORS, Solution
-from .validation import positive
+from .validation import number, positive
 from .validation import t_span as check_t_span
 
 __all__ = [
@@ -71,6 +71,12 @@ STIFF_THRESHOLD = 500.0
 VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
 AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
 EPS_MIN = 1e-12
+# the error norms of radau, bdf, rk45, dop853, rodas4 and torchdiffeq square error / atol: at
+# atol 1e-150 an error of order one (a probability) leaves 1e8 below the float64 overflow
+ATOL_MIN = 1e-150
+ATOL_WHY = ("the solvers' error norms square error / atol, which overflows float64 (1.8e308) "
+            "for an error of order one below 7.5e-155")  # fmt: skip
+TIME_STEP_MIN = np.finfo(np.float64).tiny  # 2.2e-308: saved times closer lose digits
 
 
 class StiffnessWarning(UserWarning):
@@ -164,6 +170,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     for b in range(B):
         _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
     t_eval = _output_times(t0, t1, t_eval, n_eval)
+    if method != "multirate":  # the map saves one state per block (`check_block_count`)
+        check_output_size(system, B, len(t_eval))
     z0 = np.concatenate([x0, y0], axis=1)
     first = system if eps is None else system.with_eps(eps[0])
     stiffness = stiffness_index(first, z0[0], (t0, t1))
@@ -300,20 +308,37 @@ def _method(method, options):
 
 def _check_atol(system, atol):
     if np.ndim(atol) == 0:
-        return positive("atol", atol)
+        atol = positive("atol", atol)
+        if atol < ATOL_MIN:
+            raise InputError(f"atol must be at least {ATOL_MIN:g}; got {atol!r}: {ATOL_WHY}.")
+        return atol
     atol = np.asarray(atol, dtype=np.float64)  # one absolute tolerance per component of [x, y]
     N = system.n_fast + system.n_slow
-    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol > 0):
+    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= ATOL_MIN):
         raise InputError(
-            f"atol must be a positive number or {N} positive numbers (one per component of "
-            f"[x, y]); got {atol.tolist()}."
+            f"atol must be a number or {N} numbers (one per component of [x, y]), each at least "
+            f"{ATOL_MIN:g}; got {atol.tolist()}."
         )
     return atol
 
 
 def _output_times(t0, t1, t_eval, n_eval):
     if t_eval is None:
-        return np.linspace(t0, t1, int(n_eval))
+        n_eval = number("n_eval (saved times)", n_eval, 2, None, integer=True)
+        t = np.linspace(t0, t1, n_eval)
+        step = (t1 - t0) / (n_eval - 1)
+        floor = max(TIME_STEP_MIN, 2 * np.spacing(max(abs(t0), abs(t1))))
+        if step < floor or np.any(np.diff(t) <= 0):
+            why = "twice the spacing of the floats there"
+            if floor == TIME_STEP_MIN:
+                why = "the smallest normal float64 (smaller times lose digits)"
+            raise InputError(
+                f"the span ({float(t0)!r}, {float(t1)!r}) is too short for {n_eval} "
+                f"distinct equally spaced saved times: their spacing {step:.3g} is below "
+                f"{floor:.3g}, {why}; "
+                f"expected a longer span or fewer saved times (n_eval)."
+            )
+        return t
     t_eval = np.asarray(t_eval, dtype=np.float64)
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
         raise InputError("t_eval must be an increasing 1-D sequence of at least two times.")
@@ -431,6 +456,40 @@ def p_st_flops(system, points: int) -> float:
         return 0.0
     n = system.n_fast
     return points * (10.0 * n if getattr(system, "chain_p_st", False) else n**3 / 3)
+
+
+def physical_memory() -> float:
+    """This machine's memory in bytes (`inf` where the system does not say)."""
+    import os
+
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def output_bytes(system, batch: int, times: int) -> float:
+    """Bytes held at once for a result of `batch` trajectories at `times` saved times: the
+    solver's states `[x, y]`, and the dataset's `x`, `y`, `p_st` with the temporary `x - p_st`,
+    `manifold_distance` and `mass_error` (float64, `_to_dataset`)."""
+    n, m = system.n_fast, system.n_slow
+    manifold = 2 * n + 1 if hasattr(system, "critical_manifold") else 0
+    per_point = 2 * (n + m) + manifold + int(system.conserves_mass)
+    return 8.0 * batch * times * per_point
+
+
+def check_output_size(system, batch: int, times: int, names=("batch", "n_eval")) -> None:
+    """`InputError` before any work when the result of `batch` trajectories at `times` saved
+    times cannot fit in this machine's memory (`output_bytes`); `names` are the options that set
+    them, for the sentence."""
+    need, have = output_bytes(system, batch, times), physical_memory()
+    if need > have:
+        raise InputError(
+            f"{batch:,} trajectories at {times:,} saved times of {system.n_fast + system.n_slow} "
+            f"variables need about {need / 2**30:,.3g} GiB of memory for the solution and its "
+            f"dataset, more than this machine's {have / 2**30:,.3g} GiB; expected fewer "
+            f"trajectories ({names[0]}) or saved times ({names[1]})."
+        )
 
 
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:

@@ -258,6 +258,76 @@ def test_a_batch_of_y0_as_columns_still_reads():
     np.testing.assert_array_equal(ds["y"].values[:, 0, 0], [0.2, 0.5, 0.8])
 
 
+@pytest.mark.parametrize("span, atol", [(1e-200, 1e-10), (1e-300, 1e-150), (1e-140, 1e-150)])
+def test_lsoda_over_a_tiny_span_is_the_first_order_step(span, atol):
+    """Over a span t that short, x(t) = x0 + t Q^T x0 / eps to a relative t |Q| / eps (1e-139 at
+    most here): from all mass on state 0, x_1(t) = t q_01 / eps and y does not move. LSODA hung
+    (its first step was 1/sqrt(inf) = 0); now it takes the same step, computed in logarithms."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, span), method="lsoda", atol=atol, n_eval=3)
+    assert ds.attrs["status"] == "success"
+    q01 = system.generator.rates(np.asarray(system.y0).reshape(1, -1))[0, 0, 1]
+    x = ds["x"].values[-1]
+    np.testing.assert_allclose(x[1], span * q01 / system.eps, rtol=1e-12)
+    assert x[0] == pytest.approx(1.0, abs=1e-15)
+    np.testing.assert_array_equal(ds["y"].values[-1], system.y0)
+
+
+def test_lsoda_first_step_is_lsodas_own_where_that_is_finite():
+    """No first step is imposed where LSODA's formula is a positive float (the default runs
+    unchanged), and where it overflows, the same formula in logarithms."""
+    import math
+
+    from fastslow_sim.solvers.scipy_ivp import lsoda_first_step
+
+    f0, z0 = np.array([-5.0, 5.0]), np.array([1.0, 0.0])
+    assert lsoda_first_step(f0, z0, 0.0, 5.0, 1e-9, 1e-11) is None
+    tol, w0 = 1e-9, 1e-200  # 1/(tol w0^2) = 1e409
+    s = 5.0 / 1e-11
+    h0 = lsoda_first_step(f0, z0, 0.0, w0, tol, 1e-11)
+    expected = math.exp(-0.5 * math.log(1 / (tol * 1e-100 * 1e-100) * 1e-100 * 1e-100
+                                        + tol * s * s * 1e-100 * 1e-100) + 100 * math.log(10))
+    assert h0 == pytest.approx(min(expected, w0), rel=1e-12)
+    # (|f| / atol)^2 = 1e326 overflows
+    h1 = lsoda_first_step(f0, z0, 0.0, 1.0, 1e-8, 5e-163)
+    assert h1 == pytest.approx(1 / (math.sqrt(1e-8) * 1e163), rel=1e-6)
+
+
+@pytest.mark.parametrize("atol", [1e-151, 5e-324, [1e-10] * 8 + [1e-160]])
+def test_atol_below_its_floor_is_refused(atol):
+    with pytest.raises(fs.InputError, match="at least 1e-150"):
+        fs.integrate(fs.make_system("birth-death", eps=0.1), (0, 1), atol=atol)
+
+
+def test_span_too_short_for_the_saved_times_is_refused():
+    system = fs.make_system("birth-death", eps=0.1)
+    with pytest.raises(fs.InputError, match="too short for 401 distinct"):
+        fs.integrate(system, (0, 5e-324))
+    with pytest.raises(fs.InputError, match="twice the spacing of the floats there"):
+        fs.integrate(system, (1e10, 1e10 + 1e-3))
+    assert fs.integrate(system, (0, 1e-305)).attrs["status"] == "success"  # spacing 2.5e-308
+
+
+def test_output_too_large_for_memory_is_refused_before_the_work(monkeypatch):
+    """8 bytes x (2 (n + m) + 2n + 1 + 1) per saved state of a batch: 8 (18 + 17 + 1) = 288
+    bytes for the default 8-state, 1-slow system."""
+    import fastslow_sim.integrators as integ
+
+    system = fs.make_system("birth-death", eps=0.1)
+    assert integ.output_bytes(system, 10, 401) == 288 * 10 * 401
+    monkeypatch.setattr(integ, "physical_memory", lambda: 288 * 1000.0)
+
+    def solve(*args, **kwargs):
+        raise AssertionError("the solver ran")
+
+    monkeypatch.setitem(integ.METHODS, "lsoda", integ.METHODS["lsoda"].__class__(
+        **{**integ.METHODS["lsoda"].__dict__, "solve": solve}))  # fmt: skip
+    with pytest.raises(fs.InputError, match=r"1,001 saved times .* more than this machine's"):
+        fs.integrate(system, (0, 1), method="lsoda", n_eval=1001)
+    with pytest.raises(AssertionError, match="the solver ran"):
+        fs.integrate(system, (0, 1), method="lsoda", n_eval=1000)
+
+
 def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):
     """The dataset's p_st(y(t)) is computed in chunks of saved points: bit for bit the values of
     one call over all of them (NaN rows skipped, a partial last chunk), with a peak of allocated

@@ -10,7 +10,13 @@ import click
 import numpy as np
 
 from ..errors import InputError
-from ..integrators import METHODS, random_initial_conditions, trajectory_summary
+from ..integrators import (
+    ATOL_MIN,
+    ATOL_WHY,
+    METHODS,
+    random_initial_conditions,
+    trajectory_summary,
+)
 from ..validation import number
 from .common import (
     KAPPA_MAX,
@@ -145,7 +151,13 @@ def integrate(
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
       fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
-    from ..integrators import IgnoredOptionWarning, StiffnessWarning, check_eps_range, p_st_flops
+    from ..integrators import (
+        IgnoredOptionWarning,
+        StiffnessWarning,
+        check_eps_range,
+        check_output_size,
+        p_st_flops,
+    )
     from ..integrators import integrate as run_integrate
     from ..io import save_dataset
     from ..systems import make_system
@@ -165,6 +177,8 @@ def integrate(
         )
     if not (math.isfinite(atol) and 0 < atol <= 1):
         raise InputError(f"--atol must be a positive number at most 1 (e.g. 1e-10); got {atol}.")
+    if atol < ATOL_MIN:
+        raise InputError(f"--atol must be at least {ATOL_MIN:g}; got {atol}: {ATOL_WHY}.")
     if seed is not None and batch is None:
         raise InputError(
             f"--seed seeds the random initial conditions of --batch, and no --batch was given "
@@ -204,6 +218,9 @@ def integrate(
             raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
         if method == "multirate":
             raise InputError("--batch integrates with the ODE solvers; drop --method multirate.")
+    if method != "multirate":  # before the draw, which is as large as the initial states
+        check_output_size(system, batch or 1, n_eval, ("--batch", "--n-eval"))
+    if batch is not None:
         seed = 0 if seed is None else seed
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
@@ -219,16 +236,18 @@ def integrate(
                    f"this project's 2-core build machine); --n-eval sets how many states are "
                    f"saved.", err=True)  # fmt: skip
 
-    with warnings.catch_warnings(record=True) as caught:
+    def show(message, category, *args, **kwargs):  # as it is issued: before the solve
+        if issubclass(category, (StiffnessWarning, IgnoredOptionWarning)):
+            click.echo(f"Warning: {message}", err=True)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always", StiffnessWarning)
         warnings.simplefilter("always", IgnoredOptionWarning)
+        warnings.showwarning = show
         ds = run_integrate(
             system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
             **kwargs,
         )  # fmt: skip
-    for w in caught:
-        if issubclass(w.category, (StiffnessWarning, IgnoredOptionWarning)):
-            click.echo(f"Warning: {w.message}", err=True)
     if batch is not None:  # the initial conditions came from this seed: save it with them
         ds.attrs["seed"] = seed
 

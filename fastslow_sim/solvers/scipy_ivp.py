@@ -7,18 +7,51 @@ import numpy as np
 
 from . import Method, per_trajectory, register
 
+_UROUND = 2.0**-52
+
+
+def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
+    """LSODA's first step where its own choice breaks in float64, else `None` (LSODA then
+    chooses it, as always).
+
+    ODEPACK's LSODA starts with `h0 = 1/sqrt(1/(tol w0^2) + tol s^2)`, `w0 = max(|t0|, |t1|)`,
+    `tol = rtol` clipped to `[100 uround, 1e-3]` and `s = max_i |f0_i| / (rtol |z0_i| + atol_i)`.
+    When `1/(tol w0^2)` overflows (a span below about 1e-147 at rtol 1e-9) or `s^2` does (a slope
+    over the error weight beyond 1.3e154: atol 1e-160 on a state entry at zero), `h0` is
+    `1/sqrt(inf) = 0` and LSODA steps by zero forever. The same formula is evaluated here in
+    logarithms, which do not overflow, and handed to LSODA as its first step (at most the span;
+    LSODA adapts the steps after it)."""
+    tol = np.float64(min(max(rtol, 100 * _UROUND), 1e-3))
+    w0, tdist = np.float64(max(abs(t0), abs(t1))), float(t1 - t0)
+    with np.errstate(all="ignore"):
+        s = float(np.max(np.abs(f0) / (rtol * np.abs(z0) + atol)))
+        direct = 1.0 / (tol * w0 * w0) + tol * s * s
+    if np.isfinite(direct) and direct > 0 and 1.0 / np.sqrt(direct) > 0:
+        return None
+    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * np.log(s)] if s > 0 else [])
+    h0 = float(np.exp(-0.5 * np.logaddexp.reduce(terms)))
+    return min(h0, tdist) if h0 > 0 else tdist
+
 
 def _solve_one(scipy_name, explicit):
     def solve_one(system, z0, t_eval, rtol, atol):
         from scipy.integrate import solve_ivp
 
         kwargs = {} if explicit else {"jac": system.jacobian}
-        sol = solve_ivp(system.rhs, (t_eval[0], t_eval[-1]), z0, method=scipy_name,
+        t0, t1 = t_eval[0], t_eval[-1]
+        extra_nfev = 0
+        if scipy_name == "LSODA":
+            f0 = system.rhs(t0, z0)
+            extra_nfev = 1
+            first = lsoda_first_step(f0, z0, t0, t1, rtol, atol)
+            if first is not None:
+                kwargs["first_step"] = first
+        sol = solve_ivp(system.rhs, (t0, t1), z0, method=scipy_name,
                         t_eval=t_eval, rtol=rtol, atol=atol, **kwargs)  # fmt: skip
         z = np.full((len(t_eval), len(z0)), np.nan)
         z[: sol.y.shape[1]] = sol.y.T
         status = "success" if sol.status == 0 else "failed"
-        stats = {"nfev": int(sol.nfev), "njev": int(sol.njev), "nlu": int(sol.nlu)}
+        stats = {"nfev": int(sol.nfev) + extra_nfev, "njev": int(sol.njev), "nlu": int(sol.nlu)}
         return z, status, str(sol.message), stats
 
     return per_trajectory(solve_one)
