@@ -256,13 +256,14 @@ def _strict_json(text: str):
 
 
 def test_failed_solve_reports_no_mass_error_and_strict_json(tmp_path, monkeypatch):
-    """A solve that went non-finite (rodas4 at rtol 2.3e-14 over 1e11) printed
-    `max |1^T x - 1| = 0.0` (a NaN-ignoring max over NaN) and `--json` printed NaN, which strict
-    JSON parsers refuse: now the mass error is NaN in text, null in JSON, and every number is
-    finite or null."""
+    """A solve that went non-finite (rodas4 at rtol 2.3e-14 over 1e11 with atol 1e-300, an atol
+    refused now) printed `max |1^T x - 1| = 0.0` (a NaN-ignoring max over NaN) and `--json`
+    printed NaN, which strict JSON parsers refuse: now the mass error is NaN in text, null in
+    JSON, and every number is finite or null. The failure here: rodas4 at eps 1e-12 and atol
+    1e-145, where its error norm of the first step, (|f| / atol)^2 with |f| ~ 1e13, overflows."""
     monkeypatch.chdir(tmp_path)
-    args = ["integrate", "--eps", "0.1", "--t-end", "1e11", "--rtol", "2.3e-14", "--atol",
-            "1e-300", "--method", "rodas4", "--no-plot", "--out", "o.nc"]  # fmt: skip
+    args = ["integrate", "--eps", "1e-12", "--t-end", "1", "--atol", "1e-145", "--method",
+            "rodas4", "--no-plot", "--out", "o.nc"]  # fmt: skip
     r = CliRunner().invoke(main, args + ["--json"])
     assert r.exit_code == 1, r.output
     data = _strict_json(r.output)
