@@ -55,7 +55,7 @@ from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
 from .solvers import METHODS, SOLVER_ERRORS, Solution
-from .validation import positive
+from .validation import number, positive
 from .validation import t_span as check_t_span
 from .wording import plural
 
@@ -74,6 +74,12 @@ STIFF_THRESHOLD = 500.0
 VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
 AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
 EPS_MIN = 1e-12
+# the error norms of radau, bdf, rk45, dop853, rodas4 and torchdiffeq square error / atol: at
+# atol 1e-150 an error of order one (a probability) leaves 1e8 below the float64 overflow
+ATOL_MIN = 1e-150
+ATOL_WHY = ("the solvers' error norms square error / atol, which overflows float64 (1.8e308) "
+            "for an error of order one below 7.5e-155")  # fmt: skip
+TIME_STEP_MIN = np.finfo(np.float64).tiny  # 2.2e-308: saved times closer lose digits
 
 
 class StiffnessWarning(UserWarning):
@@ -131,12 +137,19 @@ def _check_explicit_step(method, stiffness, t0, t1) -> None:
 
 def check_eps_range(eps, method) -> None:
     """`InputError` unless the ODE solvers resolve `eps` (one value or an array) in float64."""
+    if method == "multirate":  # P = 1/eps tokens per block, an integer a dataset can store
+        from .multirate import block_tokens
+
+        for e in np.unique(np.asarray(eps, dtype=np.float64)):
+            block_tokens(float(e))
+        return
     e = np.min(np.asarray(eps, dtype=np.float64))
-    if method != "multirate" and e < EPS_MIN:
+    if e < EPS_MIN:
         raise InputError(
             f"eps = {e:g} is below {EPS_MIN:g}, the smallest time-scale ratio the ODE solvers "
             f"resolve in float64 (the fast rates are the generator's times 1/eps); expected "
-            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes any eps."
+            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes eps = 1/P for any integer "
+            f"P up to 2**63 - 1."
         )
 
 
@@ -178,6 +191,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     for b in range(B):
         _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
     t_eval = _output_times(t0, t1, t_eval, n_eval)
+    if method != "multirate":  # the map saves one state per block (`check_block_count`)
+        check_output_size(system, B, len(t_eval))
     z0 = np.concatenate([x0, y0], axis=1)
     first = system if eps is None else system.with_eps(eps[0])
     stiffness = stiffness_index(first, z0[0], (t0, t1))
@@ -315,20 +330,37 @@ def _method(method, options):
 
 def _check_atol(system, atol):
     if np.ndim(atol) == 0:
-        return positive("atol", atol)
+        atol = positive("atol", atol)
+        if atol < ATOL_MIN:
+            raise InputError(f"atol must be at least {ATOL_MIN:g}; got {atol!r}: {ATOL_WHY}.")
+        return atol
     atol = np.asarray(atol, dtype=np.float64)  # one absolute tolerance per component of [x, y]
     N = system.n_fast + system.n_slow
-    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol > 0):
+    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= ATOL_MIN):
         raise InputError(
-            f"atol must be a positive number or {N} positive numbers (one per component of "
-            f"[x, y]); got {atol.tolist()}."
+            f"atol must be a number or {N} numbers (one per component of [x, y]), each at least "
+            f"{ATOL_MIN:g}; got {atol.tolist()}."
         )
     return atol
 
 
 def _output_times(t0, t1, t_eval, n_eval):
     if t_eval is None:
-        return np.linspace(t0, t1, int(n_eval))
+        n_eval = number("n_eval (saved times)", n_eval, 2, None, integer=True)
+        t = np.linspace(t0, t1, n_eval)
+        step = (t1 - t0) / (n_eval - 1)
+        floor = max(TIME_STEP_MIN, 2 * np.spacing(max(abs(t0), abs(t1))))
+        if step < floor or np.any(np.diff(t) <= 0):
+            why = "twice the spacing of the floats there"
+            if floor == TIME_STEP_MIN:
+                why = "the smallest normal float64 (smaller times lose digits)"
+            raise InputError(
+                f"the span ({float(t0)!r}, {float(t1)!r}) is too short for {n_eval} "
+                f"distinct equally spaced saved times: their spacing {step:.3g} is below "
+                f"{floor:.3g}, {why}; "
+                f"expected a longer span or fewer saved times (n_eval)."
+            )
+        return t
     t_eval = np.asarray(t_eval, dtype=np.float64)
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
         raise InputError("t_eval must be an increasing 1-D sequence of at least two times.")
@@ -340,9 +372,12 @@ def _output_times(t0, t1, t_eval, n_eval):
 def _initial_states(system, x0, y0, eps):
     """`(x0 (B, n), y0 (B, m), eps (B,) or None)`, every row a valid initial state."""
     x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
-    y0 = np.atleast_2d(np.asarray(system.y0 if y0 is None else y0, dtype=np.float64))
-    if y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
+    y0 = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64)
+    # a 2-D y0 given as (m, B) is read as (B, m); a 1-D y0 is one trajectory's slow state, so
+    # [1, 2] on a system with one slow variable is refused (it ran silently from y0 = 1)
+    if y0.ndim == 2 and y0.shape[-1] != system.n_slow and y0.shape[0] == system.n_slow:
         y0 = y0.T
+    y0 = np.atleast_2d(y0)
     n_eps = 1 if eps is None else int(np.size(eps))
     B = max(x0.shape[0], y0.shape[0], n_eps)
     if x0.shape[0] not in (1, B) or y0.shape[0] not in (1, B):
@@ -362,10 +397,14 @@ def _initial_states(system, x0, y0, eps):
 def _initial_state(system, x0, y0):
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
     y0 = np.asarray(y0, dtype=np.float64).reshape(-1)
-    if x0.shape != (system.n_fast,):
-        raise InputError(f"x0 must have {plural(system.n_fast, 'entry')}; got {x0.shape[0]}.")
-    if y0.shape != (system.n_slow,):
-        raise InputError(f"y0 must have {plural(system.n_slow, 'entry')}; got {y0.shape[0]}.")
+    for name, v, size, what in [("x0", x0, system.n_fast, "state"),
+                                ("y0", y0, system.n_slow, "slow variable")]:  # fmt: skip
+        if v.shape != (size,):
+            raise InputError(
+                f"{name} must have {plural(size, 'entry')}, one per {what} "
+                f"of the {system.name} system; got {v.size}"
+                + (f" ({v.tolist()})." if v.size <= 16 else ".")
+            )
     if not np.all(np.isfinite(x0)) or not np.all(np.isfinite(y0)):
         raise InputError(f"x0 and y0 must be finite; got x0={x0.tolist()}, y0={y0.tolist()}.")
     if system.conserves_mass and (np.any(x0 < 0) or abs(x0.sum() - 1.0) > 1e-12):
@@ -439,6 +478,40 @@ def p_st_flops(system, points: int) -> float:
         return 0.0
     n = system.n_fast
     return points * (10.0 * n if getattr(system, "chain_p_st", False) else n**3 / 3)
+
+
+def physical_memory() -> float:
+    """This machine's memory in bytes (`inf` where the system does not say)."""
+    import os
+
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def output_bytes(system, batch: int, times: int) -> float:
+    """Bytes held at once for a result of `batch` trajectories at `times` saved times: the
+    solver's states `[x, y]`, and the dataset's `x`, `y`, `p_st` with the temporary `x - p_st`,
+    `manifold_distance` and `mass_error` (float64, `_to_dataset`)."""
+    n, m = system.n_fast, system.n_slow
+    manifold = 2 * n + 1 if hasattr(system, "critical_manifold") else 0
+    per_point = 2 * (n + m) + manifold + int(system.conserves_mass)
+    return 8.0 * batch * times * per_point
+
+
+def check_output_size(system, batch: int, times: int, names=("batch", "n_eval")) -> None:
+    """`InputError` before any work when the result of `batch` trajectories at `times` saved
+    times cannot fit in this machine's memory (`output_bytes`); `names` are the options that set
+    them, for the sentence."""
+    need, have = output_bytes(system, batch, times), physical_memory()
+    if need > have:
+        raise InputError(
+            f"{batch:,} trajectories at {times:,} saved times of {system.n_fast + system.n_slow} "
+            f"variables need about {need / 2**30:,.3g} GiB of memory for the solution and its "
+            f"dataset, more than this machine's {have / 2**30:,.3g} GiB; expected fewer "
+            f"trajectories ({names[0]}) or saved times ({names[1]})."
+        )
 
 
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:

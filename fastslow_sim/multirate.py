@@ -31,8 +31,9 @@ from .errors import InputError
 from .validation import positive, positive_int
 from .wording import plural
 
-__all__ = ["multirate_map", "MAX_TOKENS"]
+__all__ = ["multirate_map", "block_tokens", "MAX_TOKENS", "MAX_P"]
 
+MAX_P = 2**63 - 1  # tokens per block: a 64-bit integer in the dataset (`P`, `tokens_per_block`)
 MAX_TOKENS = 1_000_000  # per-token states are kept up to this many tokens
 _WALK = 64  # blocks of at most this many tokens are walked token by token
 
@@ -82,6 +83,29 @@ def _block_by_doubling(E, P, x):
     return _normalised(F @ x), _normalised(_stochastic(S / P) @ x)
 
 
+def block_tokens(eps: float, P=None) -> int:
+    """The map's tokens per block: `P`, or the `P = 1/eps` of `eps` (within round-off,
+    `systems.resolve_eps`), or `InputError` unless it is an integer from 1 to `MAX_P`, the
+    largest a 64-bit integer holds (a dataset stores `P` as one: `P = 1e20` at `eps = 1e-20`
+    ran, then failed writing the dataset)."""
+    from .systems import resolve_eps
+
+    if P is None:
+        P = resolve_eps(eps=eps)[1]
+        if P is None:
+            raise InputError(
+                f"the multirate map takes P = 1/eps tokens per block, but 1/eps = "
+                f"{1 / eps:.6g} (eps = {eps:g}) is not an integer; pass P explicitly."
+            )
+    if isinstance(P, (int, np.integer)) and not isinstance(P, bool) and P > MAX_P:
+        raise InputError(
+            f"P = {float(P):.3g} tokens per block (eps = {eps:g}) is more than 2**63 - 1 = "
+            f"{MAX_P}, the largest token count a 64-bit integer holds; expected eps > 2**-63 = "
+            f"{2.0**-63:.17g} (P < 2**63)."
+        )
+    return positive_int("P (tokens per block)", P)
+
+
 def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None, y0=None,
                   *, tokens: bool | None = None) -> dict:  # fmt: skip
     """Run the map for `n_blocks` blocks of `P` tokens (default: the system's `P = 1/eps`).
@@ -96,14 +120,7 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
         raise InputError(f"the multirate map needs a master-equation system; got {system.name!r}.")
     H = positive("H (slow time per block)", H)
     n_blocks = positive_int("n_blocks", n_blocks)
-    if P is None:
-        P = system.P
-        if P is None:
-            raise InputError(
-                f"the multirate map takes P = 1/eps tokens per block, but 1/eps = "
-                f"{1 / system.eps:.6g} is not an integer; pass P explicitly."
-            )
-    P = positive_int("P (tokens per block)", P)
+    P = block_tokens(system.eps, P)
     n_tok = n_blocks * P
     if tokens and n_tok > MAX_TOKENS:
         raise InputError(

@@ -66,8 +66,20 @@ def resolve_eps(eps=None, P=None) -> tuple[float, float | None]:
         raise InputError(f"eps must be a positive finite number; got eps={eps!r}.") from None
     if not math.isfinite(e) or e <= 0:
         raise InputError(f"eps must be a positive finite number; got eps={eps!r}.")
+    return e, _integer_inverse(e)
+
+
+def _integer_inverse(e: float) -> int | None:
+    """The integer `P` with `1/P == e` in float64 (within 2 ulps of `e`: the round-off of a
+    division or two), or `None`. A relative tolerance on `1/e` would call `eps = 1.5e-9`
+    `1/666666667` (off by 5e-10 relative, a million times the round-off)."""
     inv = 1.0 / e
-    return e, (int(round(inv)) if abs(inv - round(inv)) < 1e-9 * inv else None)
+    if not math.isfinite(inv):  # eps below 1/DBL_MAX (5e-324): 1/eps overflows
+        return None
+    P = round(inv)
+    if P < 1 or abs(1.0 / P - e) > 2 * math.ulp(e):
+        return None
+    return P
 
 
 def _fd_jacobian(fun, v, h=1e-7):

@@ -128,6 +128,38 @@ def test_explicit_method_warning_is_printed(tmp_path):
     assert "Warning: the problem is stiff" in res.output
 
 
+def test_explicit_method_warning_comes_before_the_solve(tmp_path, monkeypatch):
+    """The warning that rk45 on a stiff problem needs ~1e5 evaluations was printed after those
+    evaluations; it is printed as it is issued now, before the solver starts."""
+    import dataclasses
+
+    from fastslow_sim.integrators import METHODS
+
+    class StopError(Exception):
+        pass
+
+    def solve(*args, **kwargs):
+        raise StopError
+
+    monkeypatch.setitem(METHODS, "rk45", dataclasses.replace(METHODS["rk45"], solve=solve))
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.01", "--t-end", "1", "--method",
+                                    "rk45", "--out", str(tmp_path / "a.nc"), "--no-plot"])  # fmt: skip
+    assert isinstance(res.exception, StopError)
+    assert res.output.startswith("Warning: the problem is stiff (stiffness index")
+
+
+def test_a_P_that_is_no_integer_is_not_printed(tmp_path):
+    """1/1.5e-9 = 666,666,666.67: 'P = 666666667' was printed and saved."""
+    res = run(["integrate", "--eps", "1.5e-9", "--t-end", "0.01", "--n-eval", "3", "--no-plot",
+               "--out", str(tmp_path / "r.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("birth-death: eps = 1.5e-09, t in [0, 0.01]\n")
+    assert fs.load_dataset(tmp_path / "r.nc").attrs["P"] == -1
+    res = run(["integrate", "--eps", "1e-4", "--t-end", "0.01", "--n-eval", "3", "--no-plot",
+               "--out", str(tmp_path / "s.nc"), "--json"])  # fmt: skip
+    assert json.loads(res.output)["P"] == 10_000
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

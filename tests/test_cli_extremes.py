@@ -88,6 +88,34 @@ def invoke(args, tmp_path, monkeypatch):
         # --t-end 1e9, "Maximum allowed dimension exceeded" at --H 1e-300) are refused
         (["integrate", "--eps", "0.1", "--method", "multirate", "--t-end", "1e9"], "blocks"),
         (["integrate", "--eps", "0.1", "--method", "multirate", "--H", "1e-300"], "blocks"),
+        # a y0 of the wrong length ran silently from its first entry (y0 = 1)
+        (["integrate", "--eps", "0.1", "--y0", "1,2"],
+         "y0 must have 1 entry, one per slow variable of the birth-death system; got 2 "
+         "([1.0, 2.0])."),
+        (["integrate", "--eps", "0.1", "--system", "two-state", "--x0", "1,0,0"],
+         "x0 must have 2 entries, one per state of the two-state system; got 3"),
+        # options that did nothing, or contradicted each other, were accepted
+        (["integrate", "--eps", "0.1", "--seed", "3"], "and no --batch was given (got --seed 3)"),
+        (["integrate", "--eps", "0.1", "--plot", "a.png"],
+         "--plot a.png asks for a plot and --no-plot for none"),
+        (["integrate", "--eps", "0.1", "--batch", "2", "--seed", str(2**63)],
+         f"at most 2**63 - 1 = {2**63 - 1}"),
+        # P = 1e20 tokens per block ran, then the dataset's int P failed in h5py (a traceback)
+        (["integrate", "--eps", "1e-20", "--method", "multirate", "--t-end", "0.01"],
+         "P = 1e+20 tokens per block (eps = 1e-20) is more than 2**63 - 1"),
+        (["integrate", "--P", str(2**63), "--method", "multirate", "--t-end", "0.01"],
+         "is more than 2**63 - 1"),
+        # 1/eps overflowed: OverflowError, exit status 1
+        (["integrate", "--eps", "5e-324"], "below 1e-12"),
+        (["integrate", "--eps", "5e-324", "--method", "multirate"], "1/eps = inf"),
+        # t_eval of equal times: "t_eval not sorted" from scipy
+        (["integrate", "--eps", "0.1", "--t-end", "5e-324"],
+         "is too short for 401 distinct equally spaced saved times"),
+        (["integrate", "--eps", "0.1", "--t-end", "1e-306"], "below 2.23e-308"),
+        (["integrate", "--eps", "0.1", "--atol", "1e-151"], "--atol must be at least 1e-150"),
+        # a numpy _ArrayMemoryError traceback after the draw of the initial conditions
+        (["integrate", "--eps", "0.1", "--batch", "1000000", "--n-eval", "1000000"],
+         "GiB of memory for the solution and its dataset, more than this machine's"),
     ],
 )
 def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypatch):
@@ -110,12 +138,10 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1"],
         ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "lsoda"],
         ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "bdf"],
-        # unit rates over atol 1e-300: torchdiffeq's and scipy's first step squared f(z0) / atol,
-        # overflowed and was 0 (dopri5: 'underflow in dt 0.0', step_underflow, exit 1)
-        ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "dopri5"],
-        ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "bdf"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
+        # P = 999999999999999872 tokens per block (below 2**63): by doubling, and stored
+        ["integrate", "--eps", "1e-18", "--method", "multirate", "--t-end", "0.01"],
     ],
 )
 def test_extreme_valid_input_integrates(args, tmp_path, monkeypatch):
@@ -363,3 +389,45 @@ def test_a_tex_engine_that_fails_is_one_sentence_after_the_dataset(tmp_path, mon
     assert r.exit_code == 1 and "xelatex failed to typeset the figure's text" in r.output
     assert (tmp_path / "a.nc").is_file() and not (tmp_path / "p.pgf").exists()
     assert not list(tmp_path.glob(".*part"))
+
+
+def test_the_memory_refusal_names_the_size_and_the_options(tmp_path, monkeypatch):
+    """--batch 1,000,000 at --n-eval 1,000,000 of the 9-variable default system: the solver's
+    (n + m) states twice (solution and dataset), p_st and x - p_st (2n), the manifold distance
+    and the mass error, 8 bytes each: 8e12 (2*9 + 17 + 1) = 2.88e14 bytes = 2.68e5 GiB."""
+    res = invoke(["integrate", "--eps", "0.1", "--batch", "1000000", "--n-eval", "1000000",
+                  "--no-plot"], tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "1,000,000 trajectories at 1,000,000 saved times of 9 variables need about " \
+           f"{2.88e14 / 2**30:,.3g} GiB" in res.output  # fmt: skip
+    assert "expected fewer trajectories (--batch) or saved times (--n-eval)." in res.output
+    assert not (tmp_path / "fastslow-results").exists()  # refused before the default folder
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # LSODA's first step 1/sqrt(1/(tol t_end^2) + ...) was 1/sqrt(inf) = 0: a hang
+        ["--t-end", "1e-200"],
+        ["--t-end", "1e-300", "--method", "lsoda"],
+        # ... and 1/sqrt(... + tol (|f| / atol)^2) = 0 at fast rates over a tiny atol
+        ["--atol", "1e-150", "--t-end", "0.5"],
+        ["--eps", "1e-8", "--method", "lsoda", "--atol", "1e-150", "--t-end", "0.5"],
+    ],
+)
+def test_lsoda_at_a_tiny_span_or_atol_finishes(args, tmp_path):
+    """In a subprocess under a time limit: before, these never returned."""
+    import subprocess
+    import sys
+
+    eps = [] if "--eps" in args else ["--eps", "0.125"]
+    cmd = [sys.executable, "-m", "fastslow_sim", "integrate", *eps, *args, "--no-plot",
+           "--json", "--out", str(tmp_path / "r.nc")]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [os.path.dirname(os.path.dirname(fs.__file__)),
+                              os.environ.get("PYTHONPATH", "")])})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["status"] == "success" and out["method"] == "lsoda"
+    assert abs(out["mass_error_max"]) < 1e-12

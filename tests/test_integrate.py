@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fastslow_sim as fs
-from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev
+from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev, trajectory_summary
 
 
 @pytest.mark.parametrize("name", list(fs.SYSTEMS))
@@ -205,6 +205,127 @@ def test_eps_P_relation():
     assert fs.resolve_eps(P=8) == (0.125, 8)
     assert fs.resolve_eps(eps=0.125) == (0.125, 8)
     assert fs.resolve_eps(eps=0.3) == (0.3, None)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 7, 8, 10, 1000, 10**4, 999_999_937, 10**9, 10**12, 2**40])
+def test_P_is_the_integer_whose_inverse_eps_is(P):
+    """`eps = 1/P` in float64 (1e-4, 1/3, 1/7 as typed or divided) gives P back, and so does
+    eps one ulp off it (the round-off of another division, 0.1 * 0.1 = 0.010000000000000002)."""
+    eps = 1.0 / P
+    assert fs.resolve_eps(eps=eps) == (eps, P)
+    assert fs.resolve_eps(eps=np.nextafter(eps, 1.0))[1] == P
+    assert fs.resolve_eps(eps=repr(eps)) == (eps, P)  # the decimal text the CLI reads
+
+
+@pytest.mark.parametrize("eps", [1.5e-9, 0.3, 1 / 7 * (1 + 1e-12), 1e-4 * (1 + 1e-10), 0.7, 2.0,
+                                 1e300, 5e-324])  # fmt: skip
+def test_no_P_when_one_over_eps_is_not_an_integer(eps):
+    """1/1.5e-9 = 666,666,666.67 was reported as P = 666666667 (a relative tolerance of 1e-9 on
+    1/eps), as was eps = 1e-4 (1 + 1e-10), a million ulps from 1/10,000; 5e-324 raised
+    OverflowError (1/eps = inf)."""
+    assert fs.resolve_eps(eps=eps) == (eps, None)
+    assert fs.make_system("birth-death", eps=eps).P is None
+
+
+def test_a_P_that_is_no_integer_is_saved_as_minus_one():
+    ds = fs.integrate(fs.make_system("birth-death", eps=1.5e-9), (0, 0.01), n_eval=3)
+    assert ds.attrs["P"] == -1 and trajectory_summary(ds)["P"] is None
+    assert fs.integrate(fs.make_system("birth-death", eps=1e-4), (0, 0.01)).attrs["P"] == 10**4
+
+
+@pytest.mark.parametrize(
+    "x0, y0, fragment",
+    [
+        (None, [1.0, 2.0], "y0 must have 1 entry, one per slow variable of the birth-death "
+                           "system; got 2 ([1.0, 2.0])."),
+        ([1.0, 0.0], None, "x0 must have 8 entries, one per state of the birth-death system; "
+                           "got 2 ([1.0, 0.0])."),
+    ],
+)
+def test_initial_state_of_the_wrong_length_is_refused(x0, y0, fragment):
+    """y0 = [1, 2] on a system with one slow variable was read as a batch of two (a 1-D y0
+    transposed) and its first trajectory returned: a run from y0 = 1, without a word."""
+    system = fs.make_system("birth-death", eps=0.1)
+    with pytest.raises(fs.InputError) as info:
+        fs.integrate(system, (0, 0.1), x0, y0)
+    assert str(info.value) == fragment
+
+
+def test_a_batch_of_y0_as_columns_still_reads():
+    system = fs.make_system("birth-death", eps=0.1)
+    y0 = np.array([[0.2, 0.5, 0.8]])  # (m, B): three trajectories
+    ds = fs.integrate(system, (0, 0.1), None, y0, n_eval=3)
+    np.testing.assert_array_equal(ds["y"].values[:, 0, 0], [0.2, 0.5, 0.8])
+
+
+@pytest.mark.parametrize("span, atol", [(1e-200, 1e-10), (1e-300, 1e-150), (1e-140, 1e-150)])
+def test_lsoda_over_a_tiny_span_is_the_first_order_step(span, atol):
+    """Over a span t that short, x(t) = x0 + t Q^T x0 / eps to a relative t |Q| / eps (1e-139 at
+    most here): from all mass on state 0, x_1(t) = t q_01 / eps and y does not move. LSODA hung
+    (its first step was 1/sqrt(inf) = 0); now it takes the same step, computed in logarithms."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, span), method="lsoda", atol=atol, n_eval=3)
+    assert ds.attrs["status"] == "success"
+    q01 = system.generator.rates(np.asarray(system.y0).reshape(1, -1))[0, 0, 1]
+    x = ds["x"].values[-1]
+    np.testing.assert_allclose(x[1], span * q01 / system.eps, rtol=1e-12)
+    assert x[0] == pytest.approx(1.0, abs=1e-15)
+    np.testing.assert_array_equal(ds["y"].values[-1], system.y0)
+
+
+def test_lsoda_first_step_is_lsodas_own_where_that_is_finite():
+    """No first step is imposed where LSODA's formula is a positive float (the default runs
+    unchanged), and where it overflows, the same formula in logarithms."""
+    import math
+
+    from fastslow_sim.solvers.scipy_ivp import lsoda_first_step
+
+    f0, z0 = np.array([-5.0, 5.0]), np.array([1.0, 0.0])
+    assert lsoda_first_step(f0, z0, 0.0, 5.0, 1e-9, 1e-11) is None
+    tol, w0 = 1e-9, 1e-200  # 1/(tol w0^2) = 1e409
+    s = 5.0 / 1e-11
+    h0 = lsoda_first_step(f0, z0, 0.0, w0, tol, 1e-11)
+    expected = math.exp(-0.5 * math.log(1 / (tol * 1e-100 * 1e-100) * 1e-100 * 1e-100
+                                        + tol * s * s * 1e-100 * 1e-100) + 100 * math.log(10))
+    assert h0 == pytest.approx(min(expected, w0), rel=1e-12)
+    # (|f| / atol)^2 = 1e326 overflows
+    h1 = lsoda_first_step(f0, z0, 0.0, 1.0, 1e-8, 5e-163)
+    assert h1 == pytest.approx(1 / (math.sqrt(1e-8) * 1e163), rel=1e-6)
+
+
+@pytest.mark.parametrize("atol", [1e-151, 5e-324, [1e-10] * 8 + [1e-160]])
+def test_atol_below_its_floor_is_refused(atol):
+    with pytest.raises(fs.InputError, match="at least 1e-150"):
+        fs.integrate(fs.make_system("birth-death", eps=0.1), (0, 1), atol=atol)
+
+
+def test_span_too_short_for_the_saved_times_is_refused():
+    system = fs.make_system("birth-death", eps=0.1)
+    with pytest.raises(fs.InputError, match="too short for 401 distinct"):
+        fs.integrate(system, (0, 5e-324))
+    with pytest.raises(fs.InputError, match="twice the spacing of the floats there"):
+        fs.integrate(system, (1e10, 1e10 + 1e-3))
+    assert fs.integrate(system, (0, 1e-305)).attrs["status"] == "success"  # spacing 2.5e-308
+
+
+def test_output_too_large_for_memory_is_refused_before_the_work(monkeypatch):
+    """8 bytes x (2 (n + m) + 2n + 1 + 1) per saved state of a batch: 8 (18 + 17 + 1) = 288
+    bytes for the default 8-state, 1-slow system."""
+    import fastslow_sim.integrators as integ
+
+    system = fs.make_system("birth-death", eps=0.1)
+    assert integ.output_bytes(system, 10, 401) == 288 * 10 * 401
+    monkeypatch.setattr(integ, "physical_memory", lambda: 288 * 1000.0)
+
+    def solve(*args, **kwargs):
+        raise AssertionError("the solver ran")
+
+    monkeypatch.setitem(integ.METHODS, "lsoda", integ.METHODS["lsoda"].__class__(
+        **{**integ.METHODS["lsoda"].__dict__, "solve": solve}))  # fmt: skip
+    with pytest.raises(fs.InputError, match=r"1,001 saved times .* more than this machine's"):
+        fs.integrate(system, (0, 1), method="lsoda", n_eval=1001)
+    with pytest.raises(AssertionError, match="the solver ran"):
+        fs.integrate(system, (0, 1), method="lsoda", n_eval=1000)
 
 
 def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):

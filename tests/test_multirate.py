@@ -91,3 +91,31 @@ def test_eps_without_integer_P_needs_P():
         multirate_map(system, 0.05, 2)
     assert multirate_map(system, 0.05, 2, P=3)["P"] == 3
     assert MAX_TOKENS >= 10**6
+
+
+def test_P_beyond_64_bits_is_refused_before_the_map_runs(tmp_path, monkeypatch):
+    """eps = 1e-20 ran the map with P = 1e20 tokens per block, then failed writing the dataset
+    (h5py has no type for an int beyond 64 bits): refused before any block now, in the map and
+    in integrate. eps = 1e-18 (P = 999999999999999872 < 2**63) runs and its dataset round-trips."""
+    import fastslow_sim.multirate as mr
+
+    def no_blocks(*args, **kwargs):
+        raise AssertionError("the map ran")
+
+    system = fs.make_system("birth-death", eps=1e-20)
+    monkeypatch.setattr(mr, "_propagator", no_blocks)
+    for run in (lambda: multirate_map(system, 0.01, 1),
+                lambda: fs.integrate(system, (0, 0.01), method="multirate")):  # fmt: skip
+        with pytest.raises(fs.InputError, match=r"P = 1e\+20 tokens per block \(eps = 1e-20\) "
+                                                r"is more than 2\*\*63 - 1"):  # fmt: skip
+            run()
+    with pytest.raises(fs.InputError, match="more than 2"):
+        multirate_map(fs.make_system("birth-death", eps=0.1), 0.01, 1, P=2**63)
+    monkeypatch.undo()
+    system = fs.make_system("birth-death", eps=1e-18)
+    assert system.P < 2**63
+    ds = fs.integrate(system, (0, 0.02), method="multirate")
+    fs.save_dataset(ds, tmp_path / "m.nc")
+    back = fs.load_dataset(tmp_path / "m.nc")
+    assert int(back.attrs["P"]) == system.P == int(back.attrs["tokens_per_block"])
+    assert back.attrs["status"] == "success"

@@ -206,12 +206,12 @@ def test_cli_integrate_options(eps, t_end, rtol, atol, y0, n_eval, seed, batch, 
     out = tmp_path / "r.nc"
     previous = _previous(out, ours)  # an earlier run's dataset: replaced only by a finished run
     args = ["integrate", "--eps", eps, "--t-end", t_end, "--rtol", rtol, "--atol", atol,
-            "--n-eval", n_eval, "--seed", seed, "--method", method, "--out", str(out),
+            "--n-eval", n_eval, "--method", method, "--out", str(out),
             "--no-plot", "--json"]  # fmt: skip
     if batch is None:
         args += ["--y0", y0]
-    else:
-        args += ["--batch", batch]
+    else:  # --seed seeds the batch's draw (refused without --batch)
+        args += ["--batch", batch, "--seed", seed]
     if method == "multirate":
         args += ["--H", t_end]
     res = CliRunner().invoke(main, args)

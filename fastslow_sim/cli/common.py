@@ -185,6 +185,10 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
+    if plot_path is not None and no_plot:
+        raise InputError(
+            f"--plot {plot_path} asks for a plot and --no-plot for none; expected one of them."
+        )
     target = out if out is not None else DEFAULT_RESULTS / f"{stem}.nc"
     clash = plot_path is not None and os.path.realpath(plot_path) == os.path.realpath(target)
     if plot_path is not None and not no_plot and not clash:  # before the default folder is made

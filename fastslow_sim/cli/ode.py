@@ -10,7 +10,13 @@ import click
 import numpy as np
 
 from ..errors import InputError
-from ..integrators import METHODS, random_initial_conditions, trajectory_summary
+from ..integrators import (
+    ATOL_MIN,
+    ATOL_WHY,
+    METHODS,
+    random_initial_conditions,
+    trajectory_summary,
+)
 from ..validation import number
 from ..wording import plural
 from .common import (
@@ -34,6 +40,7 @@ from .common import (
     use_agg,
 )
 
+SEED_MAX = 2**63 - 1  # the dataset's seed attribute is a 64-bit integer
 P_ST_WARN_FLOPS = 3e11  # about 25-60 s of GTH (scripts/bench_stationary.py)
 # the compiled GTH (n^3/3 operations), 2 cores: 512 states, and 4,096 (in panels, dgemm)
 GTH_FLOPS_PER_S = (5e9, 13e9)
@@ -74,7 +81,13 @@ def _minutes(seconds: float) -> str:
     help="Integrate N random initial conditions (x0 uniform on the simplex, y0 uniform "
     "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --batch draw.")
+@click.option(
+    "--seed",
+    default=None,
+    type=int,
+    metavar="S",
+    help="Seed of the --batch draw, from 0 to 2**63 - 1 (--batch only) [default: 0].",
+)
 @click.option(
     "--states",
     default=None,
@@ -139,7 +152,13 @@ def integrate(
       fastslow-sim integrate --system michaelis-menten --P 100 --t-end 5 --json
       fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
-    from ..integrators import IgnoredOptionWarning, StiffnessWarning, check_eps_range, p_st_flops
+    from ..integrators import (
+        IgnoredOptionWarning,
+        StiffnessWarning,
+        check_eps_range,
+        check_output_size,
+        p_st_flops,
+    )
     from ..integrators import integrate as run_integrate
     from ..io import save_dataset
     from ..systems import make_system
@@ -159,8 +178,18 @@ def integrate(
         )
     if not (math.isfinite(atol) and 0 < atol <= 1):
         raise InputError(f"--atol must be a positive number at most 1 (e.g. 1e-10); got {atol}.")
-    if seed < 0:
-        raise InputError(f"--seed must be a non-negative integer; got {seed}.")
+    if atol < ATOL_MIN:
+        raise InputError(f"--atol must be at least {ATOL_MIN:g}; got {atol}: {ATOL_WHY}.")
+    if seed is not None and batch is None:
+        raise InputError(
+            f"--seed seeds the random initial conditions of --batch, and no --batch was given "
+            f"(got --seed {seed}); expected --batch N with it, or no --seed."
+        )
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise InputError(
+            f"--seed must be a non-negative integer at most 2**63 - 1 = {SEED_MAX} (a 64-bit "
+            f"integer, as the dataset stores it); got {seed}."
+        )
     kwargs = {}
     if H is not None:
         if method != "multirate":
@@ -190,6 +219,10 @@ def integrate(
             raise InputError("--batch draws random initial conditions; drop --x0 and --y0.")
         if method == "multirate":
             raise InputError("--batch integrates with the ODE solvers; drop --method multirate.")
+    if method != "multirate":  # before the draw, which is as large as the initial states
+        check_output_size(system, batch or 1, n_eval, ("--batch", "--n-eval"))
+    if batch is not None:
+        seed = 0 if seed is None else seed
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
     out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
@@ -204,16 +237,18 @@ def integrate(
                    f"this project's 2-core build machine); --n-eval sets how many states are "
                    f"saved.", err=True)  # fmt: skip
 
-    with warnings.catch_warnings(record=True) as caught:
+    def show(message, category, *args, **kwargs):  # as it is issued: before the solve
+        if issubclass(category, (StiffnessWarning, IgnoredOptionWarning)):
+            click.echo(f"Warning: {message}", err=True)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always", StiffnessWarning)
         warnings.simplefilter("always", IgnoredOptionWarning)
+        warnings.showwarning = show
         ds = run_integrate(
             system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
             **kwargs,
         )  # fmt: skip
-    for w in caught:
-        if issubclass(w.category, (StiffnessWarning, IgnoredOptionWarning)):
-            click.echo(f"Warning: {w.message}", err=True)
     if batch is not None:  # the initial conditions came from this seed: save it with them
         ds.attrs["seed"] = seed
 

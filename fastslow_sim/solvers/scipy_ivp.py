@@ -14,6 +14,31 @@ import numpy as np
 
 from . import Method, first_step, per_trajectory, register
 
+_UROUND = 2.0**-52
+
+
+def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
+    """LSODA's first step where its own choice breaks in float64, else `None` (LSODA then
+    chooses it, as always).
+
+    ODEPACK's LSODA starts with `h0 = 1/sqrt(1/(tol w0^2) + tol s^2)`, `w0 = max(|t0|, |t1|)`,
+    `tol = rtol` clipped to `[100 uround, 1e-3]` and `s = max_i |f0_i| / (rtol |z0_i| + atol_i)`.
+    When `1/(tol w0^2)` overflows (a span below about 1e-147 at rtol 1e-9) or `s^2` does (a slope
+    over the error weight beyond 1.3e154: atol 1e-160 on a state entry at zero), `h0` is
+    `1/sqrt(inf) = 0` and LSODA steps by zero forever. The same formula is evaluated here in
+    logarithms, which do not overflow, and handed to LSODA as its first step (at most the span;
+    LSODA adapts the steps after it)."""
+    tol = np.float64(min(max(rtol, 100 * _UROUND), 1e-3))
+    w0, tdist = np.float64(max(abs(t0), abs(t1))), float(t1 - t0)
+    with np.errstate(all="ignore"):
+        s = float(np.max(np.abs(f0) / (rtol * np.abs(z0) + atol)))
+        direct = 1.0 / (tol * w0 * w0) + tol * s * s
+    if np.isfinite(direct) and direct > 0 and 1.0 / np.sqrt(direct) > 0:
+        return None
+    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * np.log(s)] if s > 0 else [])
+    h0 = float(np.exp(-0.5 * np.logaddexp.reduce(terms)))
+    return min(h0, tdist) if h0 > 0 else tdist
+
 
 def _solve_one(scipy_name, explicit, order):
     def solve_one(system, z0, t_eval, rtol, atol):
@@ -21,7 +46,18 @@ def _solve_one(scipy_name, explicit, order):
 
         kwargs = {} if explicit else {"jac": system.jacobian}
         t0, t1 = t_eval[0], t_eval[-1]
-        h = first_step(system.rhs, t0, z0, t1, order, rtol, atol)
+        starts = 0  # right-hand sides evaluated here to choose the first step, counted in nfev
+
+        def rhs(t, z):
+            nonlocal starts
+            starts += 1
+            return system.rhs(t, z)
+
+        # where the method's own first step overflows (rates near 1e174: Hairer's norms), or,
+        # for LSODA, its own formula underflows to 0 (spans below 1e-147, atol below 1e-160)
+        h = first_step(rhs, t0, z0, t1, order, rtol, atol)
+        if h is None and scipy_name == "LSODA":
+            h = lsoda_first_step(rhs(t0, z0), z0, t0, t1, rtol, atol)
         if h is not None:
             kwargs["first_step"] = h
         sol = solve_ivp(system.rhs, (t0, t1), z0, method=scipy_name, t_eval=t_eval, rtol=rtol,
@@ -30,7 +66,7 @@ def _solve_one(scipy_name, explicit, order):
         if len(sol.t):  # (sol.y is an empty list when no output time was reached)
             z[: len(sol.t)] = np.asarray(sol.y).T
         status = "success" if sol.status == 0 else "failed"
-        stats = {"nfev": int(sol.nfev), "njev": int(sol.njev), "nlu": int(sol.nlu)}
+        stats = {"nfev": int(sol.nfev) + starts, "njev": int(sol.njev), "nlu": int(sol.nlu)}
         return z, status, str(sol.message), stats
 
     return per_trajectory(solve_one)
