@@ -53,11 +53,12 @@ def _solve_one(scipy_name, explicit, order):
             starts += 1
             return system.rhs(t, z)
 
-        # where the method's own first step overflows (rates near 1e174: Hairer's norms), or,
-        # for LSODA, its own formula underflows to 0 (spans below 1e-147, atol below 1e-160)
-        h = first_step(rhs, t0, z0, t1, order, rtol, atol)
-        if h is None and scipy_name == "LSODA":
+        # each method's own starting-step formula, evaluated without overflow where its own
+        # evaluation overflows (rates near 1e174; for LSODA also spans below 1e-147)
+        if scipy_name == "LSODA":
             h = lsoda_first_step(rhs(t0, z0), z0, t0, t1, rtol, atol)
+        else:  # scipy's select_initial_step (Hairer's) for RK45, DOP853, BDF and Radau
+            h = first_step(rhs, t0, z0, t1, order, rtol, atol)
         if h is not None:
             kwargs["first_step"] = h
         sol = solve_ivp(system.rhs, (t0, t1), z0, method=scipy_name, t_eval=t_eval, rtol=rtol,
