@@ -15,3 +15,21 @@ def text_file(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("".join(rng.choice(words, 20000)))
     return path
+
+
+@pytest.fixture
+def failing_march(monkeypatch):
+    """rodas4's compiled march fails as a march does: NaN from half-way on, status non_finite.
+    (Real failures of this kind, atol 1e-300 or rates near 1e174, are now refused or solved.)"""
+    import torch
+
+    from fastslow_sim.rosenbrock import STATUS, compiled
+
+    real = compiled.march_chain
+
+    def failing(*args, **kwargs):
+        z, status, stats = real(*args, **kwargs)
+        z[z.shape[0] // 2 :] = float("nan")
+        return z, torch.full_like(status, STATUS.index("non_finite")), stats
+
+    monkeypatch.setattr(compiled, "march_chain", failing)
