@@ -61,6 +61,7 @@ from .wording import plural
 
 __all__ = [
     "integrate",
+    "check_inputs",
     "integrate_batch",
     "trajectory_summary",
     "random_initial_conditions",
@@ -163,6 +164,35 @@ def random_initial_conditions(system, batch: int, seed=None):
     )
 
 
+def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
+                 rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
+                 eps=None, **options):  # fmt: skip
+    """What `integrate` refuses before any work, refused the same way (one `InputError`), so that
+    a caller can check before it creates anything (the CLI's default output folder). Returns the
+    inputs as `integrate` reads them: `(method entry, rtol, atol, (t0, t1), x0 (B, n), y0 (B, m),
+    eps (B,) or None, t_eval, stiffness index of the first trajectory)`."""
+    chosen = _method(method, options)
+    rtol = positive("rtol", rtol)
+    atol = _check_atol(system, atol)
+    t0, t1 = check_t_span(t_span)
+    x0, y0, eps = _initial_states(system, x0, y0, eps)
+    check_eps_range(system.eps if eps is None else eps, method)
+    for b in range(x0.shape[0]):
+        _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
+    t_eval = _output_times(t0, t1, t_eval, n_eval)
+    if method != "multirate":  # the map saves one state per block (`check_block_count`)
+        check_output_size(system, x0.shape[0], len(t_eval))
+    else:
+        from .solvers.multirate import DEFAULT_H, whole_blocks
+
+        whole_blocks(t0, t1, options.get("H", DEFAULT_H))
+    first = system if eps is None else system.with_eps(eps[0])
+    stiffness = stiffness_index(first, np.concatenate([x0[0], y0[0]]), (t0, t1))
+    if method != "auto" and chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
+        _check_explicit_step(chosen, stiffness, t0, t1)
+    return chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness
+
+
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
               eps=None, **options) -> xr.Dataset:  # fmt: skip
@@ -180,22 +210,14 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     `P`, method, tolerances, solver statistics (`nfev`, `njev`, `nlu`), status and wall time.
     A failed solve does not raise: `status` says why.
     """
-    chosen = _method(method, options)
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
-    rtol = positive("rtol", rtol)
-    atol = _check_atol(system, atol)
-    t0, t1 = check_t_span(t_span)
-    x0, y0, eps = _initial_states(system, x0, y0, eps)
+    chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
+        system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
+        eps=eps, **options,
+    )  # fmt: skip
     B = x0.shape[0]
-    check_eps_range(system.eps if eps is None else eps, method)
-    for b in range(B):
-        _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
-    t_eval = _output_times(t0, t1, t_eval, n_eval)
-    if method != "multirate":  # the map saves one state per block (`check_block_count`)
-        check_output_size(system, B, len(t_eval))
     z0 = np.concatenate([x0, y0], axis=1)
     first = system if eps is None else system.with_eps(eps[0])
-    stiffness = stiffness_index(first, z0[0], (t0, t1))
 
     solver_rtol, solver_atol = rtol, atol
     if method == "auto":
@@ -213,8 +235,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
                 stacklevel=2,
             )
         options = {k: v for k, v in options.items() if k in chosen.options}
-    elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
-        _check_explicit_step(chosen, stiffness, t0, t1)
+    elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:  # (step checked above)
         cost = estimate_explicit_nfev(chosen.name, stiffness)
         warnings.warn(
             f"the problem is stiff (stiffness index {stiffness:.3g} at eps={first.eps:g}); the "

@@ -156,6 +156,7 @@ def integrate(
         IgnoredOptionWarning,
         StiffnessWarning,
         check_eps_range,
+        check_inputs,
         check_output_size,
         p_st_flops,
     )
@@ -225,6 +226,9 @@ def integrate(
         seed = 0 if seed is None else seed
         x0v, y0v = random_initial_conditions(system, batch, seed)
 
+    # everything integrate refuses, refused before the default output folder is made
+    check_inputs(system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol,
+                 n_eval=n_eval, **kwargs)  # fmt: skip
     out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
     points = (batch or 1) * n_eval
     work = p_st_flops(system, points)
