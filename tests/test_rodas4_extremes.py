@@ -126,13 +126,16 @@ def test_long_span_far_from_t_0():
 @pytest.mark.parametrize(
     "method, options",
     [("auto", {}), ("rodas4", {"march": "compiled"}), ("rodas4", {"march": "torch"}),
-     ("bdf", {}), ("lsoda", {})],
+     ("bdf", {}), ("lsoda", {}), ("radau", {})],
 )  # fmt: skip
 def test_rates_near_the_float_range(method, options, y0, one_thread):
     """The birth-death chain's domain reaches y = 177.02, where its up rate e^{4(y - 1/2)}
     (times n (|beta| + 1)) meets float64's largest number. Before, y0 = 100 (rates 1e173) gave
     status non_finite and NaN (rodas4, auto), 'ValueError: array must not contain infs or NaNs'
-    (bdf), or ran for ever at t = 0 (lsoda): the first step's norm of f(z0) / atol overflowed."""
+    (bdf), or ran for ever at t = 0 (lsoda): the first step's norm of f(z0) / atol overflowed.
+    radau then ran for ever (from y0 ~ 80): scipy's Radau kept the Jacobian of t = 0, whose
+    coupling (dQ/dy) x / eps of y to x is 1e174 at x0 and ~1 on the manifold, and rejected steps
+    near 1e-77 without end; it now evaluates it again after a rejection, as RADAU5 does."""
     system = fs.make_system("birth-death", eps=0.125)
     ds = fs.integrate(system, (0, 1), y0=[y0], method=method, n_eval=11, **options)
     assert ds.attrs["status"] == "success", ds.attrs["message"]
@@ -143,7 +146,7 @@ def test_rates_near_the_float_range(method, options, y0, one_thread):
     # of the mass is in the top state, so h1 ~ dh0/dy is as small, and y follows the reduced
     # system dy/dt = c.h0(y) - y = 1 - y to the solver's global error, which is what it is at
     # y0 = 30, where every method worked before (relative, at rtol 1e-8: bdf 4.4e-8, lsoda
-    # 2.3e-8, rodas4 8.3e-9, auto 8e-11)
+    # 2.3e-8, rodas4 8.3e-9, auto 8e-11, radau 2.6e-9)
     np.testing.assert_allclose(ds["manifold_distance"].values[1:], 0.0, atol=1e-10)
     red = integrate_reduced(system, ds["time"].values, [y0])[:, 0]  # DOP853 at rtol 1e-11
     np.testing.assert_allclose(red, 1.0 + (y0 - 1.0) * np.exp(-ds["time"].values), rtol=1e-10)
@@ -160,3 +163,20 @@ def test_a_scipy_method_that_fails_before_its_first_output_is_a_status():
     sol = METHODS["dop853"].solve(system, z0, np.linspace(0, 1, 3), 1e-8, 1e-10)
     assert sol.status == ["failed"] and "step size" in sol.message[0]
     assert np.isnan(sol.z).all()
+
+
+@pytest.mark.parametrize("method", ["radau", "bdf", "lsoda", "rk45", "dop853"])
+def test_scipy_methods_stop_at_their_budget_of_steps(method):
+    """Every scipy method takes `max_steps` (as rodas4 and torchdiffeq do): a solve that spends
+    it ends with the status max_steps, the message naming the budget and how to raise it, NaN
+    states after it, and the other trajectories of the batch unaffected."""
+    system = fs.make_system("two-state", eps=0.5)  # not stiff: every method, 10 to 100 steps
+    full = fs.integrate(system, (0, 1), method=method, n_eval=5)
+    assert full.attrs["status"] == "success"
+    ds = fs.integrate(system, (0, 1), method=method, n_eval=5, max_steps=3)
+    assert ds.attrs["status"] == "max_steps"
+    assert ds.attrs["message"].startswith(f"{method} stopped after max_steps = 3 steps at t = ")
+    assert "integrate(..., max_steps=N)" in ds.attrs["message"]
+    assert np.isnan(ds["y"].values[-1]).all()
+    with pytest.raises(fs.InputError, match=r"max_steps must be a positive integer; got 0\."):
+        fs.integrate(system, (0, 1), method=method, max_steps=0)
