@@ -180,3 +180,21 @@ def test_scipy_methods_stop_at_their_budget_of_steps(method):
     assert np.isnan(ds["y"].values[-1]).all()
     with pytest.raises(fs.InputError, match=r"max_steps must be a positive integer; got 0\."):
         fs.integrate(system, (0, 1), method=method, max_steps=0)
+
+
+@pytest.mark.parametrize("y0", [30.0, 100.0])
+@pytest.mark.parametrize("method", ["radau", "bdf"])
+def test_scipy_implicit_methods_follow_the_rates_as_they_fall(method, y0):
+    """As y decays from y0 the chain's rates fall from e^{4 y0} to ~1e3; scipy kept the Jacobian
+    of the start, far too large, and its Newton iteration and error test passed without solving
+    the stage equations: x stayed in the top state, at t = 5 bdf from y0 = 30 was off by 0.06 in
+    x and 3.5e-3 in y, radau by 4e-3 and 7e-5 (at y0 = 100, 0.019 and 2e-4, at rtol 1e-10 too).
+    With the Jacobian of every accepted step both agree with rodas4 at rtol 1e-11 to their own
+    global error at rtol 1e-8 (measured: radau 3.4e-9, bdf 2.9e-7 in y; x 1e-10, 1.4e-8)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ref = fs.integrate(system, (0, 5), y0=[y0], method="rodas4", n_eval=11, rtol=1e-11,
+                       atol=1e-13)  # fmt: skip
+    ds = fs.integrate(system, (0, 5), y0=[y0], method=method, n_eval=11)
+    assert ds.attrs["status"] == "success" and ref.attrs["status"] == "success"
+    np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ds["x"].values, ref["x"].values, rtol=0, atol=1e-7)
