@@ -117,6 +117,10 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         # overflowed and was 0 (dopri5: 'underflow in dt 0.0', step_underflow, exit 1)
         ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "dopri5"],
         ["integrate", "--eps", "0.1", "--t-end", "1", "--atol", "1e-300", "--method", "bdf"],
+        # rates of 1e173 over atol 1e-300: the first guess 0.01 |z0| / |f(z0)| ~ 1e-470 was 0,
+        # a step of 0 gave NaN (status non_finite, exit 1); from the smallest step it succeeds
+        ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1", "--atol", "1e-300",
+         "--method", "rodas4"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
     ],

@@ -198,3 +198,56 @@ def test_scipy_implicit_methods_follow_the_rates_as_they_fall(method, y0):
     assert ds.attrs["status"] == "success" and ref.attrs["status"] == "success"
     np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-6, atol=0)
     np.testing.assert_allclose(ds["x"].values, ref["x"].values, rtol=0, atol=1e-7)
+
+
+def test_a_first_guess_below_float64_starts_from_the_smallest_step(one_thread):
+    """Rates of 1e173 (y0 = 100) over atol 1e-300: Hairer's first guess 0.01 |z0| / |f(z0)| is
+    ~1e-470, computed as 0; a first step of 0 gave NaN and the status non_finite. The guess is
+    now at least ten times the smallest step the march takes (ten ulps of t0, and float64's
+    smallest normal number at t0 = 0), and from it the march succeeds: y = 1 + (y0 - 1) e^{-t}
+    (the manifold is the top state for y >= 37, see test_rates_near_the_float_range)."""
+    from fastslow_sim.rosenbrock import StepControl
+
+    control = StepControl()
+    info = torch.finfo(torch.float64)
+    z0 = torch.tensor([[1.0, 0.0, 100.0]], dtype=torch.float64)
+    f0 = torch.tensor([[-1e174, 1e174, -99.0]], dtype=torch.float64)
+    h = control.initial_step(f0, z0, 1e-8, 1e-300, 0.0, 1.0)
+    assert h.item() == 10 * info.tiny and not control.too_small(h, torch.zeros(1)).any()
+    assert control.initial_step(f0, z0, 1e-8, 1e-300, 1e3, 1.0).item() == 10 * (
+        10 * info.eps * 1e3 + info.tiny
+    )
+
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), y0=[100.0], method="rodas4", atol=1e-300, n_eval=11,
+                      march="compiled")  # fmt: skip
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    t, y = ds["time"].values, ds["y"].values[:, 0]
+    # measured 4.8e-14: rtol 1e-8 over a global error of a few rtol
+    np.testing.assert_allclose(y, 1.0 + 99.0 * np.exp(-t), rtol=1e-7, atol=0)
+    assert np.max(np.abs(ds["x"].values.sum(-1) - 1)) < 1e-12
+
+
+def test_a_rodas4_failure_says_why(monkeypatch):
+    """The march's statuses were reported as 'rodas4 stopped: step_underflow' and the like; the
+    message now says what each means and what to change."""
+    from fastslow_sim.rosenbrock import compiled
+
+    real = compiled.march_chain
+    system = fs.make_system("birth-death", eps=0.125)
+    for name, says in [
+        ("step_underflow", "its step fell below ten float64 spacings of t"),
+        ("max_steps", "it took max_steps = 1000000 steps"),
+        ("non_finite", "the solution or its error estimate became non-finite"),
+    ]:
+
+        def failing(*args, name=name, **kwargs):
+            z, status, stats = real(*args, **kwargs)
+            z[z.shape[0] // 2 :] = float("nan")
+            return z, torch.full_like(status, STATUS.index(name)), stats
+
+        monkeypatch.setattr(compiled, "march_chain", failing)
+        ds = fs.integrate(system, (0, 1), method="rodas4", n_eval=5)
+        assert ds.attrs["status"] == name
+        assert ds.attrs["message"].startswith(f"rodas4 stopped: {name} (")
+        assert says in ds.attrs["message"]
