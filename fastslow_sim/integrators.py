@@ -200,7 +200,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
     or `eps` of shape `(B,)` give a batch (see the module docstring). `options` are the method's
-    own (`METHODS[method].options`): `max_steps` (rodas4, torchdiffeq), `device`,
+    own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
     saved at block ends, `t_eval` ignored; the span must be a whole number of blocks).
 
@@ -224,7 +224,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         name, tighten = _auto_choice(system, stiffness, atol, batched)
         chosen = METHODS[name]
         solver_rtol, solver_atol = max(rtol / tighten, AUTO_RTOL_MIN), atol / tighten
-        # rodas4's options (the ones auto accepts) steer rodas4 only: LSODA takes none
+        # rodas4's options (the ones auto accepts) reach LSODA only where it takes them (max_steps)
         ignored = sorted(set(options) - set(chosen.options))
         if ignored:
             warnings.warn(

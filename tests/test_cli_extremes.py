@@ -139,6 +139,9 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1"],
         ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "lsoda"],
         ["integrate", "--eps", "0.125", "--y0", "170", "--t-end", "1", "--method", "bdf"],
+        # radau ran for ever at y0 >~ 80: scipy kept its Jacobian from t = 0 (see
+        # test_rodas4_extremes.test_rates_near_the_float_range)
+        ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1", "--method", "radau"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
         # P = 999999999999999872 tokens per block (below 2**63): by doubling, and stored
@@ -287,6 +290,25 @@ def test_failed_solve_reports_no_mass_error_and_strict_json(tmp_path, monkeypatc
     assert data["status"] == "non_finite"
     assert data["mass_error_max"] is None and data["x_final"][0] is None
     assert np.isnan(fs.load_dataset("o.nc")["mass_error"].values).any()
+
+
+def test_a_scipy_solve_out_of_steps_is_a_failure_with_its_budget(tmp_path, monkeypatch):
+    """No scipy solve runs for ever (radau at y0 = 100 did): one that spends its budget of steps
+    ends with the status max_steps and a message naming the budget and how to raise it, exit 1,
+    and no number of the states after it printed as a result."""
+    from fastslow_sim.solvers import scipy_ivp
+
+    monkeypatch.setattr(scipy_ivp, "MAX_STEPS", 20)
+    args = ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1", "--method", "radau",
+            "--no-plot", "--out", "o.nc"]  # fmt: skip
+    res = invoke(args, tmp_path, monkeypatch)
+    assert res.exit_code == 1, res.output
+    (status,) = [ln for ln in res.output.splitlines() if ln.startswith("status")]
+    assert status.split()[1] == "max_steps:" and "success" not in status
+    assert "radau stopped after max_steps = 20 steps at t = " in status
+    assert "raise it with integrate(..., max_steps=N)" in status
+    data = _strict_json(invoke([*args, "--json"], tmp_path, monkeypatch).output)
+    assert data["status"] == "max_steps" and data["y_final"] == [None]
 
 
 def test_json_text_is_strict():

@@ -126,13 +126,16 @@ def test_long_span_far_from_t_0():
 @pytest.mark.parametrize(
     "method, options",
     [("auto", {}), ("rodas4", {"march": "compiled"}), ("rodas4", {"march": "torch"}),
-     ("bdf", {}), ("lsoda", {})],
+     ("bdf", {}), ("lsoda", {}), ("radau", {})],
 )  # fmt: skip
 def test_rates_near_the_float_range(method, options, y0, one_thread):
     """The birth-death chain's domain reaches y = 177.02, where its up rate e^{4(y - 1/2)}
     (times n (|beta| + 1)) meets float64's largest number. Before, y0 = 100 (rates 1e173) gave
     status non_finite and NaN (rodas4, auto), 'ValueError: array must not contain infs or NaNs'
-    (bdf), or ran for ever at t = 0 (lsoda): the first step's norm of f(z0) / atol overflowed."""
+    (bdf), or ran for ever at t = 0 (lsoda): the first step's norm of f(z0) / atol overflowed.
+    radau then ran for ever (from y0 ~ 80): scipy's Radau kept the Jacobian of t = 0, whose
+    coupling (dQ/dy) x / eps of y to x is 1e174 at x0 and ~1 on the manifold, and rejected steps
+    near 1e-77 without end; it now evaluates it again after a rejection, as RADAU5 does."""
     system = fs.make_system("birth-death", eps=0.125)
     ds = fs.integrate(system, (0, 1), y0=[y0], method=method, n_eval=11, **options)
     assert ds.attrs["status"] == "success", ds.attrs["message"]
@@ -143,7 +146,7 @@ def test_rates_near_the_float_range(method, options, y0, one_thread):
     # of the mass is in the top state, so h1 ~ dh0/dy is as small, and y follows the reduced
     # system dy/dt = c.h0(y) - y = 1 - y to the solver's global error, which is what it is at
     # y0 = 30, where every method worked before (relative, at rtol 1e-8: bdf 4.4e-8, lsoda
-    # 2.3e-8, rodas4 8.3e-9, auto 8e-11)
+    # 2.3e-8, rodas4 8.3e-9, auto 8e-11, radau 2.6e-9)
     np.testing.assert_allclose(ds["manifold_distance"].values[1:], 0.0, atol=1e-10)
     red = integrate_reduced(system, ds["time"].values, [y0])[:, 0]  # DOP853 at rtol 1e-11
     np.testing.assert_allclose(red, 1.0 + (y0 - 1.0) * np.exp(-ds["time"].values), rtol=1e-10)
@@ -160,3 +163,93 @@ def test_a_scipy_method_that_fails_before_its_first_output_is_a_status():
     sol = METHODS["dop853"].solve(system, z0, np.linspace(0, 1, 3), 1e-8, 1e-10)
     assert sol.status == ["failed"] and "step size" in sol.message[0]
     assert np.isnan(sol.z).all()
+
+
+@pytest.mark.parametrize("method", ["radau", "bdf", "lsoda", "rk45", "dop853"])
+def test_scipy_methods_stop_at_their_budget_of_steps(method):
+    """Every scipy method takes `max_steps` (as rodas4 and torchdiffeq do): a solve that spends
+    it ends with the status max_steps, the message naming the budget and how to raise it, NaN
+    states after it, and the other trajectories of the batch unaffected."""
+    system = fs.make_system("two-state", eps=0.5)  # not stiff: every method, 10 to 100 steps
+    full = fs.integrate(system, (0, 1), method=method, n_eval=5)
+    assert full.attrs["status"] == "success"
+    ds = fs.integrate(system, (0, 1), method=method, n_eval=5, max_steps=3)
+    assert ds.attrs["status"] == "max_steps"
+    assert ds.attrs["message"].startswith(f"{method} stopped after max_steps = 3 steps at t = ")
+    assert "integrate(..., max_steps=N)" in ds.attrs["message"]
+    assert np.isnan(ds["y"].values[-1]).all()
+    with pytest.raises(fs.InputError, match=r"max_steps must be a positive integer; got 0\."):
+        fs.integrate(system, (0, 1), method=method, max_steps=0)
+
+
+@pytest.mark.parametrize("y0", [30.0, 100.0])
+@pytest.mark.parametrize("method", ["radau", "bdf"])
+def test_scipy_implicit_methods_follow_the_rates_as_they_fall(method, y0):
+    """As y decays from y0 the chain's rates fall from e^{4 y0} to ~1e3; scipy kept the Jacobian
+    of the start, far too large, and its Newton iteration and error test passed without solving
+    the stage equations: x stayed in the top state, at t = 5 bdf from y0 = 30 was off by 0.06 in
+    x and 3.5e-3 in y, radau by 4e-3 and 7e-5 (at y0 = 100, 0.019 and 2e-4, at rtol 1e-10 too).
+    With the Jacobian of every accepted step both agree with rodas4 at rtol 1e-11 to their own
+    global error at rtol 1e-8 (measured: radau 3.4e-9, bdf 2.9e-7 in y; x 1e-10, 1.4e-8)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ref = fs.integrate(system, (0, 5), y0=[y0], method="rodas4", n_eval=11, rtol=1e-11,
+                       atol=1e-13)  # fmt: skip
+    ds = fs.integrate(system, (0, 5), y0=[y0], method=method, n_eval=11)
+    assert ds.attrs["status"] == "success" and ref.attrs["status"] == "success"
+    np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ds["x"].values, ref["x"].values, rtol=0, atol=1e-7)
+
+
+def test_a_first_guess_below_float64_starts_from_the_smallest_step(one_thread):
+    """Rates of 1e173 (y0 = 100) over atol 1e-300: Hairer's first guess 0.01 |z0| / |f(z0)| is
+    ~1e-470, computed as 0; a first step of 0 gave NaN and the status non_finite. The guess is
+    now at least ten times the smallest step the march takes (ten ulps of t0, and float64's
+    smallest normal number at t0 = 0), and from it the march succeeds: y = 1 + (y0 - 1) e^{-t}
+    (the manifold is the top state for y >= 37, see test_rates_near_the_float_range). Through
+    integrate at atol 1e-150, the smallest it accepts: |f(z0)| / atol = 1e324 overflows, and the
+    guess is 0 there too."""
+    from fastslow_sim.rosenbrock import StepControl
+
+    control = StepControl()
+    info = torch.finfo(torch.float64)
+    z0 = torch.tensor([[1.0, 0.0, 100.0]], dtype=torch.float64)
+    f0 = torch.tensor([[-1e174, 1e174, -99.0]], dtype=torch.float64)
+    h = control.initial_step(f0, z0, 1e-8, 1e-300, 0.0, 1.0)
+    assert h.item() == 10 * info.tiny and not control.too_small(h, torch.zeros(1)).any()
+    assert control.initial_step(f0, z0, 1e-8, 1e-300, 1e3, 1.0).item() == 10 * (
+        10 * info.eps * 1e3 + info.tiny
+    )
+
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), y0=[100.0], method="rodas4", atol=1e-150, n_eval=11,
+                      march="compiled")  # fmt: skip
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    t, y = ds["time"].values, ds["y"].values[:, 0]
+    # measured 4.8e-14: rtol 1e-8 over a global error of a few rtol
+    np.testing.assert_allclose(y, 1.0 + 99.0 * np.exp(-t), rtol=1e-7, atol=0)
+    assert np.max(np.abs(ds["x"].values.sum(-1) - 1)) < 1e-12
+
+
+def test_a_rodas4_failure_says_why(monkeypatch):
+    """The march's statuses were reported as 'rodas4 stopped: step_underflow' and the like; the
+    message now says what each means and what to change."""
+    from fastslow_sim.rosenbrock import compiled
+
+    real = compiled.march_chain
+    system = fs.make_system("birth-death", eps=0.125)
+    for name, says in [
+        ("step_underflow", "its step fell below ten float64 spacings of t"),
+        ("max_steps", "it took max_steps = 1000000 steps"),
+        ("non_finite", "the solution or its error estimate became non-finite"),
+    ]:
+
+        def failing(*args, name=name, **kwargs):
+            z, status, stats = real(*args, **kwargs)
+            z[z.shape[0] // 2 :] = float("nan")
+            return z, torch.full_like(status, STATUS.index(name)), stats
+
+        monkeypatch.setattr(compiled, "march_chain", failing)
+        ds = fs.integrate(system, (0, 1), method="rodas4", n_eval=5)
+        assert ds.attrs["status"] == name
+        assert ds.attrs["message"].startswith(f"rodas4 stopped: {name} (")
+        assert says in ds.attrs["message"]

@@ -60,13 +60,17 @@ class StepControl:
     def initial_step(self, f0, z0, rtol, atol, t0, span):
         """Hairer's first guess `0.01 |z0| / |f(z0)|` in the scaled RMS norm (`rms`: rates of
         1e174 over `atol` 1e-10 made `|f(z0)|` inf, the guess 0 and the first step NaN), `(b,)`;
-        batch first `z0`, `f0 (b, n)`."""
-        uround = torch.finfo(z0.dtype).eps
+        batch first `z0`, `f0 (b, n)`. At least ten times the smallest step (`too_small` at
+        `t0`): a guess below float64 (rates of 1e174 over `atol` 1e-300: 1e-470, computed as 0)
+        made a first step of 0 and NaN (status non_finite); from this floor a rejected step falls
+        below it and the march ends with status step_underflow, which is what happened."""
+        info = torch.finfo(z0.dtype)
         scale = atol + rtol * z0.abs()
         d0 = rms(z0 / scale, -1)
         d1 = rms(f0 / scale, -1)
         guess = torch.where((d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / d1, torch.full_like(d0, 1e-6))
-        return torch.clamp(guess, min=100 * uround * abs(t0), max=span)
+        floor = 10 * (self.underflow_ulps * info.eps * abs(t0) + info.tiny)
+        return torch.clamp(guess, min=floor, max=span)
 
     def too_small(self, h, t):
         """Whether each step `h` is below `underflow_ulps` ulps of its time `t` (or underflows

@@ -82,8 +82,17 @@ def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_0
             dense_output=dense_output, linear_solver=linear_solver, tableau=tab,
         )  # fmt: skip
     status = [STATUS[int(c)] for c in codes.cpu()]
-    message = ["integration finished" if s == "success" else f"{tableau} stopped: {s}"
-               for s in status]  # fmt: skip
+    why = {
+        "success": "integration finished",
+        "max_steps": f"{tableau} stopped: max_steps (it took max_steps = {max_steps} steps, the "
+        f"budget that bounds its work; raise it with integrate(..., max_steps=N))",
+        "step_underflow": f"{tableau} stopped: step_underflow (its step fell below ten float64 "
+        f"spacings of t, so the tolerances ask for more than float64 resolves there; raise "
+        f"atol or rtol)",
+        "non_finite": f"{tableau} stopped: non_finite (the solution or its error estimate "
+        f"became non-finite)",
+    }
+    message = [why[s] for s in status]
     stats = {k: v.cpu().numpy() for k, v in stats.items() if k != "iterations"}
     return Solution(z.cpu().numpy(), status, message, stats, attrs={"march": kind})
 

@@ -6,12 +6,29 @@ derivative over the tolerance, which overflows beyond 1e154 (rates near 1e174 ov
 the birth-death chain at y = 100) and makes it 0, so that the solver stopped with NaN or, LSODA,
 marched at t = 0 for ever. Where that happens, `solvers.first_step` gives Hairer's step computed
 without overflow; elsewhere scipy chooses, as before.
+
+The Jacobian of Radau and BDF: scipy evaluates it again only when Newton's iteration fails (and
+Radau also when it converges slowly in more than two iterations), never after a rejected or an
+accepted step as Hairer's RADAU5 may. In a fast-slow system whose rates change by orders of
+magnitude the Jacobian it keeps can be far too large: its Newton updates, divided by it, are then
+tiny, so Newton's test on their size passes at once without solving the stage equations, and the
+error estimate, solved with it too, passes as well. On the birth-death chain at `y0 = 100`
+(coupling `(dQ/dy) x / eps` of y to x 1e174 at `x0` and ~1 on the manifold, rates 1e173 falling
+to 1e3 as y decays) Radau rejected steps near 1e-77 at `t ~ 1e-74` for ever, and where the run
+went on x stayed frozen in the top state as y fell: at t = 5 both methods were off the manifold by
+0.019 and y off by 2e-4 at rtol 1e-10 (by 2e-5 from `y0 = 30`). Here they evaluate the Jacobian
+after every accepted step (RADAU5's choice with `THET < 0`): one more Jacobian and factorisation a
+step, on the small systems they serve, and y(5) agrees with rodas4's to 1e-9.
+
+The work: every method stops after `max_steps` steps (status `max_steps`, the rodas4 and
+torchdiffeq status), with a message that says how to raise it, so that no solve runs for ever.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..validation import positive_int
 from . import Method, first_step, per_trajectory, register
 
 _UROUND = 2.0**-52
@@ -40,10 +57,52 @@ def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
     return min(h0, tdist) if h0 > 0 else tdist
 
 
-def _solve_one(scipy_name, explicit, order):
-    def solve_one(system, z0, t_eval, rtol, atol):
+# a bound on the work, not on accuracy: 16 times the most steps of an ordinary run (the README's
+# commands and the tests': lsoda 12,267 over t in [0, 20], radau 8,406 on VDPOL at rtol 1e-10);
+# it lets an explicit method run to a stiffness index of 6.6e5 (rk45's step 3.3 / S), and at 0.1
+# to 0.7 ms a step (radau, 9 states) a run that spends it stops within about two minutes
+MAX_STEPS = 200_000
+
+
+def _budgeted(solver_class, name, max_steps):
+    """`solver_class` (a scipy `OdeSolver`) that fails after `max_steps` steps (and says so in
+    `spent`, a one-element list) and, Radau and BDF, evaluates its Jacobian after every accepted
+    step (see the module docstring)."""
+    spent = [False]
+
+    class Solver(solver_class):
+        def _step_impl(self):
+            self._steps = getattr(self, "_steps", 0) + 1
+            if self._steps > max_steps:
+                spent[0] = True
+                return False, (
+                    f"{name} stopped after max_steps = {max_steps} steps at t = {self.t:.6g}, "
+                    f"the budget that bounds its work; raise it with integrate(..., "
+                    f"max_steps=N) if the run is slow but advancing."
+                )
+            success, message = super()._step_impl()
+            if success and solver_class.__name__ in ("Radau", "BDF") and self.jac is not None:
+                # the Jacobian of the new point, for the next step (RADAU5 with THET < 0)
+                if solver_class.__name__ == "Radau":
+                    self.J = self.jac(self.t, self.y, self.f)
+                    self.current_jac = True
+                    self.LU_real = self.LU_complex = None
+                else:
+                    self.J = self.jac(self.t, self.y)
+                    self.LU = None
+            return success, message
+
+    Solver.__name__ = solver_class.__name__
+    return Solver, spent
+
+
+def _solve_one(name, scipy_name, explicit, order):
+    def solve_one(system, z0, t_eval, rtol, atol, max_steps=None):
+        import scipy.integrate
         from scipy.integrate import solve_ivp
 
+        max_steps = positive_int("max_steps", MAX_STEPS if max_steps is None else max_steps)
+        solver, spent = _budgeted(getattr(scipy.integrate, scipy_name), name, max_steps)
         kwargs = {} if explicit else {"jac": system.jacobian}
         t0, t1 = t_eval[0], t_eval[-1]
         starts = 0  # right-hand sides evaluated here to choose the first step, counted in nfev
@@ -61,12 +120,14 @@ def _solve_one(scipy_name, explicit, order):
             h = first_step(rhs, t0, z0, t1, order, rtol, atol)
         if h is not None:
             kwargs["first_step"] = h
-        sol = solve_ivp(system.rhs, (t0, t1), z0, method=scipy_name, t_eval=t_eval, rtol=rtol,
+        sol = solve_ivp(system.rhs, (t0, t1), z0, method=solver, t_eval=t_eval, rtol=rtol,
                         atol=atol, **kwargs)  # fmt: skip
         z = np.full((len(t_eval), len(z0)), np.nan)
         if len(sol.t):  # (sol.y is an empty list when no output time was reached)
             z[: len(sol.t)] = np.asarray(sol.y).T
         status = "success" if sol.status == 0 else "failed"
+        if spent[0]:
+            status = "max_steps"
         stats = {"nfev": int(sol.nfev) + starts, "njev": int(sol.njev), "nlu": int(sol.nlu)}
         return z, status, str(sol.message), stats
 
@@ -82,5 +143,5 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
     ("rk45", "RK45", False, "explicit Dormand-Prince 5(4), non-stiff", (3.3, 6), 4),
     ("dop853", "DOP853", False, "explicit order 8, non-stiff", (6.0, 12), 7),
 ]:
-    register(Method(_name, "scipy", _stiff, _text, _solve_one(_scipy, not _stiff, _order),
-                    explicit_stability=_stab))  # fmt: skip
+    register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
+                    options=("max_steps",), explicit_stability=_stab))  # fmt: skip
