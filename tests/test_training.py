@@ -318,6 +318,21 @@ def test_default_run_folder_is_made_with_runs(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "coupled-random-seed0" / "summary.json").is_file()
 
 
+def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):
+    """`--out runs/NAME`, as the README and EXPERIMENTS type it, makes runs/ as the default does
+    (it was refused on a fresh clone: "folder 'runs' does not exist"); another missing folder
+    above --out is still refused, and nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["train-network", "--corpus", "random", "--tokens", "128", "--context", "32",
+            "--batch-size", "4", "--json"]  # fmt: skip
+    res = CliRunner().invoke(main, [*tiny, "--out", "runs/mine"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "runs" / "mine" / "summary.json").is_file()
+    res = CliRunner().invoke(main, [*tiny, "--out", "elsewhere/mine"])
+    assert res.exit_code == 2 and "folder 'elsewhere' does not exist" in res.output
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_empty_corpus_file_cli(tmp_path):
     empty = tmp_path / "e.txt"
     empty.write_bytes(b"")

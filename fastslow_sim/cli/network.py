@@ -152,7 +152,9 @@ def train_network(
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, device, batch_size, block_size, use_compile)
-    parents = out is None  # the default's folder runs/ is made; --out's folder must exist
+    # runs/ is the commands' own folder, made as needed (--out runs/NAME too, as the README's
+    # commands type it); any other folder above --out must exist
+    parents = out is None or Path(out).parent == Path("runs")
     if out is None:
         tag = "text" if corpus_spec.startswith("text:") else corpus_spec
         out = f"runs/{variant}-{tag}-seed{seed}"
@@ -268,7 +270,9 @@ def reproduce(
     base = _base_config(P, device, batch_size, block_size, use_compile)
     base["progress"] = not as_json
     tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
-    parents = out is None  # the default's folder runs/ is made; --out's folder must exist
+    # runs/ is the commands' own folder, made as needed (--out runs/NAME too, as the README's
+    # commands type it); any other folder above --out must exist
+    parents = out is None or Path(out).parent == Path("runs")
     out = out or f"runs/reproduce-{tag}"
     log = (lambda *a: None) if as_json else click.echo
     from ..sweep import SweepError
