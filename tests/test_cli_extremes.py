@@ -112,6 +112,8 @@ def invoke(args, tmp_path, monkeypatch):
          "is too short for 401 distinct equally spaced saved times"),
         (["integrate", "--eps", "0.1", "--t-end", "1e-306"], "below 2.23e-308"),
         (["integrate", "--eps", "0.1", "--atol", "1e-151"], "--atol must be at least 1e-150"),
+        # '--plot --no-plot' took '--no-plot' as the plot's file name and wrote a PNG of that name
+        (["integrate", "--eps", "0.1", "--plot"], "--plot takes a file name; got '--no-plot'"),
         # a numpy _ArrayMemoryError traceback after the draw of the initial conditions
         (["integrate", "--eps", "0.1", "--batch", "1000000", "--n-eval", "1000000"],
          "GiB of memory for the solution and its dataset, more than this machine's"),

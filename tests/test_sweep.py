@@ -273,6 +273,20 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert fixed["n_run"] == 2 and fixed["n_failed"] == 0
 
 
+def test_a_store_in_runs_makes_runs_and_another_missing_folder_is_refused(tmp_path, monkeypatch):
+    """`--store runs/sweep.zarr`, as the README and --help type it, failed on a fresh clone
+    ("folder 'runs' does not exist"): runs/ is the commands' own folder, made as needed."""
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "integrate", "--grid", "eps=0.1", "--workers", "0", "--t-end", "0.5",
+            "--n-eval", "3", "--json", "--store"]  # fmt: skip
+    res = CliRunner().invoke(main, [*args, "runs/s.zarr"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "runs" / "s.zarr" / "zarr.json").is_file()
+    res = CliRunner().invoke(main, [*args, "other/s.zarr"])
+    assert res.exit_code == 2 and "folder 'other' does not exist" in res.output
+    assert not (tmp_path / "other").exists()
+
+
 def test_solver_failure_is_a_failed_cell(tmp_path, failing_march):
     """A trajectory whose solver stops (rodas4's march going non-finite; the in-process cell sees
     the patched march) is a failed cell with the solver's status in its message, as `integrate`

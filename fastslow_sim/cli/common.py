@@ -185,6 +185,10 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
+    if plot_path is not None and str(plot_path).startswith("-"):  # `--plot --no-plot` read the
+        raise InputError(  # option as the plot's file name and wrote a PNG called '--no-plot'
+            f"--plot takes a file name; got {str(plot_path)!r}, which looks like an option."
+        )
     if plot_path is not None and no_plot:
         raise InputError(
             f"--plot {plot_path} asks for a plot and --no-plot for none; expected one of them."

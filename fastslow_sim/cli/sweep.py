@@ -4,6 +4,7 @@ store (`fastslow_sim.sweep`)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -72,8 +73,12 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
             else:
                 value = args.pop(0)
         options[name] = value
+    # runs/ is the commands' own folder (train-network and reproduce make it too), so a store
+    # in it, as the examples above type it, makes it; any other missing folder is refused
+    in_runs = Path(store).parent == Path("runs")
     res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
                     chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
+                    parents=in_runs,
                     progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
                     attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
     ds = res.pop("dataset")
