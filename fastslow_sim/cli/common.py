@@ -17,6 +17,13 @@ from ..integrators import METHODS
 from ..systems import SYSTEMS
 
 DEFAULT_RESULTS = Path("fastslow-results")
+RUNS = Path("runs")  # the network commands' and sweeps' own folder
+
+
+def in_runs(path) -> bool:
+    """Whether `path` lies directly in `runs/`, the commands' own folder, which they make as
+    needed (any other missing folder above an output is the user's to make, and refused)."""
+    return Path(path).parent == RUNS
 MAX_N_EVAL = 1_000_000  # saved time points
 MAX_BATCH = 1_000_000  # trajectories of --batch
 RTOL_MIN = 100 * 2.0**-52

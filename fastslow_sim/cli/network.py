@@ -11,7 +11,7 @@ import numpy as np
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, json_text, parse_eps_P
+from .common import check_cluster_options, in_runs, json_text, parse_eps_P
 
 
 @click.command()
@@ -152,9 +152,7 @@ def train_network(
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, device, batch_size, block_size, use_compile)
-    # runs/ is the commands' own folder, made as needed (--out runs/NAME too, as the README's
-    # commands type it); any other folder above --out must exist
-    parents = out is None or Path(out).parent == Path("runs")
+    parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     if out is None:
         tag = "text" if corpus_spec.startswith("text:") else corpus_spec
         out = f"runs/{variant}-{tag}-seed{seed}"
@@ -270,9 +268,7 @@ def reproduce(
     base = _base_config(P, device, batch_size, block_size, use_compile)
     base["progress"] = not as_json
     tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
-    # runs/ is the commands' own folder, made as needed (--out runs/NAME too, as the README's
-    # commands type it); any other folder above --out must exist
-    parents = out is None or Path(out).parent == Path("runs")
+    parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     out = out or f"runs/reproduce-{tag}"
     log = (lambda *a: None) if as_json else click.echo
     from ..sweep import SweepError

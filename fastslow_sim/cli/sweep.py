@@ -4,13 +4,12 @@ store (`fastslow_sim.sweep`)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, json_text
+from .common import check_cluster_options, in_runs, json_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -73,12 +72,9 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
             else:
                 value = args.pop(0)
         options[name] = value
-    # runs/ is the commands' own folder (train-network and reproduce make it too), so a store
-    # in it, as the examples above type it, makes it; any other missing folder is refused
-    in_runs = Path(store).parent == Path("runs")
     res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
                     chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
-                    parents=in_runs,
+                    parents=in_runs(store),  # runs/ is made; other folders must exist
                     progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
                     attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
     ds = res.pop("dataset")
