@@ -423,3 +423,40 @@ def test_michaelis_menten_from_no_substrate_is_an_equilibrium():
     assert np.all(ds["y"].values == 0.0)
     assert np.all(ds["p_st"].values[:, 0] == 1.0) and np.all(ds["p_st"].values[:, 1:] == 0.0)
     assert np.max(ds["manifold_distance"].values) == 0.0
+
+
+@pytest.mark.parametrize("method", [m for m, e in fs.METHODS.items() if "max_steps" in e.options])
+@pytest.mark.parametrize("max_steps", [0, 2.5, "ten", 2**63])
+def test_max_steps_is_checked_once_for_every_method(method, max_steps):
+    """Before any work, in one sentence, for every method that takes it (torchdiffeq's took
+    max_steps=0 or 2.5 unchecked, and 2**63 overflowed the compiled rodas4 march's counter)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    expected = "positive integer" if max_steps != 2**63 else "at most 2\\*\\*63 - 1"
+    with pytest.raises(fs.InputError, match=f"^max_steps must be (a )?{expected}"):
+        fs.integrate(system, (0, 0.1), method=method, n_eval=3, max_steps=max_steps)
+
+
+def test_check_inputs_names_the_arguments_as_the_caller_calls_them():
+    """The command line passes its option names: its messages named the library's y0 and x0."""
+    from fastslow_sim.integrators import check_inputs
+
+    system = fs.make_system("birth-death", eps=0.125)
+    names = {"x0": "--x0", "y0": "--y0", "n_eval": "--n-eval", "max_steps": "--max-steps"}
+    for kwargs, start in [({"y0": [1.0, 2.0]}, "--y0 must have 1 entry"),
+                          ({"x0": [0.5, 0.5]}, "--x0 must have 8 entries"),
+                          ({"max_steps": 0}, "--max-steps must be a positive integer")]:  # fmt: skip
+        with pytest.raises(fs.InputError, match=f"^{start}"):
+            check_inputs(system, (0, 1), names=names, **kwargs)
+        with pytest.raises(fs.InputError, match=f"^{start.lstrip('-').replace('-', '_')}"):
+            check_inputs(system, (0, 1), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(26843.5, "26,800"), (999.96, "1,000"), (23.47, "23.5"), (1.0, "1"), (0.0123, "0.0123"),
+     (1e20, "1e+20"), (float("inf"), "inf")],
+)
+def test_amount_text_groups_like_a_count_to_three_digits(value, text):
+    from fastslow_sim.wording import amount_text
+
+    assert amount_text(value) == text

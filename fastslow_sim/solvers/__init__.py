@@ -22,11 +22,31 @@ import numpy as np
 from ..errors import InputError
 
 __all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "first_step",
-           "SOLVER_ERRORS"]  # fmt: skip
+           "SOLVER_ERRORS", "check_max_steps", "MAX_STEPS_HINT"]  # fmt: skip
 
 # what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver):
 # reported as the trajectory's status, not raised in the middle of a batch
 SOLVER_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError)
+
+
+# the largest budget of steps: the compiled rodas4 march counts its steps in a 64-bit integer
+MAX_STEPS_MAX = 2**63 - 1
+# how a message that a method spent its budget of steps says to raise it, from either interface
+MAX_STEPS_HINT = "raise it with --max-steps N on the command line, max_steps=N in Python"
+
+
+def check_max_steps(value, name: str = "max_steps") -> int:
+    """`value` as a budget of steps, or `InputError` unless it is an integer from 1 to
+    `MAX_STEPS_MAX`; `name` is how the message calls it (`--max-steps` on the command line)."""
+    from ..validation import positive_int
+
+    steps = positive_int(name, value)
+    if steps > MAX_STEPS_MAX:
+        raise InputError(
+            f"{name} must be at most 2**63 - 1 = {MAX_STEPS_MAX:,} (the rodas4 march counts its "
+            f"steps in a 64-bit integer); got {value!r}."
+        )
+    return steps
 
 
 @dataclass

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..validation import positive_int
-from . import Method, first_step, per_trajectory, register
+from . import MAX_STEPS_HINT, Method, first_step, per_trajectory, register
 
 _UROUND = 2.0**-52
 
@@ -76,9 +76,9 @@ def _budgeted(solver_class, name, max_steps):
             if self._steps > max_steps:
                 spent[0] = True
                 return False, (
-                    f"{name} stopped after max_steps = {max_steps} steps at t = {self.t:.6g}, "
-                    f"the budget that bounds its work; raise it with integrate(..., "
-                    f"max_steps=N) if the run is slow but advancing."
+                    f"{name} stopped after max_steps = {max_steps:,} steps at t = "
+                    f"{self.t:.6g}, the budget that bounds its work; {MAX_STEPS_HINT} if the run "
+                    f"is slow but advancing."
                 )
             success, message = super()._step_impl()
             if success and solver_class.__name__ in ("Radau", "BDF") and self.jac is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Method, first_step, per_trajectory, register
+from . import MAX_STEPS_HINT, Method, first_step, per_trajectory, register
 
 
 def odeint_system(system, z0, t, method="dopri5", rtol=1e-8, atol=1e-10, max_steps=1_000_000):
@@ -69,6 +69,11 @@ def _solve_one(name, order):
             text = str(err)
             status = "max_steps" if "max_num_steps" in text else "step_underflow"
             message = f"torchdiffeq stopped: {text}"
+            if status == "max_steps":  # torchdiffeq's 'max_num_steps exceeded (...)'
+                message += (
+                    f" (max_steps = {int(max_steps):,} steps between two saved times, "
+                    f"the budget that bounds its work; {MAX_STEPS_HINT})"
+                )
         if status == "success" and not np.all(np.isfinite(z)):
             status, message = "non_finite", "the solution became non-finite"
         return z, status, message, {"nfev": nfev, "njev": 0, "nlu": 0}
