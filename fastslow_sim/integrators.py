@@ -54,7 +54,7 @@ import xarray as xr
 from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
-from .solvers import METHODS, SOLVER_ERRORS, Solution, check_max_steps
+from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
 from .validation import number, positive
 from .validation import t_span as check_t_span
 from .wording import amount_text, count_text, plural
@@ -75,13 +75,6 @@ STIFF_THRESHOLD = 500.0
 VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
 AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
 EPS_MIN = 1e-12
-# the error norms of radau, bdf, rk45, dop853, rodas4 and torchdiffeq squared error / atol, which
-# overflowed for an error of order one below 7.5e-155 (radau, bdf and rodas4 failed at 1e-160).
-# Since the overflow-safe norms and starting steps (2026-12-02) the default run succeeds with
-# rodas4, radau, bdf, lsoda, rk45 and dopri5 at atol 1e-300 (review, helper-8), but the methods
-# are tested down to 1e-150 only, so the bound stays where the tests reach
-ATOL_MIN = 1e-150
-ATOL_WHY = "the smallest absolute tolerance the methods are tested at"
 TIME_STEP_MIN = np.finfo(np.float64).tiny  # 2.2e-308: saved times closer lose digits
 
 
@@ -180,7 +173,7 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
     if "max_steps" in options:
         check_max_steps(options["max_steps"], names.get("max_steps", "max_steps"))
     rtol = positive("rtol", rtol)
-    atol = _check_atol(system, atol)
+    atol = _check_atol(system, atol, chosen, names.get("atol", "atol"))
     t0, t1 = check_t_span(t_span)
     x0, y0, eps = _initial_states(system, x0, y0, eps, names)
     check_eps_range(system.eps if eps is None else eps, method)
@@ -356,18 +349,24 @@ def _method(method, options):
     return entry
 
 
-def _check_atol(system, atol):
+def _check_atol(system, atol, method, name="atol"):
+    """`atol` (a number, or one per component of `[x, y]`), or `InputError` unless each is
+    positive, finite and at least the method's floor (`Method.atol_min`, where it was tested)."""
+    floor = method.atol_min
+    at_least = f"at least {floor:g} with method {method.name!r} ({method.atol_why})"
+    if floor == ATOL_ANY:  # the smallest positive float64: no floor
+        at_least = "positive"
     if np.ndim(atol) == 0:
-        atol = positive("atol", atol)
-        if atol < ATOL_MIN:
-            raise InputError(f"atol must be at least {ATOL_MIN:g}; got {atol!r}: {ATOL_WHY}.")
+        atol = positive(name, atol)
+        if atol < floor:
+            raise InputError(f"{name} must be {at_least}; got {atol!r}.")
         return atol
     atol = np.asarray(atol, dtype=np.float64)  # one absolute tolerance per component of [x, y]
     N = system.n_fast + system.n_slow
-    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= ATOL_MIN):
+    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= floor):
         raise InputError(
-            f"atol must be a number or {N} numbers (one per component of [x, y]), each at least "
-            f"{ATOL_MIN:g}; got {atol.tolist()}."
+            f"{name} must be a number or {N} numbers (one per component of [x, y]), each "
+            f"{at_least}; got {atol.tolist()}."
         )
     return atol
 

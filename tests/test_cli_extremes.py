@@ -111,7 +111,12 @@ def invoke(args, tmp_path, monkeypatch):
         (["integrate", "--eps", "0.1", "--t-end", "5e-324"],
          "is too short for 401 distinct equally spaced saved times"),
         (["integrate", "--eps", "0.1", "--t-end", "1e-306"], "below 2.23e-308"),
-        (["integrate", "--eps", "0.1", "--atol", "1e-151"], "--atol must be at least 1e-150"),
+        # the bound was 1e-150 for every method ('the tested range'); now each method's own
+        (["integrate", "--eps", "0.1", "--atol", "1e-301"],
+         "--atol must be at least 1e-300 with method 'auto' (it was tested down to 1e-300"),
+        (["integrate", "--eps", "0.1", "--atol", "1e-160", "--method", "dop853"],
+         "--atol must be at least 1e-155 with method 'dop853' (it was tested down to 1e-155; at "
+         "1e-170 on the default run its error norm, the error over atol squared, overflows"),
         # '--plot --no-plot' took '--no-plot' as the plot's file name and wrote a PNG of that name
         (["integrate", "--eps", "0.1", "--plot"], "--plot takes a file name; got '--no-plot'"),
         # a numpy _ArrayMemoryError traceback after the draw of the initial conditions

@@ -206,8 +206,8 @@ def test_a_first_guess_below_float64_starts_from_the_smallest_step(one_thread):
     now at least ten times the smallest step the march takes (ten ulps of t0, and float64's
     smallest normal number at t0 = 0), and from it the march succeeds: y = 1 + (y0 - 1) e^{-t}
     (the manifold is the top state for y >= 37, see test_rates_near_the_float_range). Through
-    integrate at atol 1e-150, the smallest it accepts: |f(z0)| / atol = 1e324 overflows, and the
-    guess is 0 there too."""
+    integrate at atol 1e-150 (rodas4 accepts any positive atol now): |f(z0)| / atol = 1e324
+    overflows, and the guess is 0 there too."""
     from fastslow_sim.rosenbrock import StepControl
 
     control = StepControl()

@@ -74,6 +74,11 @@ class Method:
     differentiable: bool = False  # gradients flow through its torch form (`odeint_system`)
     needs_torch_form: bool = False  # the system must provide torch rates
     explicit_stability: tuple | None = None  # (real stability interval, stages) when explicit
+    # the smallest absolute tolerance `integrate` accepts for the method, and why: where it was
+    # tested (tests/test_integrate.py runs each at it). A method that
+    # says nothing keeps 1e-150, the bound every method had before they were tested lower
+    atol_min: float = 1e-150
+    atol_why: str = "the smallest at which methods without a measured floor are accepted"
 
 
 METHODS: dict[str, Method] = {}
@@ -91,10 +96,22 @@ def register(method: Method) -> Method:
 _ORDER = {"auto": 0, "radau": 1, "bdf": 2, "lsoda": 3, "rk45": 4, "dop853": 5, "dopri5": 6,
           "dopri8": 7, "bosh3": 8, "adaptive_heun": 9, "multirate": 10, "rodas4": 11, "rodas3": 12}  # fmt: skip
 
+# the floors of `Method.atol_min`, measured on the default birth-death run (eps 0.125), a batch, a
+# span of 1e-3 and all mass on the last state (at 1e-155, 1e-200, 1e-250, 1e-300, 1e-305, 2.2e-308
+# and 5e-324; tests/test_integrate.py runs every method at its floor)
+ATOL_ANY = 5e-324  # the smallest positive float64: every atol is accepted
+ATOL_F_OVER = 1e-300  # |f(z0)| / atol fits float64 up to |f(z0)| = 1.8e8 (`ATOL_F_OVER_WHY`)
+ATOL_F_OVER_WHY = (
+    "it was tested down to 1e-300; at 2.2e-308 the default run fails, where |f(z0)| / atol "
+    "overflows float64"
+)
+
 register(Method(
     "auto", "auto", True,
     "lsoda at 10x tighter tolerances; rodas4 at 100x tighter when very stiff (S > 1e9); "
     "a batch takes rodas4 where the system has a torch form",
+    atol_min=ATOL_F_OVER,
+    atol_why="it was tested down to 1e-300, where lsoda runs at 1e-301 and rodas4 at 1e-302",
 ))  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..rosenbrock.tableau import TABLEAUS
-from . import MAX_STEPS_HINT, Method, Solution, register
+from . import ATOL_ANY, MAX_STEPS_HINT, Method, Solution, register
 
 MARCHES = ("auto", "torch", "compiled")
 
@@ -112,7 +112,8 @@ def _method(name):
     return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched Rosenbrock {name}"),
                   solve_batch, options=("max_steps", "device", "dense_output", "linear_solver",
                                         "march"),
-                  differentiable=True, needs_torch_form=True)  # fmt: skip
+                  differentiable=True, needs_torch_form=True, atol_min=ATOL_ANY,
+                  atol_why="it was tested down to 5e-324, the smallest positive float64")  # fmt: skip
 
 
 for _name in TABLEAUS:

@@ -29,7 +29,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..validation import positive_int
-from . import MAX_STEPS_HINT, Method, first_step, per_trajectory, register
+from . import (
+    ATOL_F_OVER,
+    ATOL_F_OVER_WHY,
+    MAX_STEPS_HINT,
+    Method,
+    first_step,
+    per_trajectory,
+    register,
+)
 
 _UROUND = 2.0**-52
 
@@ -136,6 +144,17 @@ def _solve_one(name, scipy_name, explicit, order):
 
 # the order that scipy's starting step takes: its error estimator's (Radau 3, BDF 1, RK45 4,
 # DOP853 7); LSODA, which starts at order 1, 1
+# the atol floors (`Method.atol_min`): DOP853's error norm squares the error over atol
+# (`np.linalg.norm(err / scale) ** 2`), and round-off over atol then overflows
+_DOP853_WHY = (
+    "it was tested down to 1e-155; at 1e-170 on the default run its error norm, the error over "
+    "atol squared, overflows float64 and the run fails"
+)
+_FLOORS = {"radau": (ATOL_F_OVER, ATOL_F_OVER_WHY), "bdf": (ATOL_F_OVER, ATOL_F_OVER_WHY),
+           "lsoda": (ATOL_F_OVER, ATOL_F_OVER_WHY), "dop853": (1e-155, _DOP853_WHY),
+           "rk45": (ATOL_F_OVER, "it was tested down to 1e-300; at 5e-324 the default run "
+                    "succeeds, but |f(z0)| / atol overflows float64 and numpy warns of it")}  # fmt: skip
+
 for _name, _scipy, _stiff, _text, _stab, _order in [
     ("radau", "Radau", True, "implicit Runge-Kutta, order 5, stiff", None, 3),
     ("bdf", "BDF", True, "backward differentiation, orders 1-5, stiff", None, 1),
@@ -144,4 +163,5 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
     ("dop853", "DOP853", False, "explicit order 8, non-stiff", (6.0, 12), 7),
 ]:
     register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
-                    options=("max_steps",), explicit_stability=_stab))  # fmt: skip
+                    options=("max_steps",), explicit_stability=_stab,
+                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1]))  # fmt: skip

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import MAX_STEPS_HINT, Method, first_step, per_trajectory, register
+from . import (
+    ATOL_F_OVER,
+    ATOL_F_OVER_WHY,
+    MAX_STEPS_HINT,
+    Method,
+    first_step,
+    per_trajectory,
+    register,
+)
 
 
 def odeint_system(system, z0, t, method="dopri5", rtol=1e-8, atol=1e-10, max_steps=1_000_000):
@@ -89,4 +97,5 @@ for _name, _text, _stab, _order in [
 ]:
     register(Method(_name, "torchdiffeq", False, _text + "; differentiable (odeint_system)",
                     _solve_one(_name, _order), options=("max_steps",), differentiable=True,
-                    explicit_stability=_stab))  # fmt: skip
+                    explicit_stability=_stab, atol_min=ATOL_F_OVER,
+                    atol_why=ATOL_F_OVER_WHY))  # fmt: skip
