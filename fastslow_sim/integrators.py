@@ -195,14 +195,15 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
-              eps=None, **options) -> xr.Dataset:  # fmt: skip
+              eps=None, names: dict | None = None, **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
     or `eps` of shape `(B,)` give a batch (see the module docstring). `options` are the method's
     own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
-    saved at block ends, `t_eval` ignored; the span must be a whole number of blocks).
+    saved at block ends, `t_eval` ignored; the span must be a whole number of blocks). `names`:
+    how a refusal calls the arguments (`check_inputs`).
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -213,7 +214,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
-        eps=eps, **options,
+        eps=eps, names=names, **options,
     )  # fmt: skip
     B = x0.shape[0]
     z0 = np.concatenate([x0, y0], axis=1)

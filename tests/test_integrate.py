@@ -501,6 +501,8 @@ def test_check_inputs_names_the_arguments_as_the_caller_calls_them():
             check_inputs(system, (0, 1), names=names, **kwargs)
         with pytest.raises(fs.InputError, match=f"^{start.lstrip('-').replace('-', '_')}"):
             check_inputs(system, (0, 1), **kwargs)
+        with pytest.raises(fs.InputError, match=f"^{start}"):  # integrate passes them on
+            fs.integrate(system, (0, 1), names=names, **kwargs)
 
 
 @pytest.mark.parametrize(
