@@ -503,6 +503,8 @@ def test_check_inputs_names_the_arguments_as_the_caller_calls_them():
             check_inputs(system, (0, 1), **kwargs)
         with pytest.raises(fs.InputError, match=f"^{start}"):  # integrate passes them on
             fs.integrate(system, (0, 1), names=names, **kwargs)
+    # valid input: the names went on to the method's solve as an option, a TypeError
+    assert fs.integrate(system, (0, 0.1), names=names, n_eval=3).attrs["status"] == "success"
 
 
 @pytest.mark.parametrize(
