@@ -517,3 +517,31 @@ def test_amount_text_groups_like_a_count_to_three_digits(value, text):
     from fastslow_sim.wording import amount_text
 
     assert amount_text(value) == text
+
+
+@pytest.mark.parametrize(
+    "eps, y0, method, atol",
+    [(1e-8, None, "radau", 1e-300), (1e-8, None, "bdf", 1e-300), (1e-8, None, "lsoda", 1e-300),
+     (1e-8, None, "dopri5", 1e-300), (1e-8, None, "auto", 1e-300), (0.125, [172.0], "radau", 1e-10),
+     (0.125, [172.0], "bdf", 1e-10)],
+)  # fmt: skip
+def test_a_slope_over_atol_beyond_float64_is_refused_and_the_atol_it_names_works(eps, y0, method,
+                                                                                 atol):  # fmt: skip
+    """radau, bdf, lsoda and torchdiffeq divide f(z0) by atol + rtol |z0|: where the quotient
+    overflows (a slope of 5e8 at a state of 0 over 1e-300, at their floor; 7e298 over 1e-10 at
+    y0 = 172) they failed ('array must not contain infs or NaNs', no step from t = 0, 'underflow
+    in dt 0.0'). Now refused, naming the atol from which the quotient fits (|f| / 1e308), and at
+    that atol the run succeeds and conserves mass. auto, where it runs lsoda, likewise."""
+    system = fs.make_system("birth-death", eps=eps)
+    kw = dict(y0=y0, method=method, n_eval=3, rtol=1e-6)
+    with pytest.raises(fs.InputError, match=f"is too small for method '{method}'.* at this initial"):
+        fs.integrate(system, (0, 1e-3), atol=atol, **kw)
+    if method == "dopri5":  # explicit at a stiffness index of 1e6: 1.8e6 evaluations (minutes)
+        return
+    z0 = np.concatenate([system.x0, system.y0 if y0 is None else y0])
+    need = float(np.max(np.abs(system.rhs(0.0, z0)))) / 1e308
+    if method == "auto":  # lsoda here (stiffness index 5e5), at atol / 10 (lsoda stalled at t = 0)
+        need *= 10
+    ds = fs.integrate(system, (0, 1e-3), atol=need, **kw)
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    assert np.max(np.abs(ds["mass_error"].values)) < 1e-12

@@ -164,4 +164,5 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
 ]:
     register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
                     options=("max_steps",), explicit_stability=_stab,
-                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1]))  # fmt: skip
+                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1],
+                    needs_finite_slope=_name != "dop853"))  # fmt: skip

@@ -98,4 +98,4 @@ for _name, _text, _stab, _order in [
     register(Method(_name, "torchdiffeq", False, _text + "; differentiable (odeint_system)",
                     _solve_one(_name, _order), options=("max_steps",), differentiable=True,
                     explicit_stability=_stab, atol_min=ATOL_F_OVER,
-                    atol_why=ATOL_F_OVER_WHY))  # fmt: skip
+                    atol_why=ATOL_F_OVER_WHY, needs_finite_slope=True))  # fmt: skip
