@@ -239,7 +239,7 @@ def test_a_rodas4_failure_says_why(monkeypatch):
     system = fs.make_system("birth-death", eps=0.125)
     for name, says in [
         ("step_underflow", "its step fell below ten float64 spacings of t"),
-        ("max_steps", "it took max_steps = 1000000 steps"),
+        ("max_steps", "it took max_steps = 1,000,000 steps"),
         ("non_finite", "the solution or its error estimate became non-finite"),
     ]:
 
