@@ -334,10 +334,30 @@ def _norm(v, scale=1.0):
     return math.hypot(*(v / _weights(v.size, scale)))
 
 
+def _solve(J, b):
+    """`J^-1 b`, or None where `J` is singular to LAPACK or the solution is not finite."""
+    try:
+        x = np.linalg.solve(J, b)
+    except np.linalg.LinAlgError:
+        return None
+    return x if np.all(np.isfinite(x)) else None
+
+
 def _tangent(J, previous=None, scale=1.0):
-    """Null vector of `J (n, n+1)`, of unit `_norm`, oriented along `previous`."""
+    """Null vector of `J (n, n+1)`, of unit `_norm`, oriented along `previous`.
+
+    With `previous`, from the bordered system `[J; previous^T W] t = e_last` (`W` the metric's
+    weights; `_solve`), the corrector's own matrix: accurate wherever Newton converges. An SVD
+    of `J` gives the null vector only to round-off of `J`'s largest entry: rates of e^76 swamped
+    the others, the cycle at y = 151.8 got a tangent of y part 0.17 for 1, and its continuation
+    stalled there. The SVD where the system is singular, or without `previous`."""
     w = _weights(J.shape[1], scale)
-    t = np.linalg.svd(J * w)[2][-1] * w
+    t = None
+    if previous is not None:
+        t = _solve(np.vstack([J, previous / w**2]), np.append(np.zeros(len(J)), 1.0))
+    if t is None or not _norm(t, scale) > 0:
+        t = np.linalg.svd(J * w)[2][-1] * w
+    t = t / _norm(t, scale)
     if previous is not None and (t / w) @ (previous / w) < 0:
         t = -t
     return t
@@ -357,7 +377,9 @@ def _correct(family, u_pred, t, tol=1e-13, max_iter=12, scale=1.0):
             J = np.vstack([_jacobian(family, u[:n], u[n:]), normal])
         if not (np.all(np.isfinite(H)) and np.all(np.isfinite(J))):
             return u, False  # Newton left the region where the rates are finite
-        du = np.linalg.solve(J, -H)
+        du = _solve(J, -H)
+        if du is None:
+            return u, False
         u = u + du
         if np.max(np.abs(du / w)) < tol and np.all(u[:n] > -1e-12):
             return u, True
@@ -800,8 +822,7 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi, scale=1.0
         u, t = (out[0][0], -out[0][1]) if first else (out[-1][0], out[-1][1])
         edge = y_hi if t[n] > 0 else y_lo
         if y_lo < u[n] < y_hi:
-            end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0),
-                               scale=scale)
+            end, ok = _at_y(family, u[:n], edge, scale)
             if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-6:
                 row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t, scale),
                        out[0][2] if first
@@ -833,11 +854,20 @@ def _on_arc(family, u_a, t_a, u_b, edge, iters=80, scale=1.0):
             s_hi = s
         if s_hi - s_lo < 1e-14:
             break
-    end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0), scale=scale)
+    end, ok = _at_y(family, u[:n], edge, scale)
     if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-8:
         return end
     # within a hair of a fold Newton at fixed y is ill-conditioned: the arc's point will do
-    return u if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
+    return np.append(u[:n], edge) if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
+
+
+def _at_y(family, x, y, scale=1.0):
+    """`(u, converged)`: the corrector from `(x, y)` at fixed `y`, its `y` exactly `y` (Newton
+    keeps it up to round-off of its solve: 8e-17 above the range's end put a point outside)."""
+    n = x.size
+    u, ok = _correct(family, np.append(x, y), np.append(np.zeros(n), 1.0), scale=scale)
+    u[n] = y
+    return u, ok
 
 
 def _refine_fold(family, u_a, t_a, u_b, n, iters=60, scale=1.0):

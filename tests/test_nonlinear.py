@@ -416,19 +416,23 @@ def test_near_the_onset_of_folding(delta, where):
     np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("kw, y_range", [(dict(kappa=30.0), (-0.17, 0.1)),
-                                         (dict(kappa=5.0, beta=2.0), (-3.0, 3.0))])  # fmt: skip
-def test_no_negative_probabilities(monkeypatch, kw, y_range):
+@pytest.mark.parametrize("kw, y_range, raw_negative", [
+    (dict(kappa=30.0), (-0.17, 0.1), False),
+    (dict(kappa=5.0, beta=2.0), (-3.0, 3.0), True),
+])  # fmt: skip
+def test_no_negative_probabilities(monkeypatch, kw, y_range, raw_negative):
     """The corrector resolves the tiniest entries only in absolute terms: -3e-53 (kappa 30) and
     -1.4e-19 (beta 2) were reported where the graph has 1e-60 and 1e-31. Every point, folds
-    included, is now put on the exact graph, which moves x by round-off only."""
+    included, is now put on the exact graph, which moves x by round-off only. (Since the
+    tangent comes from the corrector's bordered system, kappa 30's continuation alone stays
+    positive; beta 2's does not.)"""
     fam = NonlinearBirthDeath(**kw)
     curve = critical_branches(fam, y_range)
     assert curve["x"].min() >= 0 and min(min(f["x"]) for f in curve["folds"]) > 0
     np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-12)
     monkeypatch.setattr(NonlinearBirthDeath, "graph_x", lambda self, x, y: x)
     raw = critical_branches(fam, y_range)
-    assert raw["x"].min() < 0  # what the continuation alone gives
+    assert (raw["x"].min() < 0) == raw_negative  # what the continuation alone gives
     np.testing.assert_allclose(curve["x"], raw["x"], rtol=0, atol=1e-15)
     assert [b["stable"] for b in curve["branches"]] == [b["stable"] for b in raw["branches"]]
 
@@ -558,3 +562,36 @@ def test_gap_is_the_supremum_along_the_exact_graph():
         jump = max(jump, np.max(np.abs(np.diff(g))))
     assert best - 1e-12 <= gap <= best + jump
     assert jump < 1e-4 and gap == pytest.approx(0.61995, abs=1e-5)
+
+
+def cycle_p_st(gen, y):
+    """`p_st` of the `Cycle` generator at `y` by the Markov chain tree theorem: `p_i` is the
+    total weight of the spanning trees directed into `i`; on a ring each drops one edge, so
+    the states `i+1..i+k` step back towards `i` (rate `backward`) and `i+k+1..i+n-1` forward
+    (rate `forward e^(y s_j)`), `k = 0..n-1`. Sums of products of positive rates, in logs: no
+    cancellation, relative accuracy about `|y| 1e-16` at any `y`."""
+    from scipy.special import logsumexp
+
+    n = gen.n_states
+    log_f = np.log(gen.forward) + y * (np.arange(n) / (n - 1) - 0.5)
+    log_b = np.log(gen.backward)
+    log_w = [logsumexp([k * log_b + sum(log_f[(i + j) % n] for j in range(k + 1, n))
+                        for k in range(n)]) for i in range(n)]  # fmt: skip
+    return np.exp(np.array(log_w) - logsumexp(log_w))
+
+
+@pytest.mark.parametrize("y_range", [(1.0, 1000.0), "domain"])
+def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range):
+    """`manifold --system cycle --kappa 0 --y-range 1 1000` stalled at y = 151.8 (rates e^(+-76)):
+    the tangent, the SVD's null vector of the continuation's Jacobian, was accurate only to
+    round-off of its largest entry (y part 0.17 for 1), so the corrector's hyperplane met the
+    curve far from the predictor. The whole range is traced now, on the closed form of
+    `p_st` (to the corrector's tolerance, 1e-13 in each entry)."""
+    fam = family_for("cycle", 0.0)
+    a, b = fam.domain() if y_range == "domain" else y_range
+    curve = critical_branches(fam, (a, b))
+    (branch,) = curve["branches"]
+    assert branch["y_min"] == a and branch["y_max"] == b and branch["stable"]
+    assert np.all(np.diff(curve["y"]) > 0)
+    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
+    np.testing.assert_allclose(curve["x"], exact, rtol=0, atol=1e-13)
