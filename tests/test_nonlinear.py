@@ -595,3 +595,18 @@ def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range):
     assert np.all(np.diff(curve["y"]) > 0)
     exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
     np.testing.assert_allclose(curve["x"], exact, rtol=0, atol=1e-13)
+
+
+def test_a_linear_familys_points_are_its_p_st():
+    """A linear family's manifold is `p_st(y)` (DESIGN 3.2), which GTH gives to relative
+    accuracy; the continuation's points resolved the tiniest entries only in absolute terms
+    (the cycle at y = 95: -5e-20, and mean c.x -2e-20). Every point is now GTH's `p_st`: no
+    negative entry, and each entry above 1e-290 within 2e-12 of the tree theorem's closed form
+    (GTH's 1e-12, plus the closed form's round-off of logs up to 500 in size: about 3e-13)."""
+    fam = family_for("cycle", 0.0)
+    curve = critical_branches(fam, (1.0, 1000.0))
+    assert curve["x"].min() >= 0
+    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
+    big = exact > 1e-290
+    np.testing.assert_allclose(curve["x"][big], exact[big], rtol=2e-12, atol=0)
+
