@@ -610,3 +610,13 @@ def test_a_linear_familys_points_are_its_p_st():
     big = exact > 1e-290
     np.testing.assert_allclose(curve["x"][big], exact[big], rtol=2e-12, atol=0)
 
+
+def test_a_generators_relaxation_is_never_reported_repelling():
+    """Where the rates span 1e-255 to 1e158 (the random family at y = 300), the first-order
+    round-off estimate claimed Re lambda = +2.7e101 +- 3e100 and the branch "repelling"; every
+    eigenvalue of a generator's transpose has Re <= 0 (Gershgorin), so a positive one is
+    round-off: reported unresolved, not repelling."""
+    fam = family_for("random", 0.0)
+    curve = critical_branches(fam, (100.0, 300.0))
+    assert np.all(curve["stability"] - curve["stability_error"] <= 0)
+    assert all(b["stable"] is not False for b in curve["branches"])
