@@ -996,18 +996,103 @@ def relaxation_oscillation(kappa=3.0, eps=0.01, t_end=20.0, n_eval=4001, family=
     Returns the trajectory dataset; with folds, `y` oscillates between the fold values and `x`
     jumps between the outer branches.
     """
-    from .integrators import integrate
+    system = _oscillation_system(family or NonlinearBirthDeath(kappa=kappa), eps)
+    return _oscillation_run(system, (0.0, t_end), n_eval=n_eval)
 
-    family = family or NonlinearBirthDeath(kappa=kappa)
+
+# |dy/dt| = |1/2 - c.x| <= 1/2 on the simplex (c in [0, 1]): y moves at most this fast
+OSC_SPEED_MAX = 0.5
+
+
+def _oscillation_system(family, eps):
+    """The system of `relaxation_oscillation`: `g = 1/2 - c.x`, from all mass on state 0, y = 0."""
     n = family.n_states
     c = readout_vector(n)
     system = NonlinearMasterEquationSystem(
         family, LinearSlowLaw(-c, a=0.0, b=0.5), eps, x0=np.eye(n)[0], y0=np.array([0.0])
     )
     system.parameters["slow_law_note"] = "g = 1/2 - c.x"
-    # integrate's automatic choice (LSODA here): the same oscillation as Radau to 6 digits at
-    # eps 0.01 and 0.001 in a fifth of the time, and at eps 1e-9 in 3 s where Radau took > 5 min
-    return integrate(system, (0.0, t_end), method="auto", rtol=1e-8, atol=1e-10, n_eval=n_eval)
+    return system
+
+
+def _oscillation_run(system, t_span, x0=None, y0=None, **kw):
+    """`integrate` as the oscillation runs: integrate's automatic choice (LSODA here), the
+    same oscillation as Radau to 6 digits at eps 0.01 and 0.001 in a fifth of the time, and at
+    eps 1e-9 in 3 s where Radau took > 5 min."""
+    from .integrators import integrate
+
+    return integrate(system, t_span, x0, y0, method="auto", rtol=1e-8, atol=1e-10, **kw)
+
+
+def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101):
+    """`(t*, y*)`: the extremum of `y` (`sign` +1 a maximum, -1 a minimum) next to the saved
+    point `i`, a local extremum of the saved `y`. The saved points can miss it by up to
+    `OSC_SPEED_MAX` times their spacing (a maximum at the fold 0.227106 was saved as 0.2270 at
+    eps 1e-6: y turns in the jump, a time of order eps). So the run is repeated from the saved
+    state before it over `[t[i-1], t[i+1]]` on `points` times, and again around the largest of
+    those, until the spacing `h` bounds the miss, `OSC_SPEED_MAX h / 2`, by `tol`."""
+    a, b = t[i - 1], t[i + 1]
+    xa, ya = x[i - 1], y[i - 1]
+    best = (t[i], y[i])
+    while True:
+        grid = np.linspace(a, b, points)
+        xa = np.clip(xa, 0.0, None)  # the saved state is a probability vector to the solver's
+        xa = xa / xa.sum()  # atol (1e-10); integrate takes one to 1e-12
+        run = _oscillation_run(system, (a, b), xa, np.array([ya]), t_eval=grid)
+        if run.attrs["status"] != "success":
+            return best  # the saved point: the run that saved it succeeded
+        yv = run["y"].values[:, 0]
+        j = int(np.argmax(sign * yv))
+        if sign * yv[j] >= sign * best[1]:
+            best = (float(grid[j]), float(yv[j]))
+        if OSC_SPEED_MAX * (grid[1] - grid[0]) / 2 <= tol or j in (0, points - 1):
+            return best
+        a, b = grid[j - 1], grid[j + 1]
+        xa, ya = run["x"].values[j - 1], yv[j - 1]
+
+
+def oscillation_summary(system, osc, t_end):
+    """The range of `y` of the oscillation run `osc` (`relaxation_oscillation`) over its last
+    full cycle (between the last two maxima of `y` in the second half of the run) or, without
+    one, over the second half, named so; each turning point of `y` located to 1e-9
+    (`_turning_point`), not taken from the saved points. A dict of the `osc_*` attributes of
+    `manifold_dataset`, less `osc_eps`."""
+    t = osc["time"].values
+    x = osc["x"].values
+    yv = osc["y"].values[:, 0]
+    up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
+    up = up[t[up] >= 0.5 * t_end]
+    period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
+    # y's range over the last full cycle (between the last two maxima); without one, over
+    # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
+    # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
+    cycle = up.size >= 2
+    sel = np.flatnonzero((t >= t[up[-2]]) & (t <= t[up[-1]]) if cycle else t >= 0.5 * t_end)
+    ends = []
+    for sign in (-1, 1):
+        k = sel[np.argmax(sign * yv[sel])]
+        if cycle and sign > 0:  # both ends of the cycle are maxima
+            turns = [_turning_point(system, t, x, yv, j, 1) for j in (up[-2], up[-1])]
+            window = (turns[0][0], turns[1][0])
+            ends.append(max(v for _, v in turns))
+        elif sel[0] < k < sel[-1]:  # a turning point inside the window
+            ends.append(_turning_point(system, t, x, yv, k, sign)[1])
+        else:  # on the window's end: y there as saved
+            ends.append(float(yv[k]))
+    out = {
+        "status": osc.attrs["status"],
+        "y_min": ends[0],
+        "y_max": ends[1],
+        "y_window": [float(v) for v in (window if cycle else (0.5 * t_end, t_end))],
+        "y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
+        "period": period,
+    }
+    if not math.isfinite(period):
+        out["period_note"] = (
+            f"fewer than two maxima of y in the second half of the run "
+            f"(t in [{0.5 * t_end:g}, {t_end:g}])"
+        )
+    return out
 
 
 def family_for(system_name: str, kappa: float):
@@ -1068,34 +1153,13 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "fastslow_sim_version": __version__,
     }
     if osc_eps is not None and curve["folds"]:
-        osc = relaxation_oscillation(eps=osc_eps, t_end=osc_t_end, family=family)
-        t = osc["time"].values
-        yv = osc["y"].values[:, 0]
-        data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
+        system = _oscillation_system(family, osc_eps)
+        osc = _oscillation_run(system, (0.0, osc_t_end), n_eval=4001)
+        data["osc_y"] = ("osc_time", osc["y"].values[:, 0], {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
-        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
-        up = up[t[up] >= 0.5 * osc_t_end]
-        period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
-        # y's range over the last full cycle (between the last two maxima); without one, over
-        # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
-        # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
-        cycle = up.size >= 2
-        window = (t[up[-2]], t[up[-1]]) if cycle else (0.5 * osc_t_end, osc_t_end)
-        sel = (t >= window[0]) & (t <= window[1])
-        attrs.update({
-            "osc_eps": float(osc_eps),
-            "osc_status": osc.attrs["status"],
-            "osc_y_min": float(yv[sel].min()),
-            "osc_y_max": float(yv[sel].max()),
-            "osc_y_window": [float(v) for v in window],
-            "osc_y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
-            "osc_period": period,
-        })  # fmt: skip
-        if not math.isfinite(period):
-            attrs["osc_period_note"] = (
-                f"fewer than two maxima of y in the second half of the run "
-                f"(t in [{0.5 * osc_t_end:g}, {osc_t_end:g}])"
-            )
+        summary = oscillation_summary(system, osc, osc_t_end)
+        attrs["osc_eps"] = float(osc_eps)
+        attrs.update({f"osc_{k}": v for k, v in summary.items()})
         coords = {"osc_time": osc["time"].values}
     else:
         coords = {}

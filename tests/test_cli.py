@@ -584,6 +584,22 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
 
 
+def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path):
+    """`--osc-eps 1e-6` printed "y in [0.0229, 0.2270]" with the folds at 0.022894 and
+    0.227106: the saved points' range, short of the turning points (y moves 0.0016 between
+    saved points; the trajectory leaves a fold 2 eps^(2/3) = 2e-4 past it). The turning points
+    are located now: the printed range holds both folds, to the digits printed."""
+    out = tmp_path / "m.nc"
+    res = run(["manifold", "--osc-eps", "1e-6", "--no-plot", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lo, hi = map(float, re.search(r"y in \[([-\d.]+), ([-\d.]+)\] over its last cycle",
+                                  res.output).groups())  # fmt: skip
+    ds = fs.load_dataset(out)
+    folds = sorted(f["y"] for f in json.loads(ds.attrs["folds"]))
+    assert lo < folds[0] < folds[1] < hi
+    assert (lo, hi) == (round(ds.attrs["osc_y_min"], 4), round(ds.attrs["osc_y_max"], 4))
+
+
 def test_a_count_of_one_takes_the_singular(tmp_path):
     """The CLI printed '1 trajectories', '1 blocks of slow time H=0.01, 1 tokens each' and
     '1 cells over seed': every count printed with its noun goes through one helper."""

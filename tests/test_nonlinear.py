@@ -620,3 +620,25 @@ def test_a_generators_relaxation_is_never_reported_repelling():
     curve = critical_branches(fam, (100.0, 300.0))
     assert np.all(curve["stability"] - curve["stability_error"] <= 0)
     assert all(b["stable"] is not False for b in curve["branches"])
+
+
+def test_the_oscillations_range_passes_the_folds_by_eps_to_the_two_thirds():
+    """`manifold --osc-eps 1e-6` printed y in [0.0229, 0.2270] for folds at 0.022894 and
+    0.227106: the range of the saved points (every 0.005 in t, y moving 0.0016 between them),
+    which end short of the turning point in the jump. The turning points are now located by
+    re-running around them (to 1e-9): the trajectory leaves each fold past it, by
+    `C eps^(2/3)` (Krupa and Szmolyan's fold: the delay scales as eps^(2/3)), so the scaled
+    overshoot is the same at eps 1e-6, 1e-7 and 1e-8 (2.0 above the upper fold, 1.4 below the
+    lower one; its next order, eps^(1/3), moves it by 3% over these)."""
+    fam = NonlinearBirthDeath(kappa=3.0)
+    lo, hi = sorted(y for _, y in fam.fold_points())
+    scaled = []
+    for eps in (1e-6, 1e-7, 1e-8):
+        ds = fs.nonlinear.manifold_dataset(fam, (-1.0, 1.5), osc_eps=eps, osc_t_end=4.0)
+        assert ds.attrs["osc_y_window_kind"] == "last cycle"
+        assert ds.attrs["osc_y_min"] < lo < hi < ds.attrs["osc_y_max"]
+        scaled.append([(lo - ds.attrs["osc_y_min"]) / eps ** (2 / 3),
+                       (ds.attrs["osc_y_max"] - hi) / eps ** (2 / 3)])  # fmt: skip
+    scaled = np.array(scaled)
+    np.testing.assert_allclose(scaled, np.tile(scaled[-1], (3, 1)), rtol=0.05)
+    assert 1.0 < scaled[-1, 0] < scaled[-1, 1] < 3.0
