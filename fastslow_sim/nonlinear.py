@@ -1155,7 +1155,8 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     if osc_eps is not None and curve["folds"]:
         system = _oscillation_system(family, osc_eps)
         osc = _oscillation_run(system, (0.0, osc_t_end), n_eval=4001)
-        data["osc_y"] = ("osc_time", osc["y"].values[:, 0], {"long_name": "y(t) of the full system"})
+        yv = osc["y"].values[:, 0]
+        data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
         summary = oscillation_summary(system, osc, osc_t_end)
         attrs["osc_eps"] = float(osc_eps)
