@@ -520,6 +520,35 @@ def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
     assert -0.19999999959 < branch["max_real_eigenvalue"] < 0
 
 
+@pytest.mark.parametrize("y_range, line", [
+    (("1", "100"), "branch 0: y in [1.0000, 100.0000], mean c.x in [0.000, 0.382], stable"),
+    (("-0.00001", "1"), "branch 0: y in [0.0000, 1.0000], mean c.x in [0.382, 0.500], stable"),
+])  # fmt: skip
+def test_manifold_prints_no_signed_zero(tmp_path, y_range, line):
+    """`--system cycle --kappa 0 --y-range 1 100` printed "mean c.x in [-0.000, 0.382]": the
+    continuation's point at y = 95 had entries of -5e-20 (its points are now p_st by GTH,
+    every entry >= 0), and a number that rounds to zero was printed with its sign (now without,
+    in every manifold line: the range's end -1e-05 is "0.0000" at 4 decimals)."""
+    res = run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range", *y_range,
+               "--no-plot", "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert line in res.output
+    assert not re.search(r"-0\.?0*(?![0-9.])", res.output), res.output
+    (branch,) = json.loads(run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range",
+                                *y_range, "--no-plot", "--out", str(tmp_path / "m.nc"),
+                                "--json"]).output)["branches"]  # fmt: skip
+    assert branch["mean_min"] >= 0
+
+
+def test_manifold_numbers_that_round_to_zero_have_no_sign():
+    from fastslow_sim.cli.ode import _num
+
+    assert [_num(v, ".3f") for v in (-2e-20, -0.0, -0.0004, -0.0006, 0.0)] == [
+        "0.000", "0.000", "0.000", "-0.001", "0.000"]  # fmt: skip
+    assert _num(-0.0, "g") == "0" and _num(-1e-5, "g") == "-1e-05"
+    assert _num(-2e-20, ".2e") == "-2.00e-20"  # its real size where the format shows it
+
+
 def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
     """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
     supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a
@@ -553,6 +582,22 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
     assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
     assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
+
+
+def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path):
+    """`--osc-eps 1e-6` printed "y in [0.0229, 0.2270]" with the folds at 0.022894 and
+    0.227106: the saved points' range, short of the turning points (y moves 0.0016 between
+    saved points; the trajectory leaves a fold 2 eps^(2/3) = 2e-4 past it). The turning points
+    are located now: the printed range holds both folds, to the digits printed."""
+    out = tmp_path / "m.nc"
+    res = run(["manifold", "--osc-eps", "1e-6", "--no-plot", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lo, hi = map(float, re.search(r"y in \[([-\d.]+), ([-\d.]+)\] over its last cycle",
+                                  res.output).groups())  # fmt: skip
+    ds = fs.load_dataset(out)
+    folds = sorted(f["y"] for f in json.loads(ds.attrs["folds"]))
+    assert lo < folds[0] < folds[1] < hi
+    assert (lo, hi) == (round(ds.attrs["osc_y_min"], 4), round(ds.attrs["osc_y_max"], 4))
 
 
 def test_a_count_of_one_takes_the_singular(tmp_path):
