@@ -429,7 +429,9 @@ def get_task(name: str) -> Task:
 # grid
 
 
-def _canonical(task: Task, name: str) -> str:
+def option_key(task: Task, name: str) -> str:
+    """The parameter of `task` that `name` (`t-end`, `t_end`, an alias) names, or `InputError`
+    naming it and the task's parameters."""
     key = name.replace("-", "_")
     key = task.aliases.get(key, key)
     if key not in task.options:
@@ -508,7 +510,7 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
         name, sep, values = str(spec).partition("=")
         if not sep or not name.strip() or not values.strip():
             raise InputError(f"--grid takes NAME=V1,V2,... or NAME=A:B; got {spec!r}.")
-        key = _canonical(task, name.strip())
+        key = option_key(task, name.strip())
         if key in grid:
             raise InputError(f"--grid names {name.strip()!r} twice; expected each parameter once.")
         if not task.options[key].sweepable:
@@ -564,7 +566,7 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
     task = get_task(task) if isinstance(task, str) else task
     fixed = {k: o.default for k, o in task.options.items()}
     for name, value in (options or {}).items():
-        key = _canonical(task, name)
+        key = option_key(task, name)
         flag = f"--{name.replace('_', '-')}"
         if grid is not None and key in grid:
             raise InputError(f"{flag} {value} sets {key}, which --grid {key}=... sweeps; expected "

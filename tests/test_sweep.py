@@ -159,6 +159,39 @@ def test_grid_too_large_is_refused_at_once(tmp_path, monkeypatch):
     assert res.output.count("\n") == 1 and not store.exists()
 
 
+def test_task_flags_pass_through_or_are_refused_by_name(tmp_path, monkeypatch):
+    """`sweep integrate ... --no-plot` said "option --no-plot needs a value", and `--no-plot
+    --P 8` took "--P" as its value, then refused "unexpected argument '8'". A flag (an option
+    with no value) is now a boolean parameter of the task set to true, or refused in one
+    sentence naming it; a parameter that takes a value still says it needs one."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    base = ["sweep", "integrate", "--grid", "seed=0", "--store", str(store), "--workers", "0",
+            "--eps", "0.1"]  # fmt: skip
+    for extra, text in [(["--no-plot"], "'no-plot' is not a parameter of the integrate task"),
+                        (["--no-plot", "--P", "8"], "'no-plot' is not a parameter of the integrate task"),
+                        (["--plot", "x.png"], "'plot' is not a parameter of the integrate task"),
+                        (["--t-end"], "option --t-end needs a value."),
+                        (["--t-end", "--rtol", "1e-6"], "option --t-end needs a value.")]:  # fmt: skip
+        res = CliRunner().invoke(main, base + extra)
+        assert res.exit_code == 2 and text in res.output, (extra, res.output)
+        assert res.output.count("\n") == 1 and "Traceback" not in res.output
+        assert not store.exists() and not (tmp_path / "x.png").exists()
+    seen = {}
+
+    def capture(task, grids, options, *a, **k):
+        seen.update(options)
+        raise InputError("captured.")
+
+    monkeypatch.setattr(sw, "run_sweep", capture)
+    res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0", "--store",
+                                    str(store), "--compile", "--lr", "1e-3"])  # fmt: skip
+    assert res.exit_code == 2 and "captured." in res.output
+    assert seen == {"compile": "true", "lr": "1e-3"}
+    assert sw._typed(sw.get_task("train-network"), "compile", seen["compile"], "") is True
+
+
 def test_bad_task_option_and_task_name(tmp_path):
     store = str(tmp_path / "s.zarr")
     res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store", store,
