@@ -59,9 +59,9 @@ MAX_SEED = (2**64 - 1000) // 1000
 # bytes that one training step keeps for its backward pass per element of batch x context x
 # n_embd x n_layer, at least: the peak resident memory of one forward, backward and AdamW step
 # grew by 81-102 bytes per element on the CPU in float32 (torch 2.13; batch 8-64, context
-# 256-1024, n_embd 128-256, n_layer 2-4, dense and coupled), about 22 float32 numbers. Less than
-# half of that, so that bf16 autocast on CUDA is covered too and a refusal is a run that clearly
-# cannot fit (`check_activation_memory`)
+# 256-1024, n_embd 128-256, n_layer 2-4, dense and coupled), about 22 float32 numbers, and by
+# 52-61 under bf16 autocast (as on CUDA; measured on the CPU, no GPU at hand). Below both, so that
+# a refusal is a run that clearly cannot fit (`check_activation_memory`)
 ACTIVATION_BYTES = 40
 
 # fields that may differ between a checkpoint and the run that resumes it
@@ -288,8 +288,10 @@ def _device_memory(name: str) -> tuple[float, bool]:
     "cuda:N") picks where this process has one, else this machine's (`physical_memory`)."""
     from .integrators import physical_memory
 
-    if torch.cuda.is_available() and (name == "auto" or str(name).startswith("cuda")):
-        index = int(name.partition(":")[2] or torch.cuda.current_device())
+    name = str(name)
+    if torch.cuda.is_available() and (name in ("auto", "cuda") or name.startswith("cuda:")):
+        tail = name.partition(":")[2]  # not a number: `_device` refuses the name
+        index = int(tail) if tail.isdigit() else torch.cuda.current_device()
         if index < torch.cuda.device_count():
             return float(torch.cuda.get_device_properties(index).total_memory), True
     return physical_memory(), False

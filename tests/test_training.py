@@ -514,3 +514,18 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
     with pytest.raises(fs.InputError, match=r"on each of 2 processes .* at most 102 here"):
         training._validate(TrainConfig(device="cpu", batch_size=103, tokens=2 * 103 * 256), world=2)
     training._validate(TrainConfig(device="cpu", batch_size=102, tokens=2 * 102 * 256), world=2)
+    # on CUDA, the GPU's memory, one process's activations on each (a simulated 2 GiB GPU)
+
+    class Props:
+        total_memory = 2 * 2**30
+
+    for name, value in [("is_available", lambda: True), ("device_count", lambda: 1),
+                        ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value)
+    on_gpu = 2 * 2**30 // per
+    for device in ("auto", "cuda", "cuda:0"):
+        big = TrainConfig(device=device, batch_size=on_gpu + 1, tokens=2 * (on_gpu + 1) * 256)
+        with pytest.raises(fs.InputError, match=r"on each of 2 processes .* more than this GPU's 2 "
+                                                 rf"GiB of memory; expected batch_size at most {on_gpu} "):  # fmt: skip
+            training._validate(big, world=2)
+    training._validate(TrainConfig(device="cpu", batch_size=most, tokens=most * 256))  # 1 GiB here
