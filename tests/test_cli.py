@@ -372,16 +372,23 @@ def test_convergence_refuses_a_short_t_end_before_any_integration(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["convergence", "--eps", "0.001,0.5", "--t-end", "1"])
     assert res.exit_code == 2, res.output
-    assert res.output == ("Error: eps=0.5 is too large for t_end=1: the initial layer lasts about "
-                          "1.63; expected smaller eps or a longer t_end.\n")  # fmt: skip
+    assert res.output == ("Error: eps=0.5 is too large for --t-end=1: the initial layer lasts "
+                          "about 1.63; expected smaller eps or a longer --t-end.\n")  # fmt: skip
     assert not list(tmp_path.iterdir())  # not even the default fastslow-results/
 
 
-@pytest.mark.parametrize("t_end", ["1e300", "1e6"])
-def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "t_end, shown",
+    [("1e300", "1e+300"), ("1e6", "1000000"), ("1000.0001", "1000.0001"),
+     (repr(float(np.nextafter(1000.0, 2000.0))), "1000.0000000000001")],
+)  # fmt: skip
+def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, shown, tmp_path,
+                                                                  monkeypatch):  # fmt: skip
     """1e300 hung (the explicit reduced solve's steps stay O(1) at the equilibrium); 1e6 ran
     8 minutes to report round-off as slopes (two-state: -0.597, -0.597, 0.000). Both are
-    beyond the bound, refused in one sentence before anything is integrated or written."""
+    beyond the bound, refused in one sentence before anything is integrated or written. The
+    sentence names the option and shows the value as given: 1000.0001 was "t_end=1000 is
+    beyond 1000" (the library's name, the value rounded by :g)."""
     import fastslow_sim.integrators
     import fastslow_sim.manifold
 
@@ -394,9 +401,9 @@ def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path
     res = CliRunner().invoke(main, ["convergence", "--system", "two-state", "--t-end", t_end])
     assert res.exit_code == 2, res.output
     assert res.output == (
-        f"Error: t_end={float(t_end):g} is beyond 1000: the slow variable settles by t of order "
-        "10, so a longer run adds only equilibrium, where the errors are the solver's round-off, "
-        "at a cost that grows with t_end; expected t_end <= 1000.\n"
+        f"Error: --t-end={shown} is beyond 1000: the slow variable settles by t of order 10, "
+        "so a longer run adds only equilibrium, where the errors are the solver's round-off, "
+        "at a cost that grows with --t-end; expected --t-end <= 1000.\n"
     )
     assert not list(tmp_path.iterdir())
 

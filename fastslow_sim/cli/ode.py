@@ -336,7 +336,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     if not math.isfinite(t_end) or t_end <= 0:
         raise InputError(f"--t-end must be a positive finite time; got {t_end}.")
     system = make_system(system_name, eps=values[0])
-    check_convergence(system, values, t_end)  # every eps, before the default folder is made
+    check_convergence(system, values, t_end, name="--t-end")  # before the default folder is made
     out, plot_path = output_paths(f"convergence-{system_name}", out, plot_path, no_plot)
     ds = run_convergence(system, values, t_end=t_end, progress=not as_json)
     save_dataset(ds, out)
