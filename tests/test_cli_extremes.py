@@ -144,6 +144,11 @@ def test_bad_numeric_options_are_one_sentence_and_exit_2(args, fragment, tmp_pat
         # radau ran for ever at y0 >~ 80: scipy kept its Jacobian from t = 0 (see
         # test_rodas4_extremes.test_rates_near_the_float_range)
         ["integrate", "--eps", "0.125", "--y0", "100", "--t-end", "1", "--method", "radau"],
+        # |f(z0)| / atol beyond float64 (from y0 = 172): scipy's ValueError 'array must not
+        # contain infs or NaNs' (radau, bdf) and 200,000 steps at t = 0 (lsoda) before
+        ["integrate", "--eps", "0.125", "--y0", "175", "--t-end", "1", "--method", "radau"],
+        ["integrate", "--eps", "0.125", "--y0", "177.02", "--t-end", "1", "--method", "bdf"],
+        ["integrate", "--eps", "0.125", "--y0", "177.02", "--t-end", "1", "--method", "lsoda"],
         ["integrate", "--eps", "0.1", "--batch", "3", "--seed", "4", "--t-end", "1"],
         ["integrate", "--P", "16", "--method", "multirate", "--H", "0.25", "--t-end", "1"],
         # P = 999999999999999872 tokens per block (below 2**63): by doubling, and stored

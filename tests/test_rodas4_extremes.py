@@ -154,6 +154,45 @@ def test_rates_near_the_float_range(method, options, y0, one_thread):
     np.testing.assert_allclose(y, red, rtol=1e-7, atol=0)
 
 
+@pytest.mark.parametrize(
+    "method, y0",
+    [("radau", 172.0), ("radau", 175.0), ("bdf", 172.0), ("bdf", 175.0), ("bdf", 177.02),
+     ("lsoda", 175.0), ("lsoda", 177.02)],
+)  # fmt: skip
+def test_scipy_methods_start_where_f_over_atol_is_beyond_float64(method, y0):
+    """From y0 = 172 to the domain's edge 177.02 the rates reach 1e298-1e308, and |f(z0)| / atol
+    (atol 1e-10) is beyond float64 itself: the starting step's 0.01 |z0| / |f(z0)| was 0, and
+    radau and bdf ended with 'ValueError: array must not contain infs or NaNs' (scipy's), lsoda
+    spent its 200,000 steps at t = 0. The starting step is now computed in logarithms, and y
+    follows 1 + (y0 - 1) e^{-t} (the manifold is the top state, see
+    test_rates_near_the_float_range) to the solvers' global error at rtol 1e-8 (measured: radau
+    1.8e-11, bdf 1.1e-8, lsoda 3.5e-8)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), y0=[y0], method=method, n_eval=11)
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    t, x = ds["time"].values, ds["x"].values
+    assert np.all(x >= -1e-10) and np.max(np.abs(x.sum(-1) - 1)) < 1e-10
+    np.testing.assert_allclose(ds["manifold_distance"].values[1:], 0.0, atol=1e-10)
+    np.testing.assert_allclose(ds["y"].values[:, 0], 1.0 + (y0 - 1.0) * np.exp(-t), rtol=1e-7)
+
+
+@pytest.mark.parametrize("y0", [176.0, 177.02])
+def test_radau_says_what_overflowed_near_the_edge_of_the_float_range(y0):
+    """From y0 = 176 radau's steps must be near 1e-308 (|z| atol / |f|), and its Newton
+    iteration, which multiplies by 1/h, overflows: a failed status whose message says so, not
+    scipy's 'ValueError: array must not contain infs or NaNs' as status error."""
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), y0=[y0], method="radau", n_eval=11)
+    assert ds.attrs["status"] == "failed"
+    assert ds.attrs["message"].startswith(
+        "radau stopped at t = 0: its Newton iteration overflowed float64 (largest 1.8e308) with "
+        "steps h near "
+    )
+    assert ds.attrs["message"].endswith("the rates are too close to the float range for this "
+                                        "method.")  # fmt: skip
+    assert np.isnan(ds["y"].values[1:]).all()
+
+
 def test_a_scipy_method_that_fails_before_its_first_output_is_a_status():
     # DOP853 at y0 = 100 (a stable step of 1e-174; integrate refuses it) stops before any
     # output time: scipy's sol.y is then an empty list, and reading sol.y.T raised AttributeError

@@ -67,7 +67,9 @@ def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
         direct = 1.0 / (tol * w0 * w0) + tol * s * s
     if np.isfinite(direct) and direct > 0 and 1.0 / np.sqrt(direct) > 0:
         return None
-    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * np.log(s)] if s > 0 else [])
+    with np.errstate(divide="ignore"):  # log s, finite where s = |f0| / w overflows
+        log_s = float(np.max(np.log(np.abs(f0)) - np.log(rtol * np.abs(z0) + atol)))
+    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * log_s] if s > 0 else [])
     h0 = float(np.exp(-0.5 * np.logaddexp.reduce(terms)))
     return min(h0, tdist) if h0 > 0 else tdist
 
@@ -117,10 +119,28 @@ def _budgeted(solver_class, name, max_steps):
             if not implicit or self.jac is None:
                 return super()._step_impl()
             z_old, f_old = self.y.copy(), self._f_here()
-            success, message = super()._step_impl()
+            try:
+                success, message = super()._step_impl()
+            except ValueError as err:  # scipy's LU of a matrix that overflowed
+                if "infs or NaNs" not in str(err):
+                    raise
+                return False, self._overflow_message()
             if success:
                 self._check_jacobian(z_old, f_old)
             return success, message
+
+        def _overflow_message(self):
+            """What overflowed where, in place of scipy's 'array must not contain infs or NaNs'
+            (radau on the birth-death chain from y = 176, where |z| atol / |f| is below 1e-307,
+            steps whose 1/h, times the Jacobian's scale, is beyond float64)."""
+            with np.errstate(all="ignore"):
+                size, inv = float(np.max(np.abs(self.J))), 1.0 / self.h_abs
+            return (
+                f"{name} stopped at t = {self.t:.6g}: its Newton iteration overflowed float64 "
+                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} (1/h = {inv:.3g}) and "
+                f"a Jacobian of entries up to {size:.3g}; the rates are too close to the float "
+                f"range for this method."
+            )
 
         def _f_here(self):
             """f at the current point: Radau keeps it; BDF's is kept here after a check."""
