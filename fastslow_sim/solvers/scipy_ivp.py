@@ -18,22 +18,24 @@ to 1e3 as y decays) Radau rejected steps near 1e-77 at `t ~ 1e-74` for ever, and
 went on x stayed frozen in the top state as y fell: at t = 5 both methods were off the manifold by
 0.019 and y off by 2e-4 at rtol 1e-10 (from `y0 = 30` at the default tolerances, bdf by 0.06 in x
 and 3.5e-3 in y, radau by 4e-3 and 7e-5). Evaluating it after every accepted step (RADAU5's
-`THET < 0`) fixed that but made every step refactorise, 3-5 times the cost on large systems
-(`--states 1024`: radau 748 factorisations for scipy's 100 at 256 states). Here, after each
-accepted step, the Jacobian is evaluated again (`_stale_jacobian`):
+`THET < 0`) fixed that but made every step factorise again, 3-5 times the cost on large
+systems (radau on the default chain of 256 states over [0, 10]: 748 LU, where scipy's own rule
+takes 100). Here, after each accepted step, the Jacobian is evaluated again:
 
 - when scipy factorises again anyway (the step size or, BDF, the order changed): the new
   factorisation takes the Jacobian of the new point (O(n^2) next to its O(n^3));
-- when the one in use no longer gives the change of `f` over the step, `|df - J dz| > (|df| +
-  |J dz|) / 2` in the error weights `atol + rtol |z|` (a max norm, which does not overflow): `J
-  dz` is then off by about its own size, as on the chain where the rates fell by e^4 per unit
-  of y; at a smooth change it is off by the change of J over the step, its second-order term;
+- when the one in use no longer gives the change of `f` over the step (`_stale_jacobian`),
+  `|df - J dz| > (|df| + |J dz|) / 2` in the error weights `atol + rtol |z|` (a max norm: no
+  square to overflow): `J dz` is then off by about its own size, as on the chain where the
+  rates fell by e^4 per unit of y; at a smooth change it is off by the change of J over the
+  step, its second-order term;
 - and at the latest `JAC_MAX_AGE = 50` accepted steps after the last one (CVODE's bound is 51),
   in case the steps move the state only along directions where the old Jacobian is still right.
 
-y(5) from `y0 = 30` and `100` agrees with rodas4's to 2.5e-9 (radau) and 2.7e-7 (bdf), as with
-a Jacobian every step, and the default run at 256 states takes 43 Jacobians and 84 LU (radau; 375
-and 748 with one a step, 12 and 100 as scipy) and 67 and 68 (bdf; 371 and 370, 3 and 72).
+y(5) from `y0 = 30` and `100` agrees with rodas4's to 2.5e-9 and 3.4e-9 (radau), 1.9e-7 and
+2.7e-7 (bdf), as with a Jacobian every step; that run of 256 states takes 43 Jacobians and 84 LU
+(radau: 375 and 748 with one a step, 12 and 100 by scipy's rule) and 67 and 68 (bdf: 371 and
+370, 3 and 72). bdf evaluates `f` once more per checked step (radau keeps it).
 
 The work: every method stops after `max_steps` steps (status `max_steps`, the rodas4 and
 torchdiffeq status), with a message that says how to raise it, so that no solve runs for ever.
