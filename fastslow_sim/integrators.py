@@ -105,19 +105,22 @@ def stiffness_index(system, z0, t_span) -> float:
     `integrate`, as the CLI does) solves the eigenvalue problem once (1 s at 1,024 unknowns)."""
     jac = np.ascontiguousarray(system.jacobian(t_span[0], z0), dtype=np.float64)
     key = (jac.shape, jac.shape[-1] > EIG_MAX, hashlib.blake2b(jac.tobytes()).digest())
-    if _LAST_RATE[0] != key:
+    last = _LAST_RATE[0]  # one read of the (key, rate) pair: another thread may replace it
+    if last is not None and last[0] == key:
+        rate = last[1]
+    else:
         if jac.shape[-1] > EIG_MAX:
             import scipy.linalg
 
             a = np.abs(scipy.linalg.matrix_balance(jac, permute=False)[0])
-            rate = min(a.sum(-1).max(), a.sum(-2).max())
+            rate = float(min(a.sum(-1).max(), a.sum(-2).max()))
         else:
-            rate = np.max(np.abs(np.linalg.eigvals(jac).real))
-        _LAST_RATE[:] = key, float(rate)
-    return float(_LAST_RATE[1] * (t_span[1] - t_span[0]))
+            rate = float(np.max(np.abs(np.linalg.eigvals(jac).real)))
+        _LAST_RATE[0] = (key, rate)
+    return float(rate * (t_span[1] - t_span[0]))
 
 
-_LAST_RATE = [None, None]  # (key, max |Re lambda|) of the last Jacobian, see stiffness_index
+_LAST_RATE = [None]  # the (key, max |Re lambda|) of the last Jacobian, see stiffness_index
 EIG_MAX = 1024
 
 
