@@ -25,6 +25,7 @@ from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
 from .stationary import stationary_derivative
+from .wording import number_text
 
 __all__ = [
     "h0",
@@ -189,10 +190,11 @@ _CONVERGENCE_KEYS = ("err_h0", "err_h1", "err_y")
 
 
 def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: float = 6.0,
-                      rtol: float = 1e-11) -> tuple[np.ndarray, list[float]]:
+                      rtol: float = 1e-11, name: str = "t_end") -> tuple[np.ndarray, list[float]]:  # fmt: skip
     """The checks of `convergence`, before any integration: `(eps values, largest first; the
     initial layer's duration at each)`, or `InputError`. Each layer is one eigenvalue problem
-    of `Q(y0)` (`initial_layer_duration`), so every eps is checked before the first solve."""
+    of `Q(y0)` (`initial_layer_duration`), so every eps is checked before the first solve.
+    `name` is what the messages call `t_end` (the command line's `--t-end`)."""
     _require_me(system)
     eps_values = np.asarray(eps_values, dtype=np.float64).reshape(-1)
     if eps_values.size < 2:
@@ -208,13 +210,13 @@ def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: floa
             f"{eps_values.tolist()}."
         )
     if not np.isfinite(t_end) or t_end <= 0:
-        raise InputError(f"t_end must be a positive finite time; got {t_end}.")
+        raise InputError(f"{name} must be a positive finite time; got {number_text(t_end)}.")
     if t_end > CONVERGENCE_T_END_MAX:
         raise InputError(
-            f"t_end={t_end:g} is beyond {CONVERGENCE_T_END_MAX:g}: the slow variable settles "
-            f"by t of order 10, so a longer run adds only equilibrium, where the errors are the "
-            f"solver's round-off, at a cost that grows with t_end; expected t_end <= "
-            f"{CONVERGENCE_T_END_MAX:g}."
+            f"{name}={number_text(t_end)} is beyond {CONVERGENCE_T_END_MAX:g}: the slow "
+            f"variable settles by t of order 10, so a longer run adds only equilibrium, where "
+            f"the errors are the solver's round-off, at a cost that grows with {name}; expected "
+            f"{name} <= {CONVERGENCE_T_END_MAX:g}."
         )
     eps_values = np.sort(eps_values)[::-1]
     t_layers = []
@@ -222,8 +224,8 @@ def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: floa
         t_layer = initial_layer_duration(system.with_eps(eps), factor=layer_factor)
         if t_layer >= 0.5 * t_end:
             raise InputError(
-                f"eps={eps:g} is too large for t_end={t_end:g}: the initial layer lasts about "
-                f"{t_layer:.3g}; expected smaller eps or a longer t_end."
+                f"eps={eps:g} is too large for {name}={number_text(t_end)}: the initial layer "
+                f"lasts about {t_layer:.3g}; expected smaller eps or a longer {name}."
             )
         t_layers.append(t_layer)
     return eps_values, t_layers

@@ -269,6 +269,19 @@ class LinearFamily:
         """None: the manifold of a linear family is `p_st(y)`, one point per `y`, no folds."""
         return None
 
+    # every eigenvalue of a generator's transpose has Re <= 0 (Gershgorin's discs of its
+    # columns: centre q_jj = -sum_{i != j} q_ji, radius the same sum): `_fast_stability` never
+    # reports one beyond it as resolved
+    max_real_bound = 0.0
+
+    def graph_x(self, x, y):
+        """The manifold's `x` at the rows `y (k,)`: `p_st(Q(y))` by GTH (`x` unused), every
+        entry to relative accuracy. The continuation's points resolve the tiniest entries
+        only in absolute terms: the cycle at y = 95 had entries of -5e-20, and its mean c.x,
+        -2e-20, printed as -0.000."""
+        y = np.asarray(y, dtype=float).reshape(-1, 1)
+        return stationary_distribution(self.generator.rates(y), allow_transient=True)
+
     def rates(self, x, y):
         return self.generator.rates(y)
 
@@ -334,10 +347,30 @@ def _norm(v, scale=1.0):
     return math.hypot(*(v / _weights(v.size, scale)))
 
 
+def _solve(J, b):
+    """`J^-1 b`, or None where `J` is singular to LAPACK or the solution is not finite."""
+    try:
+        x = np.linalg.solve(J, b)
+    except np.linalg.LinAlgError:
+        return None
+    return x if np.all(np.isfinite(x)) else None
+
+
 def _tangent(J, previous=None, scale=1.0):
-    """Null vector of `J (n, n+1)`, of unit `_norm`, oriented along `previous`."""
+    """Null vector of `J (n, n+1)`, of unit `_norm`, oriented along `previous`.
+
+    With `previous`, from the bordered system `[J; previous^T W] t = e_last` (`W` the metric's
+    weights; `_solve`), the corrector's own matrix: accurate wherever Newton converges. An SVD
+    of `J` gives the null vector only to round-off of `J`'s largest entry: rates of e^76 swamped
+    the others, the cycle at y = 151.8 got a tangent of y part 0.17 for 1, and its continuation
+    stalled there. The SVD where the system is singular, or without `previous`."""
     w = _weights(J.shape[1], scale)
-    t = np.linalg.svd(J * w)[2][-1] * w
+    t = None
+    if previous is not None:
+        t = _solve(np.vstack([J, previous / w**2]), np.append(np.zeros(len(J)), 1.0))
+    if t is None or not _norm(t, scale) > 0:
+        t = np.linalg.svd(J * w)[2][-1] * w
+    t = t / _norm(t, scale)
     if previous is not None and (t / w) @ (previous / w) < 0:
         t = -t
     return t
@@ -357,7 +390,9 @@ def _correct(family, u_pred, t, tol=1e-13, max_iter=12, scale=1.0):
             J = np.vstack([_jacobian(family, u[:n], u[n:]), normal])
         if not (np.all(np.isfinite(H)) and np.all(np.isfinite(J))):
             return u, False  # Newton left the region where the rates are finite
-        du = np.linalg.solve(J, -H)
+        du = _solve(J, -H)
+        if du is None:
+            return u, False
         u = u + du
         if np.max(np.abs(du / w)) < tol and np.all(u[:n] > -1e-12):
             return u, True
@@ -398,7 +433,14 @@ def _fast_stability(family, x, y):
     # unscaled, 4e-10; a birth-death chain of ratio 1e174 balanced, 6e-15 relative)
     best = min((_refined_max_real(B * s, M * s) for s in
                 (1.0, np.exp2(e[None, :] - e[:, None]))), key=lambda v: v[1])  # fmt: skip
-    return best[0] * big, best[1] * big
+    value, error = best[0] * big, best[1] * big
+    bound = getattr(family, "max_real_bound", None)
+    if bound is not None and value - error > bound:
+        # the estimate is first order: past round-off of the largest rates (the random
+        # family at y = 300, rates 1e-255 to 1e158) it claimed +2.7e101 +- 3e100 for a
+        # generator, whose eigenvalues are known to lie at or left of `bound`
+        error = value - bound
+    return value, error
 
 
 def _refined_max_real(B, M):
@@ -800,8 +842,7 @@ def _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi, scale=1.0
         u, t = (out[0][0], -out[0][1]) if first else (out[-1][0], out[-1][1])
         edge = y_hi if t[n] > 0 else y_lo
         if y_lo < u[n] < y_hi:
-            end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0),
-                               scale=scale)
+            end, ok = _at_y(family, u[:n], edge, scale)
             if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-6:
                 row = (end, _tangent(_jacobian(family, end[:n], end[n:]), t, scale),
                        out[0][2] if first
@@ -833,11 +874,20 @@ def _on_arc(family, u_a, t_a, u_b, edge, iters=80, scale=1.0):
             s_hi = s
         if s_hi - s_lo < 1e-14:
             break
-    end, ok = _correct(family, np.append(u[:n], edge), np.append(np.zeros(n), 1.0), scale=scale)
+    end, ok = _at_y(family, u[:n], edge, scale)
     if ok and np.max(np.abs(end[:n] - u[:n])) <= 1e-8:
         return end
     # within a hair of a fold Newton at fixed y is ill-conditioned: the arc's point will do
-    return u if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
+    return np.append(u[:n], edge) if abs(u[n] - edge) <= 1e-12 * (1.0 + abs(edge)) else None
+
+
+def _at_y(family, x, y, scale=1.0):
+    """`(u, converged)`: the corrector from `(x, y)` at fixed `y`, its `y` exactly `y` (Newton
+    keeps it up to round-off of its solve: 8e-17 above the range's end put a point outside)."""
+    n = x.size
+    u, ok = _correct(family, np.append(x, y), np.append(np.zeros(n), 1.0), scale=scale)
+    u[n] = y
+    return u, ok
 
 
 def _refine_fold(family, u_a, t_a, u_b, n, iters=60, scale=1.0):
@@ -946,18 +996,103 @@ def relaxation_oscillation(kappa=3.0, eps=0.01, t_end=20.0, n_eval=4001, family=
     Returns the trajectory dataset; with folds, `y` oscillates between the fold values and `x`
     jumps between the outer branches.
     """
-    from .integrators import integrate
+    system = _oscillation_system(family or NonlinearBirthDeath(kappa=kappa), eps)
+    return _oscillation_run(system, (0.0, t_end), n_eval=n_eval)
 
-    family = family or NonlinearBirthDeath(kappa=kappa)
+
+# |dy/dt| = |1/2 - c.x| <= 1/2 on the simplex (c in [0, 1]): y moves at most this fast
+OSC_SPEED_MAX = 0.5
+
+
+def _oscillation_system(family, eps):
+    """The system of `relaxation_oscillation`: `g = 1/2 - c.x`, from all mass on state 0, y = 0."""
     n = family.n_states
     c = readout_vector(n)
     system = NonlinearMasterEquationSystem(
         family, LinearSlowLaw(-c, a=0.0, b=0.5), eps, x0=np.eye(n)[0], y0=np.array([0.0])
     )
     system.parameters["slow_law_note"] = "g = 1/2 - c.x"
-    # integrate's automatic choice (LSODA here): the same oscillation as Radau to 6 digits at
-    # eps 0.01 and 0.001 in a fifth of the time, and at eps 1e-9 in 3 s where Radau took > 5 min
-    return integrate(system, (0.0, t_end), method="auto", rtol=1e-8, atol=1e-10, n_eval=n_eval)
+    return system
+
+
+def _oscillation_run(system, t_span, x0=None, y0=None, **kw):
+    """`integrate` as the oscillation runs: integrate's automatic choice (LSODA here), the
+    same oscillation as Radau to 6 digits at eps 0.01 and 0.001 in a fifth of the time, and at
+    eps 1e-9 in 3 s where Radau took > 5 min."""
+    from .integrators import integrate
+
+    return integrate(system, t_span, x0, y0, method="auto", rtol=1e-8, atol=1e-10, **kw)
+
+
+def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101):
+    """`(t*, y*)`: the extremum of `y` (`sign` +1 a maximum, -1 a minimum) next to the saved
+    point `i`, a local extremum of the saved `y`. The saved points can miss it by up to
+    `OSC_SPEED_MAX` times their spacing (a maximum at the fold 0.227106 was saved as 0.2270 at
+    eps 1e-6: y turns in the jump, a time of order eps). So the run is repeated from the saved
+    state before it over `[t[i-1], t[i+1]]` on `points` times, and again around the largest of
+    those, until the spacing `h` bounds the miss, `OSC_SPEED_MAX h / 2`, by `tol`."""
+    a, b = t[i - 1], t[i + 1]
+    xa, ya = x[i - 1], y[i - 1]
+    best = (t[i], y[i])
+    while True:
+        grid = np.linspace(a, b, points)
+        xa = np.clip(xa, 0.0, None)  # the saved state is a probability vector to the solver's
+        xa = xa / xa.sum()  # atol (1e-10); integrate takes one to 1e-12
+        run = _oscillation_run(system, (a, b), xa, np.array([ya]), t_eval=grid)
+        if run.attrs["status"] != "success":
+            return best  # the saved point: the run that saved it succeeded
+        yv = run["y"].values[:, 0]
+        j = int(np.argmax(sign * yv))
+        if sign * yv[j] >= sign * best[1]:
+            best = (float(grid[j]), float(yv[j]))
+        if OSC_SPEED_MAX * (grid[1] - grid[0]) / 2 <= tol or j in (0, points - 1):
+            return best
+        a, b = grid[j - 1], grid[j + 1]
+        xa, ya = run["x"].values[j - 1], yv[j - 1]
+
+
+def oscillation_summary(system, osc, t_end):
+    """The range of `y` of the oscillation run `osc` (`relaxation_oscillation`) over its last
+    full cycle (between the last two maxima of `y` in the second half of the run) or, without
+    one, over the second half, named so; each turning point of `y` located to 1e-9
+    (`_turning_point`), not taken from the saved points. A dict of the `osc_*` attributes of
+    `manifold_dataset`, less `osc_eps`."""
+    t = osc["time"].values
+    x = osc["x"].values
+    yv = osc["y"].values[:, 0]
+    up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
+    up = up[t[up] >= 0.5 * t_end]
+    period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
+    # y's range over the last full cycle (between the last two maxima); without one, over
+    # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
+    # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
+    cycle = up.size >= 2
+    sel = np.flatnonzero((t >= t[up[-2]]) & (t <= t[up[-1]]) if cycle else t >= 0.5 * t_end)
+    ends = []
+    for sign in (-1, 1):
+        k = sel[np.argmax(sign * yv[sel])]
+        if cycle and sign > 0:  # both ends of the cycle are maxima
+            turns = [_turning_point(system, t, x, yv, j, 1) for j in (up[-2], up[-1])]
+            window = (turns[0][0], turns[1][0])
+            ends.append(max(v for _, v in turns))
+        elif sel[0] < k < sel[-1]:  # a turning point inside the window
+            ends.append(_turning_point(system, t, x, yv, k, sign)[1])
+        else:  # on the window's end: y there as saved
+            ends.append(float(yv[k]))
+    out = {
+        "status": osc.attrs["status"],
+        "y_min": ends[0],
+        "y_max": ends[1],
+        "y_window": [float(v) for v in (window if cycle else (0.5 * t_end, t_end))],
+        "y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
+        "period": period,
+    }
+    if not math.isfinite(period):
+        out["period_note"] = (
+            f"fewer than two maxima of y in the second half of the run "
+            f"(t in [{0.5 * t_end:g}, {t_end:g}])"
+        )
+    return out
 
 
 def family_for(system_name: str, kappa: float):
@@ -1018,34 +1153,14 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         "fastslow_sim_version": __version__,
     }
     if osc_eps is not None and curve["folds"]:
-        osc = relaxation_oscillation(eps=osc_eps, t_end=osc_t_end, family=family)
-        t = osc["time"].values
+        system = _oscillation_system(family, osc_eps)
+        osc = _oscillation_run(system, (0.0, osc_t_end), n_eval=4001)
         yv = osc["y"].values[:, 0]
         data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
-        up = np.flatnonzero(np.diff(np.sign(np.diff(yv))) < 0) + 1  # local maxima of y
-        up = up[t[up] >= 0.5 * osc_t_end]
-        period = float(np.median(np.diff(t[up]))) if up.size >= 2 else float("nan")
-        # y's range over the last full cycle (between the last two maxima); without one, over
-        # the second half of the run, and named so (kappa 30: [-6.36, -2.79] on the upper
-        # branch's way down was printed as the oscillation's range, which is [-6.36, -0.11])
-        cycle = up.size >= 2
-        window = (t[up[-2]], t[up[-1]]) if cycle else (0.5 * osc_t_end, osc_t_end)
-        sel = (t >= window[0]) & (t <= window[1])
-        attrs.update({
-            "osc_eps": float(osc_eps),
-            "osc_status": osc.attrs["status"],
-            "osc_y_min": float(yv[sel].min()),
-            "osc_y_max": float(yv[sel].max()),
-            "osc_y_window": [float(v) for v in window],
-            "osc_y_window_kind": "last cycle" if cycle else "second half, not a full cycle",
-            "osc_period": period,
-        })  # fmt: skip
-        if not math.isfinite(period):
-            attrs["osc_period_note"] = (
-                f"fewer than two maxima of y in the second half of the run "
-                f"(t in [{0.5 * osc_t_end:g}, {osc_t_end:g}])"
-            )
+        summary = oscillation_summary(system, osc, osc_t_end)
+        attrs["osc_eps"] = float(osc_eps)
+        attrs.update({f"osc_{k}": v for k, v in summary.items()})
         coords = {"osc_time": osc["time"].values}
     else:
         coords = {}

@@ -118,12 +118,6 @@ def _positive(v):
 # -- integrate --------------------------------------------------------------------------------
 
 
-# The system holds eps and gives back P = round(1/eps): two roundings of relative size 2**-53
-# each, exact while P * 2**-52 < 1/2; beyond, some P come back off by one (4% of those drawn
-# below 2**52), and the multirate map would run other blocks than the cell's coordinate says.
-P_MAX = 2**51
-
-
 def _integrate_options():
     from .integrators import METHODS
     from .systems import SYSTEMS
@@ -131,9 +125,9 @@ def _integrate_options():
     return {
         "system": Option(str, "birth-death", choices=tuple(SYSTEMS)),
         "eps": Option(float, None, (_positive, "a positive finite number")),
-        "P": Option(int, None, (lambda v: v is None or 1 <= v <= P_MAX,
-                                f"a positive integer at most 2**51 ({P_MAX:,}), the largest "
-                                f"that eps = 1/P in float64 gives back exactly")),
+        # P = 1/eps: the cell's checks (systems.resolve_eps) refuse a P that eps does not
+        # give back exactly, as integrate does
+        "P": Option(int, None, (lambda v: v is None or v >= 1, "a positive integer")),
         "t_end": Option(float, 5.0, (_positive, "a positive finite time")),
         "method": Option(str, "auto", choices=tuple(METHODS)),
         "rtol": Option(float, 1e-8, (lambda v: 100 * 2.0**-52 <= v < 1, "from 2.2e-14 to below 1")),
@@ -435,7 +429,9 @@ def get_task(name: str) -> Task:
 # grid
 
 
-def _canonical(task: Task, name: str) -> str:
+def option_key(task: Task, name: str) -> str:
+    """The parameter of `task` that `name` (`t-end`, `t_end`, an alias) names, or `InputError`
+    naming it and the task's parameters."""
     key = name.replace("-", "_")
     key = task.aliases.get(key, key)
     if key not in task.options:
@@ -514,7 +510,7 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
         name, sep, values = str(spec).partition("=")
         if not sep or not name.strip() or not values.strip():
             raise InputError(f"--grid takes NAME=V1,V2,... or NAME=A:B; got {spec!r}.")
-        key = _canonical(task, name.strip())
+        key = option_key(task, name.strip())
         if key in grid:
             raise InputError(f"--grid names {name.strip()!r} twice; expected each parameter once.")
         if not task.options[key].sweepable:
@@ -570,7 +566,7 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
     task = get_task(task) if isinstance(task, str) else task
     fixed = {k: o.default for k, o in task.options.items()}
     for name, value in (options or {}).items():
-        key = _canonical(task, name)
+        key = option_key(task, name)
         flag = f"--{name.replace('_', '-')}"
         if grid is not None and key in grid:
             raise InputError(f"{flag} {value} sets {key}, which --grid {key}=... sweeps; expected "

@@ -59,6 +59,7 @@ def resolve_eps(eps=None, P=None) -> tuple[float, float | None]:
                 raise InputError(f"P must be a positive integer (P = 1/eps); got P={P!r}.")
         if P < 1:
             raise InputError(f"P must be a positive integer (P = 1/eps); got P={P}.")
+        check_P_exact(int(P))
         return 1.0 / P, int(P)
     try:
         e = float(eps)
@@ -67,6 +68,28 @@ def resolve_eps(eps=None, P=None) -> tuple[float, float | None]:
     if not math.isfinite(e) or e <= 0:
         raise InputError(f"eps must be a positive finite number; got eps={eps!r}.")
     return e, _integer_inverse(e)
+
+
+# Every P up to 2**51 comes back exactly from eps = 1/P in float64 (two roundings of relative
+# size 2**-53, off by less than 1/2 while P < 2**52 / 2); above it only some do (the powers of
+# two, for one; 8% of those drawn from 2**51 to 2**52 and almost none beyond 2**53 do not).
+P_EXACT = 2**51
+
+
+def check_P_exact(P: int) -> None:
+    """`InputError` unless `eps = 1/P` in float64 gives `P` back (`_integer_inverse`): a
+    system holds `eps` only, so another `P` would run (multirate's blocks) and be saved. A `P`
+    beyond int64 is left to the methods' own bounds (eps >= 1e-12; multirate's 2**63 - 1)."""
+    if P > 2**63 - 1:
+        return
+    eps = 1.0 / P
+    back = _integer_inverse(eps)
+    if back != P:
+        raise InputError(
+            f"P = {P} is not held exactly by eps = 1/P in float64 (1/P rounds to "
+            f"{eps!r}, which gives back P = {back}); expected P at most 2**51 = "
+            f"{P_EXACT:,}, or a larger one that comes back exactly, such as a power of two."
+        )
 
 
 def _integer_inverse(e: float) -> int | None:

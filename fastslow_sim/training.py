@@ -56,6 +56,14 @@ MAX_STEPS = 1_000_000
 # which takes at most 2^64 - 1 (above, "Overflow when unpacking long long")
 MAX_SEED = (2**64 - 1000) // 1000
 
+# bytes that one training step keeps for its backward pass per element of batch x context x
+# n_embd x n_layer, at least: the peak resident memory of one forward, backward and AdamW step
+# grew by 81-102 bytes per element on the CPU in float32 (torch 2.13; batch 8-64, context
+# 256-1024, n_embd 128-256, n_layer 2-4, dense and coupled), about 22 float32 numbers, and by
+# 52-61 under bf16 autocast (as on CUDA; measured on the CPU, no GPU at hand). Below both, so that
+# a refusal is a run that clearly cannot fit (`check_activation_memory`)
+ACTIVATION_BYTES = 40
+
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
 
@@ -272,6 +280,48 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
     v = cfg.weight_decay
     if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
         raise InputError(f"weight_decay must be a non-negative number; got {v!r}.")
+    check_activation_memory(cfg, names, world)
+
+
+def _device_memory(name: str) -> tuple[float, bool]:
+    """`(bytes, on a GPU)`: the memory of the CUDA device that `name` ("auto", "cuda",
+    "cuda:N") picks where this process has one, else this machine's (`physical_memory`)."""
+    from .integrators import physical_memory
+
+    name = str(name)
+    if torch.cuda.is_available() and (name in ("auto", "cuda") or name.startswith("cuda:")):
+        tail = name.partition(":")[2]  # not a number: `_device` refuses the name
+        index = int(tail) if tail.isdigit() else torch.cuda.current_device()
+        if index < torch.cuda.device_count():
+            return float(torch.cuda.get_device_properties(index).total_memory), True
+    return physical_memory(), False
+
+
+def check_activation_memory(cfg: TrainConfig, names: dict | None = None, world: int = 1) -> None:
+    """`InputError` before any work when one training step's activations, at least
+    `ACTIVATION_BYTES` per element of batch x context x n_embd x n_layer, exceed the memory of
+    the device it runs on (each GPU holds one process's; on the CPU the `world` processes share
+    this machine's memory), instead of torch's out-of-memory error part way into the run."""
+    sizes = (cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return  # refused by their own checks
+    have, gpu = _device_memory(cfg.device)
+    share = 1 if gpu else world
+    per_sample = ACTIVATION_BYTES * cfg.block_size * cfg.n_embd * cfg.n_layer * share
+    need = per_sample * cfg.batch_size
+    if need > have:
+        called = (names or {}).get
+        where = "this GPU's" if gpu else "this machine's"
+        each = f" on each of {world} processes" if world > 1 else ""
+        raise InputError(
+            f"{called('batch_size', 'batch_size')} {cfg.batch_size:,}{each} x "
+            f"{called('block_size', 'block_size')} {cfg.block_size:,} x n_embd {cfg.n_embd:,} x "
+            f"n_layer {cfg.n_layer:,} needs at least about {need / 2**30:,.3g} GiB for the "
+            f"activations of one training step ({ACTIVATION_BYTES} bytes each, a lower bound: "
+            f"81-102 measured in float32), more than {where} {have / 2**30:,.3g} GiB of memory; "
+            f"expected {called('batch_size', 'batch_size')} at most {int(have // per_sample):,} "
+            f"here, or a shorter context or a smaller model."
+        )
 
 
 def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):

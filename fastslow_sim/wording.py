@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["plural", "count_text", "amount_text"]
+__all__ = ["plural", "number_text", "count_text", "amount_text"]
 
 
 def count_text(v: int) -> str:
@@ -36,3 +36,11 @@ def plural(n, noun: str, many: str | None = None, spec: str = "") -> str:
         consonant_y = noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u")
         many = noun[:-1] + "ies" if consonant_y else noun + "s"
     return f"{n:{spec}} {noun if n == 1 else many}"
+
+
+def number_text(v) -> str:
+    """A float as given: the shortest text that reads back as the same float64 (Python's
+    repr), without a trailing ".0": `1000.0001` is "1000.0001" (":g" made it "1000"), `1.0`
+    "1", `1e300` "1e+300"."""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text

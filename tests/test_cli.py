@@ -372,16 +372,23 @@ def test_convergence_refuses_a_short_t_end_before_any_integration(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["convergence", "--eps", "0.001,0.5", "--t-end", "1"])
     assert res.exit_code == 2, res.output
-    assert res.output == ("Error: eps=0.5 is too large for t_end=1: the initial layer lasts about "
-                          "1.63; expected smaller eps or a longer t_end.\n")  # fmt: skip
+    assert res.output == ("Error: eps=0.5 is too large for --t-end=1: the initial layer lasts "
+                          "about 1.63; expected smaller eps or a longer --t-end.\n")  # fmt: skip
     assert not list(tmp_path.iterdir())  # not even the default fastslow-results/
 
 
-@pytest.mark.parametrize("t_end", ["1e300", "1e6"])
-def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "t_end, shown",
+    [("1e300", "1e+300"), ("1e6", "1000000"), ("1000.0001", "1000.0001"),
+     (repr(float(np.nextafter(1000.0, 2000.0))), "1000.0000000000001")],
+)  # fmt: skip
+def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, shown, tmp_path,
+                                                                  monkeypatch):  # fmt: skip
     """1e300 hung (the explicit reduced solve's steps stay O(1) at the equilibrium); 1e6 ran
     8 minutes to report round-off as slopes (two-state: -0.597, -0.597, 0.000). Both are
-    beyond the bound, refused in one sentence before anything is integrated or written."""
+    beyond the bound, refused in one sentence before anything is integrated or written. The
+    sentence names the option and shows the value as given: 1000.0001 was "t_end=1000 is
+    beyond 1000" (the library's name, the value rounded by :g)."""
     import fastslow_sim.integrators
     import fastslow_sim.manifold
 
@@ -394,9 +401,9 @@ def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, tmp_path
     res = CliRunner().invoke(main, ["convergence", "--system", "two-state", "--t-end", t_end])
     assert res.exit_code == 2, res.output
     assert res.output == (
-        f"Error: t_end={float(t_end):g} is beyond 1000: the slow variable settles by t of order "
-        "10, so a longer run adds only equilibrium, where the errors are the solver's round-off, "
-        "at a cost that grows with t_end; expected t_end <= 1000.\n"
+        f"Error: --t-end={shown} is beyond 1000: the slow variable settles by t of order 10, "
+        "so a longer run adds only equilibrium, where the errors are the solver's round-off, "
+        "at a cost that grows with --t-end; expected --t-end <= 1000.\n"
     )
     assert not list(tmp_path.iterdir())
 
@@ -520,6 +527,35 @@ def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
     assert -0.19999999959 < branch["max_real_eigenvalue"] < 0
 
 
+@pytest.mark.parametrize("y_range, line", [
+    (("1", "100"), "branch 0: y in [1.0000, 100.0000], mean c.x in [0.000, 0.382], stable"),
+    (("-0.00001", "1"), "branch 0: y in [0.0000, 1.0000], mean c.x in [0.382, 0.500], stable"),
+])  # fmt: skip
+def test_manifold_prints_no_signed_zero(tmp_path, y_range, line):
+    """`--system cycle --kappa 0 --y-range 1 100` printed "mean c.x in [-0.000, 0.382]": the
+    continuation's point at y = 95 had entries of -5e-20 (its points are now p_st by GTH,
+    every entry >= 0), and a number that rounds to zero was printed with its sign (now without,
+    in every manifold line: the range's end -1e-05 is "0.0000" at 4 decimals)."""
+    res = run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range", *y_range,
+               "--no-plot", "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert line in res.output
+    assert not re.search(r"-0\.?0*(?![0-9.])", res.output), res.output
+    (branch,) = json.loads(run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range",
+                                *y_range, "--no-plot", "--out", str(tmp_path / "m.nc"),
+                                "--json"]).output)["branches"]  # fmt: skip
+    assert branch["mean_min"] >= 0
+
+
+def test_manifold_numbers_that_round_to_zero_have_no_sign():
+    from fastslow_sim.cli.ode import _num
+
+    assert [_num(v, ".3f") for v in (-2e-20, -0.0, -0.0004, -0.0006, 0.0)] == [
+        "0.000", "0.000", "0.000", "-0.001", "0.000"]  # fmt: skip
+    assert _num(-0.0, "g") == "0" and _num(-1e-5, "g") == "-1e-05"
+    assert _num(-2e-20, ".2e") == "-2.00e-20"  # its real size where the format shows it
+
+
 def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
     """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
     supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a
@@ -553,6 +589,22 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
     assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
     assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
+
+
+def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path):
+    """`--osc-eps 1e-6` printed "y in [0.0229, 0.2270]" with the folds at 0.022894 and
+    0.227106: the saved points' range, short of the turning points (y moves 0.0016 between
+    saved points; the trajectory leaves a fold 2 eps^(2/3) = 2e-4 past it). The turning points
+    are located now: the printed range holds both folds, to the digits printed."""
+    out = tmp_path / "m.nc"
+    res = run(["manifold", "--osc-eps", "1e-6", "--no-plot", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lo, hi = map(float, re.search(r"y in \[([-\d.]+), ([-\d.]+)\] over its last cycle",
+                                  res.output).groups())  # fmt: skip
+    ds = fs.load_dataset(out)
+    folds = sorted(f["y"] for f in json.loads(ds.attrs["folds"]))
+    assert lo < folds[0] < folds[1] < hi
+    assert (lo, hi) == (round(ds.attrs["osc_y_min"], 4), round(ds.attrs["osc_y_max"], 4))
 
 
 def test_a_count_of_one_takes_the_singular(tmp_path):

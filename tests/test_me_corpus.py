@@ -6,9 +6,11 @@ import re
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from scipy.linalg import expm
 
 import fastslow_sim as fs
+from fastslow_sim.cli import main
 from fastslow_sim.corpora import load_corpus
 from fastslow_sim.me_corpus import (
     _GRID,
@@ -17,6 +19,7 @@ from fastslow_sim.me_corpus import (
     _propagator_table,
     _propagators,
     bayes_filter,
+    largest_rate,
     me_corpus,
     me_reference_losses,
     parse_me_spec,
@@ -198,9 +201,13 @@ def test_corpus_at_a_huge_rate_scores_p_st():
 
 @pytest.mark.parametrize("spec, fragment", [
     # the chain's rates overflow float64 within y in [0, 1]: refused, not NaN
-    ("me:rate=1e306", "rate=1e+306 with beta=8 leaves them finite for y in [-inf, 0.614376] only; "
-                      "expected a smaller rate or |beta|."),
-    ("me:rate=1e308,beta=0", "rate=1e+308 with beta=0 leaves them finite for no y"),
+    ("me:rate=1e306", "rate=1e+306 with beta=8 keeps them finite for y in [-inf, 0.614376] "
+                      "only; expected rate <= 4.573041429291336e+304, the largest that keeps them "
+                      "finite on all of [0, 1] at beta=8."),
+    ("me:rate=1e308,beta=0", "rate=1e+308 with beta=0 keeps them finite for no y; expected rate "
+                             "<= 2.247116418578084e+307"),
+    ("me:beta=1500", "rate=6.0 with beta=1500 keeps them finite for y in [-inf, 0.965732] only; "
+                     "expected |beta| below 1419.57, where exp(|beta|/2) is finite."),
     # a corpus beyond memory (72.8 TiB for the uniforms alone): refused before any work
     ("me:tokens=1e13", "the me corpus holds at most 100,000,000 tokens (about 160 bytes of memory "
                        "each while it is built); got tokens=10,000,000,000,000."),
@@ -216,3 +223,51 @@ def test_largest_corpus_and_rate_are_accepted():
 
     assert MECorpusConfig(tokens=MAX_TOKENS).tokens == MAX_TOKENS  # the config only: no corpus
     assert parse_me_spec("me:rate=1e300").rate == 1e300
+
+
+@pytest.mark.parametrize("beta", [20.0, 50.0, -50.0, 1000.0])
+def test_propagators_keep_relative_accuracy_at_large_beta(beta):
+    """The symmetrised eigen-decomposition multiplied round-off by d_j / d_i up to
+    e^{(n - 1) |beta| / 4}: against this reference its entries were off by 4.4e-5 at beta 20,
+    0.97 at beta 50 and NaN near 1000. The reference is mpmath's expm at 320 digits (the same
+    to the last float64 bit at 400), independent of the float64 code. The scaling and squaring
+    of non-negative matrices keeps every entry's relative error within about (Taylor terms +
+    squarings) x n x 2**-53 <= (40 + 730) x 8 x 1.1e-16 = 7e-13 (k <= 730 squarings at beta
+    1000); rtol 1e-12, and atol 1e-300 for the entries near the subnormals (which lose
+    relative precision; 320 digits keep the reference's error below 1e-300 x 1e-20)."""
+    mp = pytest.importorskip("mpmath")
+    cfg = MECorpusConfig(beta=beta)
+    ys = np.array([0.0, 0.3, 0.9, 1.0])
+    K = _propagators(cfg, ys)
+    for y, got in zip(ys, K):
+        with mp.workdps(320):
+            A = mp.matrix(cfg.generator(rate=1.0).rates(np.array([y, y]))[0].tolist())
+            E = mp.expm(A * (mp.mpf(cfg.H) * cfg.rate))
+            want = np.array([[float(E[i, j]) for j in range(cfg.n_states)]
+                             for i in range(cfg.n_states)])  # fmt: skip
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+def test_largest_rate_is_the_bound_and_its_corpus_builds():
+    """`me:rate=5e307` said only "finite for no y"; the sentence now names what overflows and
+    the largest rate that works, found with the check itself: it passes, the next float64
+    above it is refused, and a corpus at it builds with finite, ordered reference losses."""
+    for beta in (8.0, 0.0, -3.0, 50.0):
+        top = largest_rate(8, beta)
+        assert math.isclose(top, np.finfo(float).max / (8 * (abs(beta) + 1) * math.exp(abs(beta) / 2)),
+                            rel_tol=1e-12)  # fmt: skip
+        MECorpusConfig(rate=top, beta=beta)
+        with pytest.raises(
+            fs.InputError, match=re.escape(f"expected rate <= {top!r}, the largest")
+        ):
+            MECorpusConfig(rate=math.nextafter(top, math.inf), beta=beta)
+    assert largest_rate(8, 1420.0) is None
+    res = CliRunner().invoke(
+        main, ["train-network", "--corpus", "me:rate=5e307", "--tokens", "20k"]
+    )
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert ("rate=5e+307 with beta=8 keeps them finite for no y; expected rate <= "
+            f"{largest_rate(8, 8.0)!r}, the largest") in res.output  # fmt: skip
+    s = me_corpus(MECorpusConfig(tokens=2_000, rate=largest_rate(8, 8.0), context=16)).stats
+    assert all(math.isfinite(s[k]) for k in ("oracle_loss", "bayes_floor_loss", "ignore_y_loss"))
+    assert s["oracle_loss"] <= s["bayes_floor_loss"] <= s["ignore_y_loss"]

@@ -416,19 +416,23 @@ def test_near_the_onset_of_folding(delta, where):
     np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("kw, y_range", [(dict(kappa=30.0), (-0.17, 0.1)),
-                                         (dict(kappa=5.0, beta=2.0), (-3.0, 3.0))])  # fmt: skip
-def test_no_negative_probabilities(monkeypatch, kw, y_range):
+@pytest.mark.parametrize("kw, y_range, raw_negative", [
+    (dict(kappa=30.0), (-0.17, 0.1), False),
+    (dict(kappa=5.0, beta=2.0), (-3.0, 3.0), True),
+])  # fmt: skip
+def test_no_negative_probabilities(monkeypatch, kw, y_range, raw_negative):
     """The corrector resolves the tiniest entries only in absolute terms: -3e-53 (kappa 30) and
     -1.4e-19 (beta 2) were reported where the graph has 1e-60 and 1e-31. Every point, folds
-    included, is now put on the exact graph, which moves x by round-off only."""
+    included, is now put on the exact graph, which moves x by round-off only. (Since the
+    tangent comes from the corrector's bordered system, kappa 30's continuation alone stays
+    positive; beta 2's does not.)"""
     fam = NonlinearBirthDeath(**kw)
     curve = critical_branches(fam, y_range)
     assert curve["x"].min() >= 0 and min(min(f["x"]) for f in curve["folds"]) > 0
     np.testing.assert_allclose(curve["y"], _graph_y(fam, curve["x"]), rtol=0, atol=1e-12)
     monkeypatch.setattr(NonlinearBirthDeath, "graph_x", lambda self, x, y: x)
     raw = critical_branches(fam, y_range)
-    assert raw["x"].min() < 0  # what the continuation alone gives
+    assert (raw["x"].min() < 0) == raw_negative  # what the continuation alone gives
     np.testing.assert_allclose(curve["x"], raw["x"], rtol=0, atol=1e-15)
     assert [b["stable"] for b in curve["branches"]] == [b["stable"] for b in raw["branches"]]
 
@@ -558,3 +562,83 @@ def test_gap_is_the_supremum_along_the_exact_graph():
         jump = max(jump, np.max(np.abs(np.diff(g))))
     assert best - 1e-12 <= gap <= best + jump
     assert jump < 1e-4 and gap == pytest.approx(0.61995, abs=1e-5)
+
+
+def cycle_p_st(gen, y):
+    """`p_st` of the `Cycle` generator at `y` by the Markov chain tree theorem: `p_i` is the
+    total weight of the spanning trees directed into `i`; on a ring each drops one edge, so
+    the states `i+1..i+k` step back towards `i` (rate `backward`) and `i+k+1..i+n-1` forward
+    (rate `forward e^(y s_j)`), `k = 0..n-1`. Sums of products of positive rates, in logs: no
+    cancellation, relative accuracy about `|y| 1e-16` at any `y`."""
+    from scipy.special import logsumexp
+
+    n = gen.n_states
+    log_f = np.log(gen.forward) + y * (np.arange(n) / (n - 1) - 0.5)
+    log_b = np.log(gen.backward)
+    log_w = [logsumexp([k * log_b + sum(log_f[(i + j) % n] for j in range(k + 1, n))
+                        for k in range(n)]) for i in range(n)]  # fmt: skip
+    return np.exp(np.array(log_w) - logsumexp(log_w))
+
+
+@pytest.mark.parametrize("y_range", [(1.0, 1000.0), "domain"])
+def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range):
+    """`manifold --system cycle --kappa 0 --y-range 1 1000` stalled at y = 151.8 (rates e^(+-76)):
+    the tangent, the SVD's null vector of the continuation's Jacobian, was accurate only to
+    round-off of its largest entry (y part 0.17 for 1), so the corrector's hyperplane met the
+    curve far from the predictor. The whole range is traced now, on the closed form of
+    `p_st` (to the corrector's tolerance, 1e-13 in each entry)."""
+    fam = family_for("cycle", 0.0)
+    a, b = fam.domain() if y_range == "domain" else y_range
+    curve = critical_branches(fam, (a, b))
+    (branch,) = curve["branches"]
+    assert branch["y_min"] == a and branch["y_max"] == b and branch["stable"]
+    assert np.all(np.diff(curve["y"]) > 0)
+    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
+    np.testing.assert_allclose(curve["x"], exact, rtol=0, atol=1e-13)
+
+
+def test_a_linear_familys_points_are_its_p_st():
+    """A linear family's manifold is `p_st(y)` (DESIGN 3.2), which GTH gives to relative
+    accuracy; the continuation's points resolved the tiniest entries only in absolute terms
+    (the cycle at y = 95: -5e-20, and mean c.x -2e-20). Every point is now GTH's `p_st`: no
+    negative entry, and each entry above 1e-290 within 2e-12 of the tree theorem's closed form
+    (GTH's 1e-12, plus the closed form's round-off of logs up to 500 in size: about 3e-13)."""
+    fam = family_for("cycle", 0.0)
+    curve = critical_branches(fam, (1.0, 1000.0))
+    assert curve["x"].min() >= 0
+    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
+    big = exact > 1e-290
+    np.testing.assert_allclose(curve["x"][big], exact[big], rtol=2e-12, atol=0)
+
+
+def test_a_generators_relaxation_is_never_reported_repelling():
+    """Where the rates span 1e-255 to 1e158 (the random family at y = 300), the first-order
+    round-off estimate claimed Re lambda = +2.7e101 +- 3e100 and the branch "repelling"; every
+    eigenvalue of a generator's transpose has Re <= 0 (Gershgorin), so a positive one is
+    round-off: reported unresolved, not repelling."""
+    fam = family_for("random", 0.0)
+    curve = critical_branches(fam, (100.0, 300.0))
+    assert np.all(curve["stability"] - curve["stability_error"] <= 0)
+    assert all(b["stable"] is not False for b in curve["branches"])
+
+
+def test_the_oscillations_range_passes_the_folds_by_eps_to_the_two_thirds():
+    """`manifold --osc-eps 1e-6` printed y in [0.0229, 0.2270] for folds at 0.022894 and
+    0.227106: the range of the saved points (every 0.005 in t, y moving 0.0016 between them),
+    which end short of the turning point in the jump. The turning points are now located by
+    re-running around them (to 1e-9): the trajectory leaves each fold past it, by
+    `C eps^(2/3)` (Krupa and Szmolyan's fold: the delay scales as eps^(2/3)), so the scaled
+    overshoot is the same at eps 1e-6, 1e-7 and 1e-8 (2.0 above the upper fold, 1.4 below the
+    lower one; its next order, eps^(1/3), moves it by 3% over these)."""
+    fam = NonlinearBirthDeath(kappa=3.0)
+    lo, hi = sorted(y for _, y in fam.fold_points())
+    scaled = []
+    for eps in (1e-6, 1e-7, 1e-8):
+        ds = fs.nonlinear.manifold_dataset(fam, (-1.0, 1.5), osc_eps=eps, osc_t_end=4.0)
+        assert ds.attrs["osc_y_window_kind"] == "last cycle"
+        assert ds.attrs["osc_y_min"] < lo < hi < ds.attrs["osc_y_max"]
+        scaled.append([(lo - ds.attrs["osc_y_min"]) / eps ** (2 / 3),
+                       (ds.attrs["osc_y_max"] - hi) / eps ** (2 / 3)])  # fmt: skip
+    scaled = np.array(scaled)
+    np.testing.assert_allclose(scaled, np.tile(scaled[-1], (3, 1)), rtol=0.05)
+    assert 1.0 < scaled[-1, 0] < scaled[-1, 1] < 3.0

@@ -197,6 +197,50 @@ def test_branches_split_by_stability_and_labelled():
     assert ax.get_ylabel() == "mean state c.x [state]"
 
 
+def test_branches_of_unresolved_stability_have_their_own_colour_and_label():
+    """Where float64 does not resolve the sign of Re lambda (`curve_stability_error >=
+    |curve_stability|`), the plot coloured the branch stable or repelling by the raw sign all
+    the same (a branch of +1e-17 +- 1e-14 came out dashed red). Now a branch with no resolved
+    point is drawn in its own colour and label, each unresolved point is marked in it, and a
+    branch takes the stability the dataset's `branches` give (as the CLI prints it)."""
+    y = np.linspace(-1.0, 1.0, 9)
+    bid = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2])
+    stab = np.array([-1.0, -0.5, -0.1, 1e-17, 3e-17, -2e-17, 1e-17, 0.5, 1.0])
+    err = np.array([1e-15, 1e-15, 1e-15, 1e-14, 1e-14, 1e-14, 1e-14, 1e-15, 1e-15])
+    branches = [{"index": 0, "stable": True}, {"index": 1, "stable": None},
+                {"index": 2, "stable": False}]  # fmt: skip
+    ds = xr.Dataset(
+        {
+            "curve_y": ("point", y),
+            "curve_mean": ("point", y**2),
+            "curve_stability": ("point", stab),
+            "curve_stability_error": ("point", err),
+            "branch_id": ("point", bid),
+            "linear_mean": ("point", 0.5 * y),
+        },
+        attrs={"kappa": 3.0, "gap": 0.25, "folds": "[]", "branches": json.dumps(branches)},
+    )
+    fig, ax = plt.subplots()
+    plot_branches(ds, ax=ax)
+    drawn = [ln for ln in ax.lines if ln.get_label() and not ln.get_label().startswith("_")]
+
+    def branch_line(b):  # the line drawn through exactly branch b's points
+        (line,) = [ln for ln in drawn if np.array_equal(ln.get_xdata(), y[bid == b])]
+        return line
+
+    stable, unresolved, repelling = (branch_line(b) for b in (0, 1, 2))
+    assert stable.get_label() == "stable branch" and stable.get_linestyle() == "-"
+    assert repelling.get_label() == "repelling branch" and repelling.get_linestyle() == "--"
+    assert "unresolved" in unresolved.get_label()
+    colours = {ln.get_color() for ln in (stable, unresolved, repelling)}
+    assert len(colours) == 3  # the unresolved colour is neither stable's nor repelling's
+    (marks,) = [ln for ln in drawn if ln.get_linestyle() == "None"]
+    np.testing.assert_array_equal(marks.get_xdata(), y[err >= np.abs(stab)])
+    assert "unresolved" in marks.get_label() and marks.get_color() == unresolved.get_color()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert marks.get_label() in legend and unresolved.get_label() in legend
+
+
 def test_branches_with_oscillation_need_two_axes():
     ds = _branches(with_oscillation=True)
     fig, axes = plt.subplots(1, 2)

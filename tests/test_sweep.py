@@ -159,6 +159,39 @@ def test_grid_too_large_is_refused_at_once(tmp_path, monkeypatch):
     assert res.output.count("\n") == 1 and not store.exists()
 
 
+def test_task_flags_pass_through_or_are_refused_by_name(tmp_path, monkeypatch):
+    """`sweep integrate ... --no-plot` said "option --no-plot needs a value", and `--no-plot
+    --P 8` took "--P" as its value, then refused "unexpected argument '8'". A flag (an option
+    with no value) is now a boolean parameter of the task set to true, or refused in one
+    sentence naming it; a parameter that takes a value still says it needs one."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    base = ["sweep", "integrate", "--grid", "seed=0", "--store", str(store), "--workers", "0",
+            "--eps", "0.1"]  # fmt: skip
+    for extra, text in [(["--no-plot"], "'no-plot' is not a parameter of the integrate task"),
+                        (["--no-plot", "--P", "8"], "'no-plot' is not a parameter of the integrate task"),
+                        (["--plot", "x.png"], "'plot' is not a parameter of the integrate task"),
+                        (["--t-end"], "option --t-end needs a value."),
+                        (["--t-end", "--rtol", "1e-6"], "option --t-end needs a value.")]:  # fmt: skip
+        res = CliRunner().invoke(main, base + extra)
+        assert res.exit_code == 2 and text in res.output, (extra, res.output)
+        assert res.output.count("\n") == 1 and "Traceback" not in res.output
+        assert not store.exists() and not (tmp_path / "x.png").exists()
+    seen = {}
+
+    def capture(task, grids, options, *a, **k):
+        seen.update(options)
+        raise InputError("captured.")
+
+    monkeypatch.setattr(sw, "run_sweep", capture)
+    res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0", "--store",
+                                    str(store), "--compile", "--lr", "1e-3"])  # fmt: skip
+    assert res.exit_code == 2 and "captured." in res.output
+    assert seen == {"compile": "true", "lr": "1e-3"}
+    assert sw._typed(sw.get_task("train-network"), "compile", seen["compile"], "") is True
+
+
 def test_bad_task_option_and_task_name(tmp_path):
     store = str(tmp_path / "s.zarr")
     res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "seed=0", "--store", store,
@@ -751,14 +784,19 @@ def test_integer_values_are_exact_or_refused_naming_the_bound(tmp_path):
 
 def test_grid_value_the_task_cannot_run_leaves_nothing_on_disk(tmp_path, monkeypatch):
     """`--grid P=8,1e20` (multirate takes any eps) passed the checks, then writing the store's
-    P coordinate raised and left a half-made store. P is refused beyond 2**51, where eps = 1/P
-    stops giving P back exactly; and a store that fails as it is made is removed."""
+    P coordinate raised and left a half-made store. A P that eps = 1/P does not give back
+    exactly is refused (as integrate refuses it); and a store that fails as it is made is
+    removed."""
     import fastslow_sim.sweep as sw
 
     store = tmp_path / "s.zarr"
+    bad = 3451244358460717  # 1/P in float64 gives back P + 1
+    assert fs.systems._integer_inverse(1.0 / bad) == bad + 1
     for P, text in [("1e20", "P must be an integer from -2**63 to 2**63 - 1"),
-                    (str(2**51 + 1), "P must be a positive integer at most 2**51 "
-                                     "(2,251,799,813,685,248), the largest that eps = 1/P")]:  # fmt: skip
+                    (str(bad), f"P = {bad} is not held exactly by eps = 1/P in float64 (1/P "
+                               f"rounds to {1.0 / bad!r}, which gives back P = {bad + 1}); "
+                               f"expected P at most 2**51 = 2,251,799,813,685,248, or a larger "
+                               f"one that comes back exactly")]:  # fmt: skip
         res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", f"P=8,{P}", "--method",
                                         "multirate", "--store", str(store), "--workers", "0"])  # fmt: skip
         assert res.exit_code == 2, res.output
@@ -774,6 +812,38 @@ def test_grid_value_the_task_cannot_run_leaves_nothing_on_disk(tmp_path, monkeyp
     with pytest.raises(RuntimeError):
         run_sweep("integrate", ["seed=0"], FAST, store, workers=0, progress=False)
     assert not store.exists()
+
+
+def test_sweep_takes_the_P_that_integrate_takes(tmp_path):
+    """`sweep --grid P=2**52` was refused "at most 2**51, the largest that eps = 1/P gives back
+    exactly" while `integrate --P 2**52` ran (and 2**52 = 1/2**-52 comes back exactly); and
+    integrate ran P = 3451244358460717 as P + 1 (the system holds eps = 1/P only). Both now
+    take every P that eps = 1/P gives back (all up to 2**51, the powers of two beyond) and
+    refuse the others with the same sentence."""
+    bad = 3451244358460717
+    for P in (2**51, 2**52, 2**62, bad):
+        assert (fs.systems._integer_inverse(1.0 / P) == P) == (P != bad)
+    common = ["--method", "multirate", "--t-end", "0.02"]
+    res = CliRunner().invoke(main, ["integrate", "--P", str(bad), *common, "--no-plot", "--out",
+                                    str(tmp_path / "i.nc")])  # fmt: skip
+    assert res.exit_code == 2 and f"P = {bad} is not held exactly" in res.output, res.output
+    assert res.output.count("\n") == 1 and not (tmp_path / "i.nc").exists()
+    for P in (2**52, 2**62):
+        res = CliRunner().invoke(main, ["integrate", "--P", str(P), *common, "--no-plot", "--out",
+                                        str(tmp_path / f"i{P}.nc"), "--json"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["P"] == P
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", f"P={2**52},{2**62}", *common,
+                                    "--store", str(store), "--workers", "0", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store)
+    assert ds["P"].values.tolist() == [2**52, 2**62] and set(ds["status"].values) == {"done"}
+    for i, P in enumerate((2**52, 2**62)):  # each cell ran the P it names, as integrate did
+        assert float(ds["eps_used"].values[i]) == 1.0 / P
+        one = xr.open_dataset(tmp_path / f"i{P}.nc")
+        assert one.attrs["tokens_per_block"] == P
+        np.testing.assert_array_equal(ds["x"].isel(P=i).values, one["x"].values)
 
 
 def test_store_and_runs_folders_are_checked_before_any_work(tmp_path):

@@ -472,3 +472,60 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
         params[kind] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert torch.equal(params["default"], params["foreach"])
     assert not torch.equal(params["default"], params["fused"])  # the check can tell them apart
+
+
+def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_path, monkeypatch):
+    """--batch-size had no bound: with enough --tokens a run ended in torch's "DefaultCPUAllocator:
+    can't allocate memory" part way in. One step keeps at least ACTIVATION_BYTES (40; 81-102
+    measured in float32) per batch x context x n_embd x n_layer element; a batch whose estimate
+    exceeds the memory (here made 1 GiB) is refused in one sentence naming both, and the largest
+    batch the sentence offers passes."""
+    import fastslow_sim.integrators as integrators
+    import fastslow_sim.training as training
+
+    monkeypatch.setattr(integrators, "physical_memory", lambda: float(2**30))
+    # the defaults: context 256, n_embd 128, 4 layers
+    per = training.ACTIVATION_BYTES * 256 * 128 * 4
+    most = 2**30 // per
+    corpus = random_corpus(tokens=20_000, vocab_size=8, seed=0)
+    ok = TrainConfig(device="cpu", batch_size=most, tokens=most * 256)
+    training.check_config(ok, corpus)  # the largest offered passes
+    bad = TrainConfig(device="cpu", batch_size=most + 1, tokens=(most + 1) * 256)
+    text = (f"batch_size {most + 1:,} x block_size 256 x n_embd 128 x n_layer 4 needs at least "
+            f"about {(most + 1) * per / 2**30:,.3g} GiB for the activations of one training step "
+            f"(40 bytes each, a lower bound: 81-102 measured in float32), more than this machine's "
+            f"1 GiB of memory; expected batch_size at most {most:,} here")  # fmt: skip
+    with pytest.raises(fs.InputError, match=re.escape(text)):
+        training.check_config(bad, corpus)
+
+    def never(*a, **k):
+        raise AssertionError("trained before the check")
+
+    monkeypatch.setattr(training, "_device", never)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train-network", "--device", "cpu", "--batch-size", "100000",
+                                    "--tokens", "30M", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith("Error: --batch-size 100,000 x --context 256 x n_embd 128")
+    most_text = "more than this machine's 1 GiB of memory; expected --batch-size at most 204 here"
+    assert most_text in res.output
+    assert not out.exists()
+    # on a DDP run on the CPU, the processes share the memory
+    with pytest.raises(fs.InputError, match=r"on each of 2 processes .* at most 102 here"):
+        training._validate(TrainConfig(device="cpu", batch_size=103, tokens=2 * 103 * 256), world=2)
+    training._validate(TrainConfig(device="cpu", batch_size=102, tokens=2 * 102 * 256), world=2)
+    # on CUDA, the GPU's memory, one process's activations on each (a simulated 2 GiB GPU)
+
+    class Props:
+        total_memory = 2 * 2**30
+
+    for name, value in [("is_available", lambda: True), ("device_count", lambda: 1),
+                        ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value)
+    on_gpu = 2 * 2**30 // per
+    for device in ("auto", "cuda", "cuda:0"):
+        big = TrainConfig(device=device, batch_size=on_gpu + 1, tokens=2 * (on_gpu + 1) * 256)
+        with pytest.raises(fs.InputError, match=r"on each of 2 processes .* more than this GPU's 2 "
+                                                 rf"GiB of memory; expected batch_size at most {on_gpu} "):  # fmt: skip
+            training._validate(big, world=2)
+    training._validate(TrainConfig(device="cpu", batch_size=most, tokens=most * 256))  # 1 GiB here

@@ -185,13 +185,28 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
     return fig
 
 
+# a branch's style by its stability (`nonlinear._branch_stability`'s `stable`: True, False, or
+# None where float64 resolves the sign of Re lambda at none of its points)
+BRANCH_STYLES = {
+    True: dict(color="C0", ls="-", label="stable branch"),
+    False: dict(color="C3", ls="--", label="repelling branch"),
+    None: dict(color="C4", ls="-.", label="branch of unresolved stability"),
+}
+UNRESOLVED_LABEL = r"sign of Re $\lambda$ unresolved in float64"
+
+
 def plot_branches(ds, *, ax=None):
     """Critical manifold of a non-linear generator in the `(y, c.x)` plane: stable branches
-    solid, repelling dashed, folds marked, the linear identity in gray, and the relaxation
-    oscillation of the full system (if present) in a second panel.
+    solid, repelling dashed, a branch whose stability float64 does not resolve dash-dotted in
+    its own colour, and each point where the sign of the largest Re lambda is unresolved
+    (`curve_stability_error >= |curve_stability|`) marked in that colour; folds marked, the
+    linear identity in gray, and the relaxation oscillation of the full system (if present) in
+    a second panel.
 
-    `ax`: one Axes per panel (two when the dataset holds the oscillation), or None for a new
-    figure. Returns the Figure.
+    A branch's stability is the dataset's (`branches`, as the CLI prints it) or, in a dataset
+    without it, that of its points (repelling if one is resolved positive, stable if some are
+    resolved and none positive). `ax`: one Axes per panel (two when the dataset holds the
+    oscillation), or None for a new figure. Returns the Figure.
     """
     has_osc = "osc_y" in ds
     fig, axes = figure_axes(ax, 2 if has_osc else 1, nrows=1, ncols=2 if has_osc else 1,
@@ -200,11 +215,21 @@ def plot_branches(ds, *, ax=None):
     y, mean, stab, bid = (
         ds[k].values for k in ("curve_y", "curve_mean", "curve_stability", "branch_id")
     )
+    err = ds["curve_stability_error"].values if "curve_stability_error" in ds else 0.0 * stab
+    resolved = err < np.abs(stab)
+    verdicts = {b["index"]: b["stable"] for b in json.loads(ds.attrs.get("branches", "[]"))}
     for b in np.unique(bid):
         sel = bid == b
-        stable = bool(np.all(stab[sel] < 0))
-        ax.plot(y[sel], mean[sel], color="C0" if stable else "C3", ls="-" if stable else "--", lw=2,
-                label=("stable branch" if stable else "repelling branch"))  # fmt: skip
+        if int(b) in verdicts:
+            stable = verdicts[int(b)]
+        elif np.any(resolved[sel] & (stab[sel] > 0)):
+            stable = False
+        else:
+            stable = True if np.any(resolved[sel]) else None
+        ax.plot(y[sel], mean[sel], lw=2, **BRANCH_STYLES[stable])
+    if not np.all(resolved):
+        ax.plot(y[~resolved], mean[~resolved], ls="none", marker="x", ms=6, mew=1.5,
+                color=BRANCH_STYLES[None]["color"], label=UNRESOLVED_LABEL, zorder=3)  # fmt: skip
     ax.plot(ds["curve_y"].values, ds["linear_mean"].values, color="gray", lw=1, ls=":",
             label=r"linear identity $p_{st}(Q(x_{ref}, y))$")  # fmt: skip
     for f in json.loads(ds.attrs["folds"]):

@@ -53,7 +53,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
       fastslow-sim sweep train-network --grid arm=dense,coupled --grid seed=0:2 \\
           --store runs/arms.zarr --tokens 100k --scheduler tcp://127.0.0.1:8786
     """
-    from ..sweep import get_task, run_sweep
+    from ..sweep import get_task, option_key, run_sweep
 
     t = get_task(task)
     check_cluster_options(workers, scheduler)
@@ -63,14 +63,12 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         if not word.startswith("--") or word == "--":
             raise InputError(f"unexpected argument {word!r}; task options are --NAME VALUE.")
         name, eq, value = word[2:].partition("=")
-        if not eq:
-            opt = t.options.get(t.aliases.get(name.replace("-", "_"), name.replace("-", "_")))
-            if opt is not None and opt.type is bool and (not args or args[0].startswith("--")):
-                value = "true"
-            elif not args:
+        if not eq and (not args or args[0].startswith("--")):  # a flag: the task's own, or none
+            if t.options[option_key(t, name)].type is not bool:  # refuses a name it lacks
                 raise InputError(f"option --{name} needs a value.")
-            else:
-                value = args.pop(0)
+            value = "true"
+        elif not eq:
+            value = args.pop(0)
         options[name] = value
     res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
                     chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,

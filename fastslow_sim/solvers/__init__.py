@@ -181,6 +181,14 @@ def _log(v):
     return math.log(v) if v > 0 else -math.inf
 
 
+def log_norm(v, scale) -> float:
+    """`log(sqrt(mean((v / scale)^2)))` computed in logarithms, finite where `v / scale` itself
+    overflows (`-inf` where `v` is zero)."""
+    with np.errstate(divide="ignore"):
+        a = np.log(np.abs(v)) - np.log(scale)
+    return float(0.5 * (np.logaddexp.reduce(2 * a) - math.log(a.size)))
+
+
 def first_step(fun, t0, z0, t1, order, rtol, atol):
     """Hairer's starting step (Solving ODEs I, II.4; scipy's `select_initial_step`, torchdiffeq's
     `_select_initial_step`, for an error estimator of `order`) with its
@@ -190,8 +198,8 @@ def first_step(fun, t0, z0, t1, order, rtol, atol):
     1e-10, or unit rates over `atol` 1e-300), and gives a first step of 0: NaN, or no progress."""
 
     def norm(v):  # the scaled RMS norm, and whether scipy's sum of squares overflows
-        q = np.asarray(v / scale, dtype=np.float64)
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):  # (inf where |v| / scale is beyond float64)
+            q = np.asarray(v / scale, dtype=np.float64)
             squares = float(q @ q)
         if squares < math.inf or math.isnan(squares):
             return math.sqrt(squares / q.size), False
@@ -204,19 +212,22 @@ def first_step(fun, t0, z0, t1, order, rtol, atol):
     scale = atol + np.abs(z0) * rtol
     f0 = np.asarray(fun(t0, z0), dtype=np.float64)
     (d0, over0), (d1, over1) = norm(z0), norm(f0)
-    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, t1 - t0)
-    if not h0 > 0:  # |f(z0)| / atol beyond float64 itself: scipy says what fails
+    # |f(z0)| / atol beyond float64 itself (rates near 1e298 over atol 1e-10: the birth-death
+    # chain from y = 172 to its edge 177.02) is inf, and 0.01 d0 / d1 then 0: in logarithms
+    log_d1 = _log(d1) if d1 < math.inf else log_norm(f0, scale)
+    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else math.exp(math.log(0.01 * d0) - log_d1), t1 - t0)
+    if not h0 > 0:  # below float64's smallest number: scipy says what fails
         return None
     f1 = np.asarray(fun(t0 + h0, z0 + h0 * f0), dtype=np.float64)
     r2, over2 = norm(f1 - f0)
     # d2 = r2 / h0, the second derivative's size (1e358 at y = 100), in logarithms
-    log_d2 = _log(r2) - math.log(h0)
+    log_d2 = (_log(r2) if r2 < math.inf else log_norm(f1 - f0, scale)) - math.log(h0)
     if not (over0 or over1 or over2 or log_d2 >= _LOG_MAX):
         return None
     if d1 <= 1e-15 and log_d2 <= math.log(1e-15):
         h1 = max(1e-6, h0 * 1e-3)
     else:
-        h1 = math.exp((math.log(0.01) - max(_log(d1), log_d2)) / (order + 1))
+        h1 = math.exp((math.log(0.01) - max(log_d1, log_d2)) / (order + 1))
     return min(100 * h0, h1, t1 - t0)
 
 

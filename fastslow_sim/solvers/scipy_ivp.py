@@ -16,9 +16,26 @@ error estimate, solved with it too, passes as well. On the birth-death chain at 
 (coupling `(dQ/dy) x / eps` of y to x 1e174 at `x0` and ~1 on the manifold, rates 1e173 falling
 to 1e3 as y decays) Radau rejected steps near 1e-77 at `t ~ 1e-74` for ever, and where the run
 went on x stayed frozen in the top state as y fell: at t = 5 both methods were off the manifold by
-0.019 and y off by 2e-4 at rtol 1e-10 (by 2e-5 from `y0 = 30`). Here they evaluate the Jacobian
-after every accepted step (RADAU5's choice with `THET < 0`): one more Jacobian and factorisation a
-step, on the small systems they serve, and y(5) agrees with rodas4's to 1e-9.
+0.019 and y off by 2e-4 at rtol 1e-10 (from `y0 = 30` at the default tolerances, bdf by 0.06 in x
+and 3.5e-3 in y, radau by 4e-3 and 7e-5). Evaluating it after every accepted step (RADAU5's
+`THET < 0`) fixed that but made every step factorise again, 3-5 times the cost on large
+systems (radau on the default chain of 256 states over [0, 10]: 748 LU, where scipy's own rule
+takes 100). Here, after each accepted step, the Jacobian is evaluated again:
+
+- when scipy factorises again anyway (the step size or, BDF, the order changed): the new
+  factorisation takes the Jacobian of the new point (O(n^2) next to its O(n^3));
+- when the one in use no longer gives the change of `f` over the step (`_stale_jacobian`),
+  `|df - J dz| > (|df| + |J dz|) / 2` in the error weights `atol + rtol |z|` (a max norm: no
+  square to overflow): `J dz` is then off by about its own size, as on the chain where the
+  rates fell by e^4 per unit of y; at a smooth change it is off by the change of J over the
+  step, its second-order term;
+- and at the latest `JAC_MAX_AGE = 50` accepted steps after the last one (CVODE's bound is 51),
+  in case the steps move the state only along directions where the old Jacobian is still right.
+
+y(5) from `y0 = 30` and `100` agrees with rodas4's to 2.5e-9 and 3.4e-9 (radau), 1.9e-7 and
+2.7e-7 (bdf), as with a Jacobian every step; that run of 256 states takes 43 Jacobians and 84 LU
+(radau: 375 and 748 with one a step, 12 and 100 by scipy's rule) and 67 and 68 (bdf: 371 and
+370, 3 and 72). bdf evaluates `f` once more per checked step (radau keeps it).
 
 The work: every method stops after `max_steps` steps (status `max_steps`, the rodas4 and
 torchdiffeq status), with a message that says how to raise it, so that no solve runs for ever.
@@ -60,7 +77,9 @@ def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
         direct = 1.0 / (tol * w0 * w0) + tol * s * s
     if np.isfinite(direct) and direct > 0 and 1.0 / np.sqrt(direct) > 0:
         return None
-    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * np.log(s)] if s > 0 else [])
+    with np.errstate(divide="ignore"):  # log s, finite where s = |f0| / w overflows
+        log_s = float(np.max(np.log(np.abs(f0)) - np.log(rtol * np.abs(z0) + atol)))
+    terms = [-np.log(tol) - 2 * np.log(w0)] + ([np.log(tol) + 2 * log_s] if s > 0 else [])
     h0 = float(np.exp(-0.5 * np.logaddexp.reduce(terms)))
     return min(h0, tdist) if h0 > 0 else tdist
 
@@ -72,11 +91,30 @@ def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
 MAX_STEPS = 200_000
 
 
+# the Jacobian of radau and bdf is evaluated again at the latest this many accepted steps after
+# the last evaluation (see the module docstring)
+JAC_MAX_AGE = 50
+
+
+def _stale_jacobian(jac, dz, df, z_old, z_new, rtol, atol) -> bool:
+    """Whether the Jacobian `jac` in use fails to give the change `df` of the right-hand side over
+    a step `dz` from `z_old` to `z_new`: `|df - jac dz| > (|df| + |jac dz|) / 2` in the max norm
+    weighted by `atol + rtol max(|z_old|, |z_new|)`, the solver's error weights (or not finite)."""
+    w = atol + rtol * np.maximum(np.abs(z_old), np.abs(z_new))
+    with np.errstate(all="ignore"):
+        jdz = jac @ dz
+        miss = np.max(np.abs((df - jdz) / w))
+        size = np.max(np.abs(df / w)) + np.max(np.abs(jdz / w))
+    return not (np.isfinite(miss) and miss <= 0.5 * size)
+
+
 def _budgeted(solver_class, name, max_steps):
     """`solver_class` (a scipy `OdeSolver`) that fails after `max_steps` steps (and says so in
-    `spent`, a one-element list) and, Radau and BDF, evaluates its Jacobian after every accepted
-    step (see the module docstring)."""
+    `spent`, a one-element list) and, Radau and BDF, evaluates its Jacobian again after an
+    accepted step where it is stale (see the module docstring)."""
     spent = [False]
+    radau = solver_class.__name__ == "Radau"
+    implicit = solver_class.__name__ in ("Radau", "BDF")
 
     class Solver(solver_class):
         def _step_impl(self):
@@ -88,17 +126,60 @@ def _budgeted(solver_class, name, max_steps):
                     f"{self.t:.6g}, the budget that bounds its work; {MAX_STEPS_HINT} if the run "
                     f"is slow but advancing."
                 )
-            success, message = super()._step_impl()
-            if success and solver_class.__name__ in ("Radau", "BDF") and self.jac is not None:
-                # the Jacobian of the new point, for the next step (RADAU5 with THET < 0)
-                if solver_class.__name__ == "Radau":
-                    self.J = self.jac(self.t, self.y, self.f)
-                    self.current_jac = True
-                    self.LU_real = self.LU_complex = None
-                else:
-                    self.J = self.jac(self.t, self.y)
-                    self.LU = None
+            if not implicit or self.jac is None:
+                return super()._step_impl()
+            z_old, f_old = self.y.copy(), self._f_here()
+            try:
+                success, message = super()._step_impl()
+            except ValueError as err:  # scipy's LU of a matrix that overflowed
+                if "infs or NaNs" not in str(err):
+                    raise
+                return False, self._overflow_message()
+            if success:
+                self._check_jacobian(z_old, f_old)
             return success, message
+
+        def _overflow_message(self):
+            """What overflowed where, in place of scipy's 'array must not contain infs or NaNs'
+            (radau on the birth-death chain from y = 176, where |z| atol / |f| is below 1e-307,
+            steps whose 1/h, times the Jacobian's scale, is beyond float64)."""
+            with np.errstate(all="ignore"):
+                size, inv = float(np.max(np.abs(self.J))), 1.0 / self.h_abs
+            return (
+                f"{name} stopped at t = {self.t:.6g}: its Newton iteration overflowed float64 "
+                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} (1/h = {inv:.3g}) and "
+                f"a Jacobian of entries up to {size:.3g}; the rates are too close to the float "
+                f"range for this method."
+            )
+
+        def _f_here(self):
+            """f at the current point: Radau keeps it; BDF's is kept here after a check."""
+            if radau:
+                return self.f
+            if getattr(self, "_f_at", None) != self.t:
+                self._f, self._f_at = self.fun(self.t, self.y), self.t
+            return self._f
+
+        def _check_jacobian(self, z_old, f_old):
+            """After an accepted step: a fresh Jacobian where it is stale (module docstring)."""
+            self._jac_age = getattr(self, "_jac_age", 0) + 1
+            if radau and self.current_jac:  # scipy evaluated it at this point
+                self._jac_age = 0
+                return
+            refactor = (self.LU_real if radau else self.LU) is None
+            if not refactor and self._jac_age < JAC_MAX_AGE:
+                dz = self.y - z_old
+                if not _stale_jacobian(self.J, dz, self._f_here() - f_old, z_old, self.y,
+                                       self.rtol, self.atol):  # fmt: skip
+                    return
+            self._jac_age = 0
+            if radau:
+                self.J = self.jac(self.t, self.y, self.f)
+                self.current_jac = True
+                self.LU_real = self.LU_complex = None
+            else:
+                self.J = self.jac(self.t, self.y)
+                self.LU = None
 
     Solver.__name__ = solver_class.__name__
     return Solver, spent
