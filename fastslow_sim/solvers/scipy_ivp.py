@@ -47,8 +47,8 @@ import numpy as np
 
 from ..validation import positive_int
 from . import (
-    ATOL_F_OVER,
-    ATOL_F_OVER_WHY,
+    ATOL_ANY,
+    ATOL_TESTED,
     MAX_STEPS_HINT,
     Method,
     first_step,
@@ -231,10 +231,16 @@ _DOP853_WHY = (
     "it was tested down to 1e-155; at 1e-170 on the default run its error norm, the error over "
     "atol squared, overflows float64 and the run fails"
 )
-_FLOORS = {"radau": (ATOL_F_OVER, ATOL_F_OVER_WHY), "bdf": (ATOL_F_OVER, ATOL_F_OVER_WHY),
-           "lsoda": (ATOL_F_OVER, ATOL_F_OVER_WHY), "dop853": (1e-155, _DOP853_WHY),
-           "rk45": (ATOL_F_OVER, "it was tested down to 1e-300; at 5e-324 the default run "
-                    "succeeds, but |f(z0)| / atol overflows float64 and numpy warns of it")}  # fmt: skip
+_FLOORS = {
+    "radau": (ATOL_TESTED, "it was tested down to 1e-300; at 2.2e-308 from eps 1e-8 its Newton "
+              "iteration overflows float64 and the run fails"),
+    "bdf": (ATOL_TESTED, "it was tested down to 1e-300; at 5e-324 from eps 1e-8 its Newton "
+            "iteration overflows float64 and the run fails"),
+    "lsoda": (ATOL_TESTED, "it was tested down to 1e-300; at 5e-324 it takes no step from t = 0 "
+              "and the run fails"),
+    "dop853": (1e-155, _DOP853_WHY),
+    "rk45": (ATOL_ANY, "it was tested down to 5e-324, the smallest positive float64"),
+}  # fmt: skip
 
 for _name, _scipy, _stiff, _text, _stab, _order in [
     ("radau", "Radau", True, "implicit Runge-Kutta, order 5, stiff", None, 3),
@@ -245,5 +251,4 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
 ]:
     register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
                     options=("max_steps",), explicit_stability=_stab,
-                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1],
-                    needs_finite_slope=_name != "dop853"))  # fmt: skip
+                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1]))  # fmt: skip
