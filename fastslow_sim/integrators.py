@@ -55,10 +55,10 @@ import xarray as xr
 from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
-from .solvers import METHODS, SOLVER_ERRORS, Solution
+from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
 from .validation import number, positive
 from .validation import t_span as check_t_span
-from .wording import plural
+from .wording import amount_text, count_text, plural
 
 __all__ = [
     "integrate",
@@ -76,13 +76,6 @@ STIFF_THRESHOLD = 500.0
 VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
 AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
 EPS_MIN = 1e-12
-# the error norms of radau, bdf, rk45, dop853, rodas4 and torchdiffeq squared error / atol, which
-# overflowed for an error of order one below 7.5e-155 (radau, bdf and rodas4 failed at 1e-160).
-# Since the overflow-safe norms and starting steps (2026-12-02) the default run succeeds with
-# rodas4, radau, bdf, lsoda, rk45 and dopri5 at atol 1e-300 (review, helper-8), but the methods
-# are tested down to 1e-150 only, so the bound stays where the tests reach
-ATOL_MIN = 1e-150
-ATOL_WHY = "the smallest absolute tolerance the methods are tested at"
 TIME_STEP_MIN = np.finfo(np.float64).tiny  # 2.2e-308: saved times closer lose digits
 
 
@@ -178,20 +171,25 @@ def random_initial_conditions(system, batch: int, seed=None):
 
 def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
                  rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
-                 eps=None, **options):  # fmt: skip
+                 eps=None, names: dict | None = None, **options):  # fmt: skip
     """What `integrate` refuses before any work, refused the same way (one `InputError`), so that
     a caller can check before it creates anything (the CLI's default output folder). Returns the
     inputs as `integrate` reads them: `(method entry, rtol, atol, (t0, t1), x0 (B, n), y0 (B, m),
-    eps (B,) or None, t_eval, stiffness index of the first trajectory)`."""
+    eps (B,) or None, t_eval, stiffness index of the first trajectory)`. `names`: how a message
+    calls an argument (`x0`, `y0`, `n_eval`, `max_steps`; the command line passes its option
+    names, `{"y0": "--y0", ...}`)."""
+    names = names or {}
     chosen = _method(method, options)
+    if "max_steps" in options:
+        check_max_steps(options["max_steps"], names.get("max_steps", "max_steps"))
     rtol = positive("rtol", rtol)
-    atol = _check_atol(system, atol)
+    atol = _check_atol(system, atol, chosen, names.get("atol", "atol"))
     t0, t1 = check_t_span(t_span)
-    x0, y0, eps = _initial_states(system, x0, y0, eps)
+    x0, y0, eps = _initial_states(system, x0, y0, eps, names)
     check_eps_range(system.eps if eps is None else eps, method)
     for b in range(x0.shape[0]):
         _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
-    t_eval = _output_times(t0, t1, t_eval, n_eval)
+    t_eval = _output_times(t0, t1, t_eval, n_eval, names.get("n_eval", "n_eval"))
     if method != "multirate":  # the map saves one state per block (`check_block_count`)
         check_output_size(system, x0.shape[0], len(t_eval))
     else:
@@ -207,14 +205,15 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
-              eps=None, **options) -> xr.Dataset:  # fmt: skip
+              eps=None, names: dict | None = None, **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
     or `eps` of shape `(B,)` give a batch (see the module docstring). `options` are the method's
     own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
-    saved at block ends, `t_eval` ignored; the span must be a whole number of blocks).
+    saved at block ends, `t_eval` ignored; the span must be a whole number of blocks). `names`:
+    how a refusal calls the arguments (`check_inputs`).
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -225,7 +224,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
-        eps=eps, **options,
+        eps=eps, names=names, **options,
     )  # fmt: skip
     B = x0.shape[0]
     z0 = np.concatenate([x0, y0], axis=1)
@@ -361,25 +360,31 @@ def _method(method, options):
     return entry
 
 
-def _check_atol(system, atol):
+def _check_atol(system, atol, method, name="atol"):
+    """`atol` (a number, or one per component of `[x, y]`), or `InputError` unless each is
+    positive, finite and at least the method's floor (`Method.atol_min`, where it was tested)."""
+    floor = method.atol_min
+    at_least = f"at least {floor:g} with method {method.name!r} ({method.atol_why})"
+    if floor == ATOL_ANY:  # the smallest positive float64: no floor
+        at_least = "positive"
     if np.ndim(atol) == 0:
-        atol = positive("atol", atol)
-        if atol < ATOL_MIN:
-            raise InputError(f"atol must be at least {ATOL_MIN:g}; got {atol!r}: {ATOL_WHY}.")
+        atol = positive(name, atol)
+        if atol < floor:
+            raise InputError(f"{name} must be {at_least}; got {atol!r}.")
         return atol
     atol = np.asarray(atol, dtype=np.float64)  # one absolute tolerance per component of [x, y]
     N = system.n_fast + system.n_slow
-    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= ATOL_MIN):
+    if atol.shape != (N,) or not np.all(np.isfinite(atol)) or not np.all(atol >= floor):
         raise InputError(
-            f"atol must be a number or {N} numbers (one per component of [x, y]), each at least "
-            f"{ATOL_MIN:g}; got {atol.tolist()}."
+            f"{name} must be a number or {N} numbers (one per component of [x, y]), each "
+            f"{at_least}; got {atol.tolist()}."
         )
     return atol
 
 
-def _output_times(t0, t1, t_eval, n_eval):
+def _output_times(t0, t1, t_eval, n_eval, name="n_eval"):
     if t_eval is None:
-        n_eval = number("n_eval (saved times)", n_eval, 2, None, integer=True)
+        n_eval = number(f"{name} (saved times)", n_eval, 2, None, integer=True)
         t = np.linspace(t0, t1, n_eval)
         step = (t1 - t0) / (n_eval - 1)
         floor = max(TIME_STEP_MIN, 2 * np.spacing(max(abs(t0), abs(t1))))
@@ -388,10 +393,10 @@ def _output_times(t0, t1, t_eval, n_eval):
             if floor == TIME_STEP_MIN:
                 why = "the smallest normal float64 (smaller times lose digits)"
             raise InputError(
-                f"the span ({float(t0)!r}, {float(t1)!r}) is too short for {n_eval} "
+                f"the span ({float(t0)!r}, {float(t1)!r}) is too short for {count_text(n_eval)} "
                 f"distinct equally spaced saved times: their spacing {step:.3g} is below "
                 f"{floor:.3g}, {why}; "
-                f"expected a longer span or fewer saved times (n_eval)."
+                f"expected a longer span or fewer saved times ({name})."
             )
         return t
     t_eval = np.asarray(t_eval, dtype=np.float64)
@@ -402,8 +407,11 @@ def _output_times(t0, t1, t_eval, n_eval):
     return t_eval
 
 
-def _initial_states(system, x0, y0, eps):
-    """`(x0 (B, n), y0 (B, m), eps (B,) or None)`, every row a valid initial state."""
+def _initial_states(system, x0, y0, eps, names=None):
+    """`(x0 (B, n), y0 (B, m), eps (B,) or None)`, every row a valid initial state; `names` as
+    `check_inputs`'s."""
+    names = names or {}
+    x_name, y_name = names.get("x0", "x0"), names.get("y0", "y0")
     x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
     y0 = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64)
     # a 2-D y0 given as (m, B) is read as (B, m); a 1-D y0 is one trajectory's slow state, so
@@ -415,11 +423,12 @@ def _initial_states(system, x0, y0, eps):
     B = max(x0.shape[0], y0.shape[0], n_eps)
     if x0.shape[0] not in (1, B) or y0.shape[0] not in (1, B):
         raise InputError(
-            f"x0 and y0 must have the same batch size (or 1); got {x0.shape[0]} and {y0.shape[0]}."
+            f"{x_name} and {y_name} must have the same batch size (or 1); got "
+            f"{count_text(x0.shape[0])} and {count_text(y0.shape[0])}."
         )
     x0, y0 = np.broadcast_to(x0, (B, x0.shape[1])), np.broadcast_to(y0, (B, y0.shape[1]))
     for b in range(B):
-        _initial_state(system, x0[b], y0[b])
+        _initial_state(system, x0[b], y0[b], x_name, y_name)
     if eps is not None:
         eps = np.asarray(eps, dtype=np.float64).reshape(-1)
         if eps.shape != (B,) or not np.all(np.isfinite(eps)) or np.any(eps <= 0):
@@ -427,29 +436,32 @@ def _initial_states(system, x0, y0, eps):
     return np.ascontiguousarray(x0), np.ascontiguousarray(y0), eps
 
 
-def _initial_state(system, x0, y0):
+def _initial_state(system, x0, y0, x_name="x0", y_name="y0"):
     x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
     y0 = np.asarray(y0, dtype=np.float64).reshape(-1)
-    for name, v, size, what in [("x0", x0, system.n_fast, "state"),
-                                ("y0", y0, system.n_slow, "slow variable")]:  # fmt: skip
+    for name, v, size, what in [(x_name, x0, system.n_fast, "state"),
+                                (y_name, y0, system.n_slow, "slow variable")]:  # fmt: skip
         if v.shape != (size,):
             raise InputError(
-                f"{name} must have {plural(size, 'entry')}, one per {what} "
-                f"of the {system.name} system; got {v.size}"
+                f"{name} must have {plural(size, 'entry', spec=',')}, one per {what} "
+                f"of the {system.name} system; got {count_text(v.size)}"
                 + (f" ({v.tolist()})." if v.size <= 16 else ".")
             )
     if not np.all(np.isfinite(x0)) or not np.all(np.isfinite(y0)):
-        raise InputError(f"x0 and y0 must be finite; got x0={x0.tolist()}, y0={y0.tolist()}.")
+        raise InputError(
+            f"{x_name} and {y_name} must be finite; got {x_name}={x0.tolist()}, "
+            f"{y_name}={y0.tolist()}."
+        )
     if system.conserves_mass and (np.any(x0 < 0) or abs(x0.sum() - 1.0) > 1e-12):
         raise InputError(
-            f"x0 must be a probability vector (entries >= 0 summing to 1); got {x0.tolist()} "
-            f"(sum {x0.sum():.12g})."
+            f"{x_name} must be a probability vector (entries >= 0 summing to 1); got "
+            f"{x0.tolist()} (sum {x0.sum():.12g})."
         )
     gen = getattr(system, "generator", None)
     if gen is not None:
         lo, hi = gen.domain()
         if np.any(y0 < lo) or np.any(y0 > hi):
-            raise InputError(f"y0={y0.tolist()} is outside {domain_text(gen)}.")
+            raise InputError(f"{y_name}={y0.tolist()} is outside {domain_text(gen)}.")
     return x0, y0
 
 
@@ -540,9 +552,10 @@ def check_output_size(system, batch: int, times: int, names=("batch", "n_eval"))
     need, have = output_bytes(system, batch, times), physical_memory()
     if need > have:
         raise InputError(
-            f"{batch:,} trajectories at {times:,} saved times of {system.n_fast + system.n_slow} "
-            f"variables need about {need / 2**30:,.3g} GiB of memory for the solution and its "
-            f"dataset, more than this machine's {have / 2**30:,.3g} GiB; expected fewer "
+            f"{count_text(batch)} trajectories at {count_text(times)} saved times of "
+            f"{system.n_fast + system.n_slow:,} variables need about {amount_text(need / 2**30)} "
+            f"GiB of memory for the solution and its dataset, more than this machine's "
+            f"{amount_text(have / 2**30)} GiB; expected fewer "
             f"trajectories ({names[0]}) or saved times ({names[1]})."
         )
 

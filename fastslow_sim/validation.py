@@ -7,14 +7,9 @@ import math
 import numbers
 
 from .errors import InputError
+from .wording import count_text
 
 __all__ = ["number", "positive", "positive_int", "t_span", "folder", "count_text"]
-
-
-def count_text(v: int) -> str:
-    """A count as a message prints it: `1,000,000`, or `1e+300` beyond 16 digits (a count
-    parsed from `1e300` is an integer of 301 digits)."""
-    return f"{v:,}" if abs(v) < 10**16 else f"{float(v):.3g}"
 
 
 def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):

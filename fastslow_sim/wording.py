@@ -1,8 +1,30 @@
-"""Wording shared by the messages of every layer (no imports: the ODE core may use it)."""
+"""Wording shared by the messages of every layer (no imports of the package: the ODE core may use
+it)."""
 
 from __future__ import annotations
 
-__all__ = ["plural", "number_text"]
+import math
+
+__all__ = ["plural", "number_text", "count_text", "amount_text"]
+
+
+def count_text(v: int) -> str:
+    """A count as a message prints it: `1,000,000`, or `1e+300` beyond 16 digits (a count
+    parsed from `1e300` is an integer of 301 digits)."""
+    return f"{v:,}" if abs(v) < 10**16 else f"{float(v):.3g}"
+
+
+def amount_text(v: float, digits: int = 3) -> str:
+    """A measured amount to `digits` significant digits, grouped in thousands like a count:
+    `amount_text(26843.5)` is "26,800", `amount_text(23.47)` "23.5", `amount_text(1.0)` "1";
+    in exponent form beyond 1e16 (as `count_text`) and below 1e-3, and as Python writes it when
+    not finite."""
+    if not math.isfinite(v) or v == 0 or not 1e-3 <= abs(v) < 1e16:
+        return f"{v:.{digits}g}"
+    rounded = float(f"{v:.{digits}g}")
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{rounded:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 1, not 1.00 (as .3g)
 
 
 def plural(n, noun: str, many: str | None = None, spec: str = "") -> str:

@@ -98,7 +98,7 @@ def invoke(args, tmp_path, monkeypatch):
         (["integrate", "--eps", "0.1", "--plot", "a.png"],
          "--plot a.png asks for a plot and --no-plot for none"),
         (["integrate", "--eps", "0.1", "--batch", "2", "--seed", str(2**63)],
-         f"at most 2**63 - 1 = {2**63 - 1}"),
+         f"at most 2**63 - 1 = {2**63 - 1:,}"),
         # P = 1e20 tokens per block ran, then the dataset's int P failed in h5py (a traceback)
         (["integrate", "--eps", "1e-20", "--method", "multirate", "--t-end", "0.01"],
          "P = 1e+20 tokens per block (eps = 1e-20) is more than 2**63 - 1"),
@@ -111,7 +111,12 @@ def invoke(args, tmp_path, monkeypatch):
         (["integrate", "--eps", "0.1", "--t-end", "5e-324"],
          "is too short for 401 distinct equally spaced saved times"),
         (["integrate", "--eps", "0.1", "--t-end", "1e-306"], "below 2.23e-308"),
-        (["integrate", "--eps", "0.1", "--atol", "1e-151"], "--atol must be at least 1e-150"),
+        # the bound was 1e-150 for every method ('the tested range'); now each method's own
+        (["integrate", "--eps", "0.1", "--atol", "1e-301"],
+         "--atol must be at least 1e-300 with method 'auto' (it was tested down to 1e-300"),
+        (["integrate", "--eps", "0.1", "--atol", "1e-160", "--method", "dop853"],
+         "--atol must be at least 1e-155 with method 'dop853' (it was tested down to 1e-155; at "
+         "1e-170 on the default run its error norm, the error over atol squared, overflows"),
         # '--plot --no-plot' took '--no-plot' as the plot's file name and wrote a PNG of that name
         (["integrate", "--eps", "0.1", "--plot"], "--plot takes a file name; got '--no-plot'"),
         # a numpy _ArrayMemoryError traceback after the draw of the initial conditions
@@ -313,9 +318,66 @@ def test_a_scipy_solve_out_of_steps_is_a_failure_with_its_budget(tmp_path, monke
     (status,) = [ln for ln in res.output.splitlines() if ln.startswith("status")]
     assert status.split()[1] == "max_steps:" and "success" not in status
     assert "radau stopped after max_steps = 20 steps at t = " in status
-    assert "raise it with integrate(..., max_steps=N)" in status
+    assert "raise it with --max-steps N on the command line, max_steps=N in Python" in status
     data = _strict_json(invoke([*args, "--json"], tmp_path, monkeypatch).output)
     assert data["status"] == "max_steps" and data["y_final"] == [None]
+
+
+@pytest.mark.parametrize("method", ["radau", "lsoda", "rodas4", "dopri5", "auto"])
+def test_max_steps_sets_the_budget_that_the_message_names(method, tmp_path, monkeypatch):
+    """The message of a spent budget said 'raise it with integrate(..., max_steps=N)', and the
+    command line had no such option: --max-steps N sets it for every method that counts steps,
+    and the message names it (and the Python argument). One saved interval (--n-eval 2):
+    torchdiffeq counts its budget between two saved times."""
+    args = ["integrate", "--eps", "0.125", "--t-end", "1", "--n-eval", "2", "--method", method,
+            "--no-plot", "--out", "o.nc"]  # fmt: skip
+    res = invoke([*args, "--max-steps", "5"], tmp_path, monkeypatch)
+    assert res.exit_code == 1, res.output
+    (status,) = [ln for ln in res.output.splitlines() if ln.startswith("status")]
+    assert status.split()[1] == "max_steps:", status
+    assert "max_steps = 5 steps" in status
+    assert "raise it with --max-steps N on the command line, max_steps=N in Python" in status
+    ok = invoke([*args, "--max-steps", "1e5", "--json"], tmp_path, monkeypatch)
+    assert ok.exit_code == 0, ok.output
+    assert _strict_json(ok.output)["status"] == "success"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-steps", "0"], "--max-steps must be a positive integer; got '0'."),
+        (["--max-steps", "1.5"], "--max-steps must be a positive integer; got '1.5'."),
+        (["--max-steps", "many"], "--max-steps must be a positive integer; got 'many'."),
+        (["--max-steps", "1e30"], "--max-steps must be at most 2**63 - 1 = "
+                                  f"{2**63 - 1:,} (the rodas4 march counts its steps in a 64-bit "
+                                  "integer); got '1e30'."),
+        (["--method", "multirate", "--max-steps", "10"],
+         "--max-steps bounds the steps of the ODE solvers, and --method multirate counts none; "
+         "expected no --max-steps with it."),
+        # the library's argument names were printed (y0, x0, n_eval) for the options
+        (["--y0", "1,2"], "--y0 must have 1 entry, one per slow variable of the birth-death "
+                          "system; got 2 ([1.0, 2.0])."),
+        (["--x0", "0.5,0.5"], "--x0 must have 8 entries, one per state of the birth-death "
+                              "system; got 2 ([0.5, 0.5])."),
+        (["--x0", "0.5,0.6,0,0,0,0,0,0"], "--x0 must be a probability vector"),
+        (["--y0", "nan"], "--x0 and --y0 must be finite; got --x0=["),
+        (["--t-end", "1e-303", "--n-eval", "1000000"],
+         "is too short for 1,000,000 distinct equally spaced saved times: their spacing 1e-309 "
+         "is below 2.23e-308, the smallest normal float64 (smaller times lose digits); expected "
+         "a longer span or fewer saved times (--n-eval)."),
+        # big numbers were printed without digit grouping (got 1000000000)
+        (["--n-eval", "1000000000"], "--n-eval must be an integer from 2 to 1,000,000; got "
+                                     "1,000,000,000."),
+        (["--batch", "1000000000"], "--batch must be an integer from 1 to 1,000,000; got "
+                                    "1,000,000,000."),
+    ],
+)
+def test_integrate_refusals_name_the_options_in_one_sentence(args, message, tmp_path, monkeypatch):
+    res = invoke(["integrate", "--eps", "0.125", *args, "--no-plot"], tmp_path, monkeypatch)
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("Error: ") and message in line, line
+    assert not (tmp_path / "fastslow-results").exists()
 
 
 def test_json_text_is_strict():
@@ -418,8 +480,10 @@ def test_the_memory_refusal_names_the_size_and_the_options(tmp_path, monkeypatch
     res = invoke(["integrate", "--eps", "0.1", "--batch", "1000000", "--n-eval", "1000000",
                   "--no-plot"], tmp_path, monkeypatch)  # fmt: skip
     assert res.exit_code == 2, res.output
+    # 8 bytes x 1e12 points x (2 x 9 variables + 17 for p_st, its temporary and the manifold
+    # distance + 1 mass error) = 2.88e14 bytes, printed grouped as a count (it read 2.68e+05)
     assert "1,000,000 trajectories at 1,000,000 saved times of 9 variables need about " \
-           f"{2.88e14 / 2**30:,.3g} GiB" in res.output  # fmt: skip
+           "268,000 GiB" in res.output  # fmt: skip
     assert "expected fewer trajectories (--batch) or saved times (--n-eval)." in res.output
     assert not (tmp_path / "fastslow-results").exists()  # refused before the default folder
 

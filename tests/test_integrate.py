@@ -293,10 +293,65 @@ def test_lsoda_first_step_is_lsodas_own_where_that_is_finite():
     assert h1 == pytest.approx(1 / (math.sqrt(1e-8) * 1e163), rel=1e-6)
 
 
-@pytest.mark.parametrize("atol", [1e-151, 5e-324, [1e-10] * 8 + [1e-160]])
-def test_atol_below_its_floor_is_refused(atol):
-    with pytest.raises(fs.InputError, match="at least 1e-150"):
-        fs.integrate(fs.make_system("birth-death", eps=0.1), (0, 1), atol=atol)
+def _floor_run(method, x0, span, atol, eps=0.125):
+    system = fs.make_system("birth-death", eps=eps)
+    H = {"H": span[1]} if method == "multirate" else {}
+    return fs.integrate(system, span, x0, method=method, rtol=1e-6, atol=atol, n_eval=3, **H)
+
+
+# the floors measured (`Method.atol_min`): the same for every method before (1e-150, with the
+# reason 'the tested range'), though most integrate far below it
+FLOORS = {"auto": 1e-300, "radau": 1e-300, "bdf": 1e-300, "lsoda": 1e-300, "rk45": 5e-324,
+          "dop853": 1e-155, "dopri5": 1e-300, "dopri8": 1e-300, "bosh3": 1e-300,
+          "adaptive_heun": 1e-300, "multirate": 5e-324, "rodas4": 5e-324, "rodas3": 5e-324}  # fmt: skip
+# from all mass on state 0, where the other states start at exactly 0 and atol alone bounds their
+# error, every step of the initial layer is taken at relative accuracy: 60,000 steps for bosh3
+# and more for adaptive_heun over (0, 1e-3) (25 s; they succeed there too), so the low-order
+# pair runs from mass spread over the states only
+ZERO_START_SLOW = ("bosh3", "adaptive_heun")
+
+
+@pytest.mark.parametrize("method", list(fs.METHODS))
+def test_every_method_integrates_at_its_atol_floor(method):
+    """Each method at its floor: success, mass conserved to 1e-12 (the generator's columns sum to
+    zero; the solvers keep it to round-off, 1e-15 here), and x within 100 rtol (1e-4) of Radau at
+    rtol 1e-12 (a global error of a few tens of rtol over a contracting span) and of the same
+    method at the default atol. From mass spread over the states over (0, 0.1), and from all mass
+    on state 0 over (0, 1e-3), where states at 0 make atol the whole error control; the stiff
+    methods also at eps 1e-8 (rates 5e8), where radau, bdf and lsoda fail below their floor."""
+    assert fs.METHODS[method].atol_min == FLOORS[method]
+    starts = [(np.full(8, 1 / 8), (0.0, 0.1), 0.125)]
+    if method not in ZERO_START_SLOW:
+        starts.append((np.eye(8)[0], (0.0, 1e-3), 0.125))
+    if fs.METHODS[method].stiff and method != "multirate":  # where radau, bdf and lsoda fail below
+        starts.append((np.eye(8)[0], (0.0, 1e-3), 1e-8))
+    for x0, span, eps in starts:
+        ds = _floor_run(method, x0, span, FLOORS[method], eps)
+        assert ds.attrs["status"] == "success", ds.attrs["message"]
+        assert np.max(np.abs(ds["mass_error"].values)) < 1e-12
+        x = ds["x"].values[-1]
+        if method == "multirate":  # no tolerance: the same map at any atol
+            np.testing.assert_array_equal(x, _floor_run(method, x0, span, 1e-10)["x"].values[-1])
+            continue
+        ref = fs.integrate(fs.make_system("birth-death", eps=eps), span, x0, method="radau",
+                           rtol=1e-12, atol=1e-15, n_eval=3)["x"].values[-1]  # fmt: skip
+        np.testing.assert_allclose(x, ref, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(x, _floor_run(method, x0, span, 1e-10, eps)["x"].values[-1],
+                                   rtol=0, atol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", list(fs.METHODS))
+def test_atol_just_below_the_methods_floor_is_refused(method):
+    """One sentence naming the floor, the method and why, for a number and per component (the
+    methods at 5e-324, the smallest positive float64, refuse 0 as not positive)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    below = float(np.nextafter(FLOORS[method], 0))
+    why = "positive" if below == 0 else f"at least {FLOORS[method]:g} with method "
+    for atol in (below, [1e-10] * 8 + [below]):
+        with pytest.raises(fs.InputError, match=f"^atol must be .*{why}") as info:
+            fs.integrate(system, (0, 0.1), method=method, atol=atol, n_eval=3)
+        if below:
+            assert fs.METHODS[method].atol_why in str(info.value)
 
 
 def test_span_too_short_for_the_saved_times_is_refused():
@@ -423,3 +478,45 @@ def test_michaelis_menten_from_no_substrate_is_an_equilibrium():
     assert np.all(ds["y"].values == 0.0)
     assert np.all(ds["p_st"].values[:, 0] == 1.0) and np.all(ds["p_st"].values[:, 1:] == 0.0)
     assert np.max(ds["manifold_distance"].values) == 0.0
+
+
+@pytest.mark.parametrize("method", [m for m, e in fs.METHODS.items() if "max_steps" in e.options])
+@pytest.mark.parametrize("max_steps", [0, 2.5, "ten", 2**63])
+def test_max_steps_is_checked_once_for_every_method(method, max_steps):
+    """Before any work, in one sentence, for every method that takes it (torchdiffeq's took
+    max_steps=0 or 2.5 unchecked, and 2**63 overflowed the compiled rodas4 march's counter)."""
+    system = fs.make_system("birth-death", eps=0.125)
+    expected = "positive integer" if max_steps != 2**63 else "at most 2\\*\\*63 - 1"
+    with pytest.raises(fs.InputError, match=f"^max_steps must be (a )?{expected}"):
+        fs.integrate(system, (0, 0.1), method=method, n_eval=3, max_steps=max_steps)
+
+
+def test_check_inputs_names_the_arguments_as_the_caller_calls_them():
+    """The command line passes its option names: its messages named the library's y0 and x0."""
+    from fastslow_sim.integrators import check_inputs
+
+    system = fs.make_system("birth-death", eps=0.125)
+    names = {"x0": "--x0", "y0": "--y0", "n_eval": "--n-eval", "max_steps": "--max-steps"}
+    for kwargs, start in [({"y0": [1.0, 2.0]}, "--y0 must have 1 entry"),
+                          ({"x0": [0.5, 0.5]}, "--x0 must have 8 entries"),
+                          ({"max_steps": 0}, "--max-steps must be a positive integer")]:  # fmt: skip
+        with pytest.raises(fs.InputError, match=f"^{start}"):
+            check_inputs(system, (0, 1), names=names, **kwargs)
+        with pytest.raises(fs.InputError, match=f"^{start.lstrip('-').replace('-', '_')}"):
+            check_inputs(system, (0, 1), **kwargs)
+        with pytest.raises(fs.InputError, match=f"^{start}"):  # integrate passes them on
+            fs.integrate(system, (0, 1), names=names, **kwargs)
+    # valid input: the names went on to the method's solve as an option, a TypeError
+    ds = fs.integrate(system, (0, 0.1), method="radau", names=names, n_eval=3)
+    assert ds.attrs["status"] == "success"
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(26843.5, "26,800"), (999.96, "1,000"), (23.47, "23.5"), (1.0, "1"), (0.0123, "0.0123"),
+     (1e20, "1e+20"), (float("inf"), "inf")],
+)
+def test_amount_text_groups_like_a_count_to_three_digits(value, text):
+    from fastslow_sim.wording import amount_text
+
+    assert amount_text(value) == text

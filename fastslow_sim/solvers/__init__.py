@@ -22,11 +22,31 @@ import numpy as np
 from ..errors import InputError
 
 __all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "first_step",
-           "SOLVER_ERRORS"]  # fmt: skip
+           "SOLVER_ERRORS", "check_max_steps", "MAX_STEPS_HINT"]  # fmt: skip
 
 # what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver):
 # reported as the trajectory's status, not raised in the middle of a batch
 SOLVER_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError)
+
+
+# the largest budget of steps: the compiled rodas4 march counts its steps in a 64-bit integer
+MAX_STEPS_MAX = 2**63 - 1
+# how a message that a method spent its budget of steps says to raise it, from either interface
+MAX_STEPS_HINT = "raise it with --max-steps N on the command line, max_steps=N in Python"
+
+
+def check_max_steps(value, name: str = "max_steps") -> int:
+    """`value` as a budget of steps, or `InputError` unless it is an integer from 1 to
+    `MAX_STEPS_MAX`; `name` is how the message calls it (`--max-steps` on the command line)."""
+    from ..validation import positive_int
+
+    steps = positive_int(name, value)
+    if steps > MAX_STEPS_MAX:
+        raise InputError(
+            f"{name} must be at most 2**63 - 1 = {MAX_STEPS_MAX:,} (the rodas4 march counts its "
+            f"steps in a 64-bit integer); got {value!r}."
+        )
+    return steps
 
 
 @dataclass
@@ -54,6 +74,11 @@ class Method:
     differentiable: bool = False  # gradients flow through its torch form (`odeint_system`)
     needs_torch_form: bool = False  # the system must provide torch rates
     explicit_stability: tuple | None = None  # (real stability interval, stages) when explicit
+    # the smallest absolute tolerance `integrate` accepts for the method, and why: where it was
+    # tested (tests/test_integrate.py runs each at it). A method that
+    # says nothing keeps 1e-150, the bound every method had before they were tested lower
+    atol_min: float = 1e-150
+    atol_why: str = "the smallest at which methods without a measured floor are accepted"
 
 
 METHODS: dict[str, Method] = {}
@@ -71,10 +96,20 @@ def register(method: Method) -> Method:
 _ORDER = {"auto": 0, "radau": 1, "bdf": 2, "lsoda": 3, "rk45": 4, "dop853": 5, "dopri5": 6,
           "dopri8": 7, "bosh3": 8, "adaptive_heun": 9, "multirate": 10, "rodas4": 11, "rodas3": 12}  # fmt: skip
 
+# the floors of `Method.atol_min`, measured on the default birth-death run (eps 0.125), a batch, a
+# span of 1e-3, all mass on the last state and eps 1e-8 (at 1e-155, 1e-200, 1e-250, 1e-300,
+# 1e-305, 2.2e-308 and 5e-324; tests/test_integrate.py runs every method at its floor)
+ATOL_ANY = 5e-324  # the smallest positive float64: every atol is accepted
+ATOL_TESTED = 1e-300  # the floor of the methods that fail somewhere below it (their `atol_why`)
+
+
 register(Method(
     "auto", "auto", True,
     "lsoda at 10x tighter tolerances; rodas4 at 100x tighter when very stiff (S > 1e9); "
     "a batch takes rodas4 where the system has a torch form",
+    atol_min=ATOL_TESTED,
+    atol_why="it was tested down to 1e-300, where lsoda runs at 1e-301 and rodas4 at 1e-302; at "
+    "5e-324 lsoda runs at atol 0 and fails",
 ))  # fmt: skip
 
 

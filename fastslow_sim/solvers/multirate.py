@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from . import Method, Solution, register
+from . import ATOL_ANY, Method, Solution, register
 
 DEFAULT_H = 0.01  # slow time per block when `H` is not given
 
@@ -66,5 +66,6 @@ def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
 register(Method(
     "multirate", "multirate", True,
     "multirate map of DESIGN 3.3: exact fast propagation per token, one slow step per block H",
-    solve_multirate, options=("H",),
+    solve_multirate, options=("H",), atol_min=ATOL_ANY,
+    atol_why="the map takes no tolerance (its fast propagation is exact per token)",
 ))  # fmt: skip

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..rosenbrock.tableau import TABLEAUS
-from . import Method, Solution, register
+from . import ATOL_ANY, MAX_STEPS_HINT, Method, Solution, register
 
 MARCHES = ("auto", "torch", "compiled")
 
@@ -84,8 +84,8 @@ def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_0
     status = [STATUS[int(c)] for c in codes.cpu()]
     why = {
         "success": "integration finished",
-        "max_steps": f"{tableau} stopped: max_steps (it took max_steps = {max_steps} steps, the "
-        f"budget that bounds its work; raise it with integrate(..., max_steps=N))",
+        "max_steps": f"{tableau} stopped: max_steps (it took max_steps = {int(max_steps):,} "
+        f"steps, the budget that bounds its work; {MAX_STEPS_HINT})",
         "step_underflow": f"{tableau} stopped: step_underflow (its step fell below ten float64 "
         f"spacings of t, so the tolerances ask for more than float64 resolves there; raise "
         f"atol or rtol)",
@@ -112,7 +112,8 @@ def _method(name):
     return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched Rosenbrock {name}"),
                   solve_batch, options=("max_steps", "device", "dense_output", "linear_solver",
                                         "march"),
-                  differentiable=True, needs_torch_form=True)  # fmt: skip
+                  differentiable=True, needs_torch_form=True, atol_min=ATOL_ANY,
+                  atol_why="it was tested down to 5e-324, the smallest positive float64")  # fmt: skip
 
 
 for _name in TABLEAUS:

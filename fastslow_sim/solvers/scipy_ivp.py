@@ -46,7 +46,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..validation import positive_int
-from . import Method, first_step, per_trajectory, register
+from . import (
+    ATOL_ANY,
+    ATOL_TESTED,
+    MAX_STEPS_HINT,
+    Method,
+    first_step,
+    per_trajectory,
+    register,
+)
 
 _UROUND = 2.0**-52
 
@@ -114,9 +122,9 @@ def _budgeted(solver_class, name, max_steps):
             if self._steps > max_steps:
                 spent[0] = True
                 return False, (
-                    f"{name} stopped after max_steps = {max_steps} steps at t = {self.t:.6g}, "
-                    f"the budget that bounds its work; raise it with integrate(..., "
-                    f"max_steps=N) if the run is slow but advancing."
+                    f"{name} stopped after max_steps = {max_steps:,} steps at t = "
+                    f"{self.t:.6g}, the budget that bounds its work; {MAX_STEPS_HINT} if the run "
+                    f"is slow but advancing."
                 )
             if not implicit or self.jac is None:
                 return super()._step_impl()
@@ -217,6 +225,23 @@ def _solve_one(name, scipy_name, explicit, order):
 
 # the order that scipy's starting step takes: its error estimator's (Radau 3, BDF 1, RK45 4,
 # DOP853 7); LSODA, which starts at order 1, 1
+# the atol floors (`Method.atol_min`): DOP853's error norm squares the error over atol
+# (`np.linalg.norm(err / scale) ** 2`), and round-off over atol then overflows
+_DOP853_WHY = (
+    "it was tested down to 1e-155; at 1e-170 on the default run its error norm, the error over "
+    "atol squared, overflows float64 and the run fails"
+)
+_FLOORS = {
+    "radau": (ATOL_TESTED, "it was tested down to 1e-300; at 2.2e-308 from eps 1e-8 its Newton "
+              "iteration overflows float64 and the run fails"),
+    "bdf": (ATOL_TESTED, "it was tested down to 1e-300; at 5e-324 from eps 1e-8 its Newton "
+            "iteration overflows float64 and the run fails"),
+    "lsoda": (ATOL_TESTED, "it was tested down to 1e-300; at 5e-324 it takes no step from t = 0 "
+              "and the run fails"),
+    "dop853": (1e-155, _DOP853_WHY),
+    "rk45": (ATOL_ANY, "it was tested down to 5e-324, the smallest positive float64"),
+}  # fmt: skip
+
 for _name, _scipy, _stiff, _text, _stab, _order in [
     ("radau", "Radau", True, "implicit Runge-Kutta, order 5, stiff", None, 3),
     ("bdf", "BDF", True, "backward differentiation, orders 1-5, stiff", None, 1),
@@ -225,4 +250,5 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
     ("dop853", "DOP853", False, "explicit order 8, non-stiff", (6.0, 12), 7),
 ]:
     register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
-                    options=("max_steps",), explicit_stability=_stab))  # fmt: skip
+                    options=("max_steps",), explicit_stability=_stab,
+                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1]))  # fmt: skip
