@@ -547,13 +547,16 @@ def test_manifold_prints_no_signed_zero(tmp_path, y_range, line):
     assert branch["mean_min"] >= 0
 
 
-def test_manifold_numbers_that_round_to_zero_have_no_sign():
-    from fastslow_sim.cli.ode import _num
+def test_numbers_that_round_to_zero_have_no_sign():
+    from fastslow_sim.cli.common import fmt_vec
+    from fastslow_sim.cli.common import unsigned_zero as _num
 
     assert [_num(v, ".3f") for v in (-2e-20, -0.0, -0.0004, -0.0006, 0.0)] == [
         "0.000", "0.000", "0.000", "-0.001", "0.000"]  # fmt: skip
     assert _num(-0.0, "g") == "0" and _num(-1e-5, "g") == "-1e-05"
     assert _num(-2e-20, ".2e") == "-2.00e-20"  # its real size where the format shows it
+    # integrate's state vectors go through it too: -0.0 printed "-0", -2e-20 keeps its size
+    assert fmt_vec([-0.0, -2e-20, 0.5]) == "[0, -2e-20, 0.5]"
 
 
 def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):

@@ -269,13 +269,21 @@ def ode_command(f):
     return wrapper
 
 
+def unsigned_zero(value: float, spec: str) -> str:
+    """`value` in the format `spec`, without a sign where it rounds to zero there: a mean of
+    -2e-20 printed as "-0.000", or -0.0 as "-0" (every number of a manifold line and every
+    entry of `fmt_vec` goes through it)."""
+    text = format(value, spec)
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def fmt_vec(v, digits=4, edge=8):
     """`[a, b, ...]` with `digits` significant digits; over `2 edge` entries, the first `edge`
     and the last 2, and how many there are (a 4,096-state vector is not a summary)."""
     a = np.ravel(v)
 
     def text(part):
-        return ", ".join(f"{float(e):.{digits}g}" for e in part)
+        return ", ".join(unsigned_zero(float(e), f".{digits}g") for e in part)
 
     if a.size <= 2 * edge:
         return f"[{text(a)}]"
