@@ -63,6 +63,8 @@ MAX_SEED = (2**64 - 1000) // 1000
 # 52-61 under bf16 autocast (as on CUDA; measured on the CPU, no GPU at hand). Below both, so that
 # a refusal is a run that clearly cannot fit (`check_activation_memory`)
 ACTIVATION_BYTES = 40
+# the largest of those measurements: the batch that a refusal offers is the one that fits at it
+ACTIVATION_BYTES_MEASURED = 102
 
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
@@ -313,14 +315,16 @@ def check_activation_memory(cfg: TrainConfig, names: dict | None = None, world: 
         called = (names or {}).get
         where = "this GPU's" if gpu else "this machine's"
         each = f" on each of {world} processes" if world > 1 else ""
+        fits = int(have // (per_sample * ACTIVATION_BYTES_MEASURED / ACTIVATION_BYTES))
         raise InputError(
             f"{called('batch_size', 'batch_size')} {cfg.batch_size:,}{each} x "
             f"{called('block_size', 'block_size')} {cfg.block_size:,} x n_embd {cfg.n_embd:,} x "
             f"n_layer {cfg.n_layer:,} needs at least about {need / 2**30:,.3g} GiB for the "
             f"activations of one training step ({ACTIVATION_BYTES} bytes each, a lower bound: "
             f"81-102 measured in float32), more than {where} {have / 2**30:,.3g} GiB of memory; "
-            f"expected {called('batch_size', 'batch_size')} at most {int(have // per_sample):,} "
-            f"here, or a shorter context or a smaller model."
+            f"expected {called('batch_size', 'batch_size')} at most {fits:,} here (the batch "
+            f"that fits at the {ACTIVATION_BYTES_MEASURED} bytes measured), or a shorter context "
+            f"or a smaller model."
         )
 
 

@@ -487,14 +487,17 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
     # the defaults: context 256, n_embd 128, 4 layers
     per = training.ACTIVATION_BYTES * 256 * 128 * 4
     most = 2**30 // per
+    fits = 2**30 // (training.ACTIVATION_BYTES_MEASURED * 256 * 128 * 4)  # the batch it offers
     corpus = random_corpus(tokens=20_000, vocab_size=8, seed=0)
     ok = TrainConfig(device="cpu", batch_size=most, tokens=most * 256)
-    training.check_config(ok, corpus)  # the largest offered passes
+    training.check_config(ok, corpus)  # the bound is the lower estimate's
+    assert fits < most / 2
     bad = TrainConfig(device="cpu", batch_size=most + 1, tokens=(most + 1) * 256)
     text = (f"batch_size {most + 1:,} x block_size 256 x n_embd 128 x n_layer 4 needs at least "
             f"about {(most + 1) * per / 2**30:,.3g} GiB for the activations of one training step "
             f"(40 bytes each, a lower bound: 81-102 measured in float32), more than this machine's "
-            f"1 GiB of memory; expected batch_size at most {most:,} here")  # fmt: skip
+            f"1 GiB of memory; expected batch_size at most {fits:,} here (the batch that fits at "
+            f"the 102 bytes measured)")  # fmt: skip
     with pytest.raises(fs.InputError, match=re.escape(text)):
         training.check_config(bad, corpus)
 
@@ -507,11 +510,11 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
                                     "--tokens", "30M", "--out", str(out)])  # fmt: skip
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert res.output.startswith("Error: --batch-size 100,000 x --context 256 x n_embd 128")
-    most_text = "more than this machine's 1 GiB of memory; expected --batch-size at most 204 here"
+    most_text = "more than this machine's 1 GiB of memory; expected --batch-size at most 80 here"
     assert most_text in res.output
     assert not out.exists()
     # on a DDP run on the CPU, the processes share the memory
-    with pytest.raises(fs.InputError, match=r"on each of 2 processes .* at most 102 here"):
+    with pytest.raises(fs.InputError, match=r"on each of 2 processes .* at most 40 here"):
         training._validate(TrainConfig(device="cpu", batch_size=103, tokens=2 * 103 * 256), world=2)
     training._validate(TrainConfig(device="cpu", batch_size=102, tokens=2 * 102 * 256), world=2)
     # on CUDA, the GPU's memory, one process's activations on each (a simulated 2 GiB GPU)
@@ -523,9 +526,10 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
                         ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
         monkeypatch.setattr(torch.cuda, name, value)
     on_gpu = 2 * 2**30 // per
+    gpu_fits = 2 * 2**30 // (training.ACTIVATION_BYTES_MEASURED * 256 * 128 * 4)
     for device in ("auto", "cuda", "cuda:0"):
         big = TrainConfig(device=device, batch_size=on_gpu + 1, tokens=2 * (on_gpu + 1) * 256)
         with pytest.raises(fs.InputError, match=r"on each of 2 processes .* more than this GPU's 2 "
-                                                 rf"GiB of memory; expected batch_size at most {on_gpu} "):  # fmt: skip
+                                                 rf"GiB of memory; expected batch_size at most {gpu_fits} "):  # fmt: skip
             training._validate(big, world=2)
     training._validate(TrainConfig(device="cpu", batch_size=most, tokens=most * 256))  # 1 GiB here
