@@ -828,6 +828,11 @@ def test_sweep_takes_the_P_that_integrate_takes(tmp_path):
                                     str(tmp_path / "i.nc")])  # fmt: skip
     assert res.exit_code == 2 and f"P = {bad} is not held exactly" in res.output, res.output
     assert res.output.count("\n") == 1 and not (tmp_path / "i.nc").exists()
+    # --P was read through float: 2**63 - 1 became 2**63 and was refused as "more than 2**63 - 1"
+    for digits in (str(2**63 - 1), "9223372036854775296"):
+        res = CliRunner().invoke(main, ["integrate", "--P", digits, *common, "--no-plot"])
+        assert res.exit_code == 2, res.output
+        assert f"P = {digits} is not held exactly" in res.output and "more than" not in res.output
     for P in (2**52, 2**62):
         res = CliRunner().invoke(main, ["integrate", "--P", str(P), *common, "--no-plot", "--out",
                                         str(tmp_path / f"i{P}.nc"), "--json"])  # fmt: skip

@@ -97,18 +97,28 @@ def json_text(obj) -> str:
     return json.dumps(finite(obj), allow_nan=False, default=float)
 
 
+def _digits(text: str) -> int | None:
+    """`int(text)` where `text` is an integer written in digits, else `None`."""
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        return None
+
+
 def parse_eps_P(eps: str | None, P: str | None):
     """`(eps, P)` from the raw option strings, with one-sentence errors."""
     from ..systems import resolve_eps
 
     if P is not None:
-        try:
-            value = float(P)
-        except ValueError:
-            raise InputError(f"--P must be a positive integer (P = 1/eps); got {P!r}.") from None
-        if not math.isfinite(value) or not value.is_integer():
-            raise InputError(f"--P must be a positive integer (P = 1/eps); got {P!r}.")
-        P = int(value)
+        text, P = P, _digits(P)  # digits exactly: through float, 2**63 - 1 became 2**63
+        if P is None:  # a number like 1e3 or 8.0
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or not value.is_integer():
+                raise InputError(f"--P must be a positive integer (P = 1/eps); got {text!r}.")
+            P = int(value)
     if eps is not None:
         try:
             eps = float(eps)
