@@ -36,9 +36,9 @@ from .common import (
     parse_vector,
     system_option,
     systems_help,
-    unsigned_zero,
     use_agg,
 )
+from .common import unsigned_zero as _num  # a number without a sign where it rounds to 0
 
 # how integrate's messages call the library's arguments from the command line (`check_inputs`)
 OPTION_NAMES = {"x0": "--x0", "y0": "--y0", "n_eval": "--n-eval", "max_steps": "--max-steps",
@@ -491,34 +491,34 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
             "out": str(out), "plot": None if plot_path is None else str(plot_path),
         }))  # fmt: skip
         return
-    click.echo(f"{system_name}, kappa = {kappa:g}, y in [{unsigned_zero(a, 'g')}, {unsigned_zero(b, 'g')}]")
+    click.echo(f"{system_name}, kappa = {kappa:g}, y in [{_num(a, 'g')}, {_num(b, 'g')}]")
     click.echo(
         f"identity check (kappa = 0): max |x_newton(y) - p_st(y)| = "
-        f"{unsigned_zero(check['max_abs_diff'], '.2e')} over {plural(check['n_y'], 'value')} of y"
+        f"{_num(check['max_abs_diff'], '.2e')} over {plural(check['n_y'], 'value')} of y"
     )
     for br in branches:
         click.echo(
             f"branch {br['index']}: y in [{_y_text(br['y_min'])}, {_y_text(br['y_max'])}], "
-            f"mean c.x in [{unsigned_zero(br['mean_min'], '.3f')}, {unsigned_zero(br['mean_max'], '.3f')}], "
+            f"mean c.x in [{_num(br['mean_min'], '.3f')}, {_num(br['mean_max'], '.3f')}], "
             f"{_stability_text(br)}"
         )
     for f in folds:
-        click.echo(f"fold at y = {unsigned_zero(f['y'], '.6f')}, mean c.x = {unsigned_zero(f['mean'], '.4f')}")
+        click.echo(f"fold at y = {_num(f['y'], '.6f')}, mean c.x = {_num(f['mean'], '.4f')}")
     over = ("sup over the curve" if ds.attrs["gap_kind"] == "sup"
             else f"max over the {ds.sizes['point']} sampled points")  # fmt: skip
     click.echo(
-        f"gap = {over} of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = {unsigned_zero(ds.attrs['gap'], '.4f')}"
+        f"gap = {over} of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = {_num(ds.attrs['gap'], '.4f')}"
     )
     if osc is not None:
         period = (f"period not determined: {osc['period_note']}" if "period_note" in osc
-                  else f"period {unsigned_zero(osc['period'], '.3f')}")  # fmt: skip
+                  else f"period {_num(osc['period'], '.3f')}")  # fmt: skip
         a, b = osc["y_window"]
-        over = (f"over its last cycle (t in [{unsigned_zero(a, '.3f')}, {unsigned_zero(b, '.3f')}])"
+        over = (f"over its last cycle (t in [{_num(a, '.3f')}, {_num(b, '.3f')}])"
                 if osc["y_window_kind"] == "last cycle"
-                else f"over t in [{unsigned_zero(a, 'g')}, {unsigned_zero(b, 'g')}], not a full cycle")  # fmt: skip
+                else f"over t in [{_num(a, 'g')}, {_num(b, 'g')}], not a full cycle")  # fmt: skip
         click.echo(
             f"relaxation oscillation (g = 1/2 - c.x, eps = {osc['eps']:g}): y in "
-            f"[{unsigned_zero(osc['y_min'], '.4f')}, {unsigned_zero(osc['y_max'], '.4f')}] {over}, {period}"
+            f"[{_num(osc['y_min'], '.4f')}, {_num(osc['y_max'], '.4f')}] {over}, {period}"
         )
     click.echo(f"dataset     {out}")
     if plot_path is not None:
@@ -535,18 +535,18 @@ def _stability_text(br: dict) -> str:
             f"stability unresolved in float64 at {br['unresolved_points']} points (Re lambda "
             f"within round-off {br['max_unresolved_error']:.2g} of 0)"
         )
-        return text + ("" if sup is None else f", max Re lambda {unsigned_zero(sup, '.3g')} at the others")
+        return text + ("" if sup is None else f", max Re lambda {_num(sup, '.3g')} at the others")
     kind = "stable" if br["stable"] else "repelling"
     if br["unresolved_points"]:
         kind += f", unresolved at {br['unresolved_points']} points"
     at_fold = ", at its fold" if br["max_at_fold"] else ""
-    return f"{kind} (max Re lambda {unsigned_zero(sup, '.3g')}{at_fold})"
+    return f"{kind} (max Re lambda {_num(sup, '.3g')}{at_fold})"
 
 
 def _y_text(y: float) -> str:
     """A branch's end: 4 decimals, or 6 significant digits beyond 1e6 (michaelis-menten's domain
     reaches 9e306, 307 digits in fixed point)."""
-    return unsigned_zero(y, ".4f") if abs(y) < 1e6 else unsigned_zero(y, ".6g")
+    return _num(y, ".4f") if abs(y) < 1e6 else _num(y, ".6g")
 
 
 @click.command()

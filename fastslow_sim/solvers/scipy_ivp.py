@@ -35,8 +35,9 @@ that rule cost 3-5 times, evaluates it again after an accepted step only:
 
 Why not the same rule for both (stop-28 review, measured): with the test and an age of 50, BDF
 took 20 and 4 times the evaluations of a Jacobian per step on the random chain of 64 and 128
-states, eps 1e-6, over [0, 20] (nfev 38,117 against 1,874; 39,114 against 9,991), and Radau at an age of 50 lost mass
-to 3.5e-6 on the default chain at eps 1e-10 from y0 = 60 over [0, 20] (1.1e-9 at an age of 10).
+states, eps 1e-6, over [0, 20] (nfev 38,117 against 1,874; 39,114 against 9,991), and Radau
+at an age of 50 lost mass to 3.5e-6 on the default chain at eps 1e-10 from y0 = 60 over
+[0, 20] (1.1e-9 at an age of 10).
 On the chain of 256 states over [0, 10] Radau takes 56 Jacobians and 110 LU (375 and 748 with
 one a step, 12 and 100 by scipy's rule); y(5) from `y0 = 30` and `100` agrees with rodas4's to
 about 3e-9 (radau) and 3e-7 (bdf). Still open: on that chain at eps 1e-10 from y0 = 150 Radau
