@@ -261,19 +261,13 @@ def test_a_stale_jacobian_is_one_that_misses_the_change_of_f():
     assert _stale_jacobian(1e300 * A, 1e10 * dz, df, *args)
 
 
-@pytest.mark.parametrize("method", ["radau"])
-def test_scipy_implicit_methods_keep_a_jacobian_that_still_holds(method, monkeypatch):
-    """The Jacobian after every accepted step (the fix of the test above) made radau factorise
-    at every step: 3-5 times the cost at --states 1024. A Jacobian is now evaluated when scipy
-    factorises again anyway (step size changed), or where the one in use is stale, or 10 steps
-    old. On the default chain radau takes one Jacobian and one factorisation per accepted step
-    at most a third of the time (one a step before) and the same y(10) to the tolerance. (BDF
-    keeps a Jacobian a step: see the next test.)"""
+def _count_accepted_steps(monkeypatch) -> list:
+    """`[n]`: the scipy methods' accepted steps, counted from here on."""
     from fastslow_sim.solvers import scipy_ivp
 
     steps, budgeted = [0], scipy_ivp._budgeted
 
-    def counting(*args, **kwargs):  # counts the accepted steps
+    def counting(*args, **kwargs):
         solver, spent = budgeted(*args, **kwargs)
 
         class Counted(solver):
@@ -285,6 +279,18 @@ def test_scipy_implicit_methods_keep_a_jacobian_that_still_holds(method, monkeyp
         return Counted, spent
 
     monkeypatch.setattr(scipy_ivp, "_budgeted", counting)
+    return steps
+
+
+@pytest.mark.parametrize("method", ["radau"])
+def test_scipy_implicit_methods_keep_a_jacobian_that_still_holds(method, monkeypatch):
+    """The Jacobian after every accepted step (the fix of the test above) made radau factorise
+    at every step: 3-5 times the cost at --states 1024. A Jacobian is now evaluated when scipy
+    factorises again anyway (step size changed), or where the one in use is stale, or 10 steps
+    old. On the default chain radau takes one Jacobian and one factorisation per accepted step
+    at most a third of the time (one a step before) and the same y(10) to the tolerance. (BDF
+    keeps a Jacobian a step: see the next test.)"""
+    steps = _count_accepted_steps(monkeypatch)
     system = fs.make_system("birth-death", eps=0.125, states=32)
     ds = fs.integrate(system, (0, 10), method=method, n_eval=11)
     ref = fs.integrate(system, (0, 10), method="rodas4", n_eval=11, rtol=1e-11, atol=1e-13)
@@ -295,14 +301,19 @@ def test_scipy_implicit_methods_keep_a_jacobian_that_still_holds(method, monkeyp
     np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-5, atol=0)
 
 
-def test_bdf_keeps_a_jacobian_a_step_where_the_stale_test_costs_more():
+def test_bdf_keeps_a_jacobian_a_step_where_the_stale_test_costs_more(monkeypatch):
     """With radau's stale-Jacobian rule, bdf took 38,117 evaluations of f (6,424 Jacobians,
     12,971 LU, 3.8 s) on the random chain of 64 states, eps 1e-6, over [0, 20]; with a Jacobian
-    after every accepted step 1,874 (549 Jacobians). y(20) agrees with rodas4 either way."""
+    after every accepted step 1,874 (549 Jacobians). So bdf keeps a Jacobian a step: asserted
+    as that rule, not as a count of f, which depends on the BLAS kernel's rounding here (one
+    machine, the same wheel, OPENBLAS_CORETYPE: Haswell 1,394, SkylakeX 11,927, Sandybridge
+    791). y(20) agrees with rodas4 either way."""
+    steps = _count_accepted_steps(monkeypatch)
     system = fs.make_system("random", eps=1e-6, states=64)
     ds = fs.integrate(system, (0, 20), method="bdf", n_eval=3)
     ref = fs.integrate(system, (0, 20), method="rodas4", n_eval=3, rtol=1e-11, atol=1e-13)
-    assert ds.attrs["status"] == "success" and ds.attrs["nfev"] < 4_000, ds.attrs["nfev"]
+    assert ds.attrs["status"] == "success" and steps[0] > 100
+    assert ds.attrs["njev"] >= steps[0], (ds.attrs["njev"], steps[0])
     np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-6, atol=0)
 
 
