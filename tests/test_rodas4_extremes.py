@@ -1,6 +1,8 @@
 """RODAS4 at the extremes (issue 13): step control as in Hairer's codes, the smallest step
 relative to the current time and no floor tied to the span, on the reference stiff problems."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -373,3 +375,16 @@ def test_a_rodas4_failure_says_why(monkeypatch):
         assert ds.attrs["status"] == name
         assert ds.attrs["message"].startswith(f"rodas4 stopped: {name} (")
         assert says in ds.attrs["message"]
+
+
+def test_radau_overflow_message_bounds_1_over_h_where_h_is_subnormal():
+    """From y0 = 170 at eps 1e-12 radau's step is subnormal (4.97e-309), so 1/h itself overflows:
+    the message said '1/h = inf'; it now gives a true bound, and every number in it is finite."""
+    system = fs.make_system("birth-death", eps=1e-12)
+    ds = fs.integrate(system, (0, 5), y0=[170.0], method="radau", n_eval=3)
+    message = ds.attrs["message"]
+    assert ds.attrs["status"] == "failed", message
+    h = float(re.search(r"steps h near (\S+) \(", message).group(1))
+    assert 0 < h < 1 / np.finfo(np.float64).max  # 1/h is beyond float64 here
+    assert "(1/h above 1.8e308)" in message, message
+    assert not re.search(r"\binf\b|\bnan\b", message), message

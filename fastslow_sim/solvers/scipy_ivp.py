@@ -152,9 +152,11 @@ def _budgeted(solver_class, name, max_steps):
             steps whose 1/h, times the Jacobian's scale, is beyond float64)."""
             with np.errstate(all="ignore"):
                 size, inv = float(np.max(np.abs(self.J))), 1.0 / self.h_abs
+            # a subnormal h (4.97e-309 from y0 = 170 at eps 1e-12) has 1/h beyond float64: a bound
+            inv_text = f"1/h = {inv:.3g}" if np.isfinite(inv) else "1/h above 1.8e308"
             return (
                 f"{name} stopped at t = {self.t:.6g}: its Newton iteration overflowed float64 "
-                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} (1/h = {inv:.3g}) and "
+                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} ({inv_text}) and "
                 f"a Jacobian of entries up to {size:.3g}; the rates are too close to the float "
                 f"range for this method."
             )
