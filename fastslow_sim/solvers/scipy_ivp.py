@@ -56,9 +56,9 @@ from ..validation import positive_int
 from . import (
     ATOL_ANY,
     ATOL_TESTED,
-    MAX_STEPS_HINT,
     Method,
     first_step,
+    max_steps_message,
     per_trajectory,
     register,
 )
@@ -128,11 +128,7 @@ def _budgeted(solver_class, name, max_steps):
             self._steps = getattr(self, "_steps", 0) + 1
             if self._steps > max_steps:
                 spent[0] = True
-                return False, (
-                    f"{name} stopped after max_steps = {max_steps:,} steps at t = "
-                    f"{self.t:.6g}, the budget that bounds its work; {MAX_STEPS_HINT} if the run "
-                    f"is slow but advancing."
-                )
+                return False, max_steps_message(name, max_steps, self.t)
             if not implicit or self.jac is None:
                 return super()._step_impl()
             z_old, f_old = self.y.copy(), (self.f if radau else None)  # Radau keeps f
