@@ -4,6 +4,7 @@ a socket refuse the same way for every user."""
 
 import json
 import os
+import re
 import socket
 import stat
 
@@ -327,8 +328,8 @@ def test_a_scipy_solve_out_of_steps_is_a_failure_with_its_budget(tmp_path, monke
 def test_max_steps_sets_the_budget_that_the_message_names(method, tmp_path, monkeypatch):
     """The message of a spent budget said 'raise it with integrate(..., max_steps=N)', and the
     command line had no such option: --max-steps N sets it for every method that counts steps,
-    and the message names it (and the Python argument). One saved interval (--n-eval 2):
-    torchdiffeq counts its budget between two saved times."""
+    and the message names it (and the Python argument). One saved interval (--n-eval 2), where
+    torchdiffeq's old count of its budget between two saved times was the same as a whole run's."""
     args = ["integrate", "--eps", "0.125", "--t-end", "1", "--n-eval", "2", "--method", method,
             "--no-plot", "--out", "o.nc"]  # fmt: skip
     res = invoke([*args, "--max-steps", "5"], tmp_path, monkeypatch)
@@ -340,6 +341,45 @@ def test_max_steps_sets_the_budget_that_the_message_names(method, tmp_path, monk
     ok = invoke([*args, "--max-steps", "1e5", "--json"], tmp_path, monkeypatch)
     assert ok.exit_code == 0, ok.output
     assert _strict_json(ok.output)["status"] == "success"
+
+
+@pytest.mark.parametrize("method, budget, rtol", [("dopri5", 20, "1e-8"), ("dopri8", 5, "1e-8"),
+                                                  ("bosh3", 100, "1e-8"),
+                                                  ("adaptive_heun", 100, "1e-4")])  # fmt: skip
+def test_torchdiffeq_max_steps_bounds_the_whole_run(method, budget, rtol, tmp_path, monkeypatch):
+    """torchdiffeq counted --max-steps between two saved times, so with the default 401 saved
+    times a run could take 400 times the budget. On the two-state system at eps 0.5 over [0, 1]
+    (measured: 60, 18, 579 and 251 steps in all, at most 2, 2, 17 and 16 between two saved
+    times; adaptive_heun at rtol 1e-4, which at 1e-8 takes 24,420 steps, 30 s here) these
+    budgets let each finish with status success. The budget is now the whole
+    run's, as for every other method: it stops with status max_steps, the time reached and the
+    wording of the others, exit 1, the saved times it passed equal to the finished run's and NaN
+    after them."""
+    args = ["integrate", "--system", "two-state", "--eps", "0.5", "--t-end", "1", "--method",
+            method, "--rtol", rtol, "--atol", f"{float(rtol) / 100:g}", "--no-plot", "--out",
+            "o.nc"]  # fmt: skip
+    full = invoke([*args, "--json"], tmp_path, monkeypatch)
+    assert full.exit_code == 0, full.output
+    x_full = fs.load_dataset(tmp_path / "o.nc")["x"].values
+    res = invoke([*args, "--max-steps", str(budget)], tmp_path, monkeypatch)
+    assert res.exit_code == 1, res.output
+    (status,) = [ln for ln in res.output.splitlines() if ln.startswith("status")]
+    match = re.fullmatch(
+        rf"status +max_steps: {method} stopped after max_steps = {budget:,} steps at t = (\S+), "
+        r"the "
+        r"budget that bounds its work; raise it with --max-steps N on the command line, "
+        r"max_steps=N in Python if the run is slow but advancing\.",
+        status,
+    )
+    assert match, status
+    t_reached = float(match.group(1))
+    ds = fs.load_dataset(tmp_path / "o.nc")
+    assert ds.attrs["status"] == "max_steps"
+    t, x = ds["time"].values, ds["x"].values
+    passed = t <= t_reached
+    assert 0 < t_reached < 1 and 1 < passed.sum() < len(t)
+    np.testing.assert_array_equal(x[passed], x_full[passed])  # the same steps: the same values
+    assert np.isnan(x[~passed]).all()
 
 
 @pytest.mark.parametrize(

@@ -187,3 +187,22 @@ def test_torchdiffeq_methods_are_differentiable():
     assert 0 < float(grad) and abs(float(grad) - float(fd)) <= 1e-6 * abs(float(fd))
     ds = fs.integrate(system, (0, 0.5), method="dopri5", n_eval=3)
     assert ds.attrs["differentiable"] == 1
+
+
+def test_odeint_system_max_steps_bounds_the_whole_run():
+    """odeint_system's max_steps was torchdiffeq's bound between two saved times: over 101
+    saved times of the two-state system (eps 0.5; 60 dopri5 steps in all, at most 2 between two
+    saved times) max_steps=5 let it finish. It now bounds the whole run and says where it
+    stopped; a budget beyond torchdiffeq's int32 bound (2**40) no longer fails ('value cannot be
+    converted to type int32 without overflow', status error in integrate)."""
+    from fastslow_sim.solvers.torchdiffeq_ode import MaxStepsError, odeint_system
+
+    system = fs.make_system("two-state", eps=0.5)
+    z0 = torch.tensor([1.0, 0.0, 0.9], dtype=torch.float64)
+    t = torch.linspace(0, 1, 101, dtype=torch.float64)
+    full = odeint_system(system, z0, t, max_steps=2**40)
+    assert full.shape == (101, 3) and torch.isfinite(full).all()
+    with pytest.raises(MaxStepsError, match=r"^dopri5 stopped after max_steps = 5 steps at t = "):
+        odeint_system(system, z0, t, max_steps=5)
+    ds = fs.integrate(system, (0, 1), method="dopri5", max_steps=2**40, n_eval=5)
+    assert ds.attrs["status"] == "success", ds.attrs["message"]

@@ -125,9 +125,8 @@ def _minutes(seconds: float) -> str:
     default=None,
     metavar="N",
     help="Budget of steps, a positive integer (every method but multirate): of each trajectory "
-    "for the scipy methods [default: 200,000] and rodas4 [default: 1,000,000], between two saved "
-    "times for torchdiffeq's [default: 1,000,000]; a run that spends it ends with the status "
-    "max_steps.",
+    "for the scipy methods [default: 200,000], rodas4 and torchdiffeq's [default: 1,000,000]; "
+    "a run that spends it ends with the status max_steps.",
 )
 @output_options("integrate-SYSTEM-epsE.nc")
 @ode_command

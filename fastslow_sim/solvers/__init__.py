@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 
 __all__ = ["Method", "Solution", "METHODS", "register", "per_trajectory", "first_step",
-           "SOLVER_ERRORS", "check_max_steps", "MAX_STEPS_HINT"]  # fmt: skip
+           "SOLVER_ERRORS", "check_max_steps", "MAX_STEPS_HINT", "max_steps_message"]  # fmt: skip
 
 # what a back-end may raise on a hard problem (overflow, a singular matrix, a stalled solver):
 # reported as the trajectory's status, not raised in the middle of a batch
@@ -33,6 +33,15 @@ SOLVER_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgErro
 MAX_STEPS_MAX = 2**63 - 1
 # how a message that a method spent its budget of steps says to raise it, from either interface
 MAX_STEPS_HINT = "raise it with --max-steps N on the command line, max_steps=N in Python"
+
+
+def max_steps_message(name: str, max_steps: int, t: float) -> str:
+    """What every method that counts its steps itself says when it spent `max_steps` of them
+    over the whole run, stopping at time `t`."""
+    return (
+        f"{name} stopped after max_steps = {max_steps:,} steps at t = {t:.6g}, the budget that "
+        f"bounds its work; {MAX_STEPS_HINT} if the run is slow but advancing."
+    )
 
 
 def check_max_steps(value, name: str = "max_steps") -> int:

@@ -56,9 +56,9 @@ from ..validation import positive_int
 from . import (
     ATOL_ANY,
     ATOL_TESTED,
-    MAX_STEPS_HINT,
     Method,
     first_step,
+    max_steps_message,
     per_trajectory,
     register,
 )
@@ -128,11 +128,7 @@ def _budgeted(solver_class, name, max_steps):
             self._steps = getattr(self, "_steps", 0) + 1
             if self._steps > max_steps:
                 spent[0] = True
-                return False, (
-                    f"{name} stopped after max_steps = {max_steps:,} steps at t = "
-                    f"{self.t:.6g}, the budget that bounds its work; {MAX_STEPS_HINT} if the run "
-                    f"is slow but advancing."
-                )
+                return False, max_steps_message(name, max_steps, self.t)
             if not implicit or self.jac is None:
                 return super()._step_impl()
             z_old, f_old = self.y.copy(), (self.f if radau else None)  # Radau keeps f
@@ -152,9 +148,11 @@ def _budgeted(solver_class, name, max_steps):
             steps whose 1/h, times the Jacobian's scale, is beyond float64)."""
             with np.errstate(all="ignore"):
                 size, inv = float(np.max(np.abs(self.J))), 1.0 / self.h_abs
+            # a subnormal h (4.97e-309 from y0 = 170 at eps 1e-12) has 1/h beyond float64: a bound
+            inv_text = f"1/h = {inv:.3g}" if np.isfinite(inv) else "1/h above 1.8e308"
             return (
                 f"{name} stopped at t = {self.t:.6g}: its Newton iteration overflowed float64 "
-                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} (1/h = {inv:.3g}) and "
+                f"(largest 1.8e308) with steps h near {self.h_abs:.3g} ({inv_text}) and "
                 f"a Jacobian of entries up to {size:.3g}; the rates are too close to the float "
                 f"range for this method."
             )
