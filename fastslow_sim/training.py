@@ -30,7 +30,7 @@ from .bridge.cost import flops_per_token, peak_flops
 from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
-from .io import atomic_path, check_writable, save_json
+from .io import atomic_path, check_writable, save_json, watched_file
 from .validation import count_text
 from .wording import bytes_text, plural
 
@@ -188,8 +188,8 @@ def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device, align
 
 
 def _save_atomic(obj, path: Path):
-    with atomic_path(path, "checkpoint") as tmp:
-        torch.save(obj, tmp)
+    with atomic_path(path, "checkpoint") as tmp, watched_file(tmp, path) as f:
+        torch.save(obj, f)  # on a full disk, one OSError naming the path (torch's RuntimeError)
 
 
 def _gather(obj, world: int) -> list:
