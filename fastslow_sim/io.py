@@ -26,12 +26,19 @@ its name): every file carries a mark, sniffed cheaply from its first (PDF: last)
 Anything else (a user's text, an image or HDF5 file without the mark, a corrupt or unreadable
 file) is refused with one sentence, before any work (`check_writable`) and again just before
 the rename. A symbolic link is followed: the file it points to is judged, and replaced.
+
+A full disk ends in one `OSError` (ENOSPC) naming the target, never a half-written file: a
+dataset whose numbers exceed the free space is refused before anything is written, and h5py
+and torch.save write through `watched_file`, which keeps a failed write from them (h5py crashed
+on one) and raises it after.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -46,9 +53,10 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .wording import bytes_text
 
 __all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "check_parent",
-           "atomic_path", "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
+           "atomic_path", "watched_file", "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
 
 ENGINE = "h5netcdf"
 MARK = "fastslow-sim"  # how a figure's Creator/Software metadata begins
@@ -387,8 +395,88 @@ def atomic_path(path, what="output"):
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
         check_writable(path, what)  # once more: something may have appeared there meanwhile
         os.replace(tmp, path)
+    except OSError as err:
+        if err.errno not in _FULL or err.filename == str(path):
+            raise
+        # a full disk names the file asked for, not the temporary one (or none, as write does)
+        raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device, or in the user's quota
+
+
+def _free_bytes(folder: Path) -> int:
+    """The bytes this process may still write on the file system of `folder` (root may also
+    use the blocks reserved for it)."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # not told: the write itself finds out (`_SpaceWatch`)
+        return 2**63
+    return st.f_frsize * (st.f_bfree if os.geteuid() == 0 else st.f_bavail)
+
+
+def _check_space(path: Path, need: int, what: str):
+    """`OSError(ENOSPC)` naming `path` when its file system has fewer than `need` bytes free
+    (`need`: a lower bound of the file's size), before anything is written."""
+    free = _free_bytes(path.parent if str(path.parent) else Path("."))
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device (the {what} needs at least "
+                      f"{bytes_text(need)}; its file system has {bytes_text(free)} free)",
+                      str(path))  # fmt: skip
+
+
+@contextlib.contextmanager
+def watched_file(tmp, path, mode: str = "w+"):
+    """Yield `tmp` opened for a writer that must not see a failed write (h5py, torch.save:
+    `_SpaceWatch`); on leaving, the first write error is raised as an `OSError` naming `path`
+    (also when the writer then failed on what it read back)."""
+    f = _SpaceWatch(tmp, mode)
+    try:
+        with f:
+            yield f
+    except Exception:
+        if f.error is None:
+            raise
+    if f.error is not None:
+        err = f.error
+        raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from None
+
+
+class _SpaceWatch(io.FileIO):
+    """A file for h5py's file-object driver that never tells HDF5 a write failed: the first
+    OSError (a full disk) is kept in `error` and later writes are dropped, so that HDF5 ends and
+    closes its file as usual and the caller raises `error` after. With the error raised inside
+    HDF5 (on a path), h5py's file failed to close and h5netcdf closed it again when the
+    exception was freed: the interpreter crashed (a segmentation fault, exit status 139)."""
+
+    error: OSError | None = None
+
+    def _keep(self, err: OSError):
+        if self.error is None:
+            self.error = err
+
+    def write(self, b):
+        if self.error is None:
+            try:
+                return super().write(b)
+            except OSError as err:
+                self._keep(err)
+        return memoryview(b).nbytes
+
+    def truncate(self, size=None):
+        try:
+            return super().truncate(size)
+        except OSError as err:
+            self._keep(err)
+            return self.tell() if size is None else size
+
+    def flush(self):
+        try:
+            super().flush()
+        except OSError as err:
+            self._keep(err)
 
 
 def _clean_attrs(attrs: dict) -> dict:
@@ -413,12 +501,16 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     for name in ds.variables:
         ds[name].attrs = _clean_attrs(ds[name].attrs)
     ds.attrs.pop(DIGEST_KEY, None)  # a loaded dataset's: the new file gets its own
+    # the file holds at least the numbers' bytes (uncompressed): refused before any is written
+    _check_space(path, sum(v.nbytes for v in ds.variables.values() if v.dtype.kind in "biufcmM"),
+                 "dataset")  # fmt: skip
     with atomic_path(path, "dataset") as tmp:
-        ds.to_netcdf(tmp, engine=ENGINE)
         import h5py
 
-        with h5py.File(tmp, "r+") as f:  # the digest of the file as written, read back
-            f.attrs[DIGEST_KEY] = _content_digest(f)
+        with watched_file(tmp, path) as f:  # HDF5 writes through it (`_SpaceWatch`)
+            ds.to_netcdf(f, engine=ENGINE)
+        with watched_file(tmp, path, "r+") as f, h5py.File(f, "r+") as h5:
+            h5.attrs[DIGEST_KEY] = _content_digest(h5)  # of the file as written, read back
     return path
 
 

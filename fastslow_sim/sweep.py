@@ -143,19 +143,27 @@ def _cell_eps(cell) -> float:
     return resolve_eps(cell.get("eps"), cell.get("P"))[0]
 
 
+# how a cell's refusal calls integrate's arguments: the command's option names, as integrate's own
+_INTEGRATE_NAMES = {"n_eval": "--n-eval", "atol": "--atol"}
+
+
 def _validate_integrate(cell):
     """What `fastslow-sim integrate` checks of these values: exactly one of eps and P (DESIGN
-    2), an eps that the method resolves, the system's own checks, and the multirate map's
-    blocks (one saved state each)."""
-    from .integrators import check_eps_range
+    2), an eps that the method resolves, the system's own checks, the multirate map's blocks
+    (one saved state each), and everything `integrate` refuses before any work
+    (`check_inputs`: the method's atol floor, the saved times the span holds, ...), from the
+    system's own initial condition (a seeded one is drawn on the simplex and in [0, 1])."""
+    from .integrators import check_eps_range, check_inputs
     from .solvers.multirate import check_block_count
     from .systems import make_system
 
     eps = _cell_eps(cell)
     check_eps_range(eps, cell["method"])
-    make_system(cell["system"], eps=eps)
+    system = make_system(cell["system"], eps=eps)
     if cell["method"] == "multirate":
         check_block_count(cell["t_end"])
+    check_inputs(system, (0.0, cell["t_end"]), method=cell["method"], rtol=cell["rtol"],
+                 atol=cell["atol"], n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip
 
 
 def _integrate_group(cell):

@@ -30,9 +30,9 @@ from .bridge.cost import flops_per_token, peak_flops
 from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
-from .io import atomic_path, check_writable, save_json
+from .io import atomic_path, check_writable, save_json, watched_file
 from .validation import count_text
-from .wording import plural
+from .wording import bytes_text, plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
            "check_config", "check_run_folder"]
@@ -188,8 +188,8 @@ def _batch(data: np.ndarray, T: int, B: int, gen: torch.Generator, device, align
 
 
 def _save_atomic(obj, path: Path):
-    with atomic_path(path, "checkpoint") as tmp:
-        torch.save(obj, tmp)
+    with atomic_path(path, "checkpoint") as tmp, watched_file(tmp, path) as f:
+        torch.save(obj, f)  # on a full disk, one OSError naming the path (torch's RuntimeError)
 
 
 def _gather(obj, world: int) -> list:
@@ -316,15 +316,22 @@ def check_activation_memory(cfg: TrainConfig, names: dict | None = None, world: 
         where = "this GPU's" if gpu else "this machine's"
         each = f" on each of {world} processes" if world > 1 else ""
         fits = int(have // (per_sample * ACTIVATION_BYTES_MEASURED / ACTIVATION_BYTES))
+        batch = called("batch_size", "batch_size")
+        expected = (f"expected {batch} at most {count_text(fits)} here (the batch that fits at "
+                    f"the {ACTIVATION_BYTES_MEASURED} bytes measured), or a shorter context or a "
+                    f"smaller model.")  # fmt: skip
+        if fits < 1:  # not even a batch of 1: "at most 0" is no batch
+            one = per_sample * ACTIVATION_BYTES_MEASURED / ACTIVATION_BYTES
+            expected = (f"expected a shorter context or a smaller model (a {batch} of 1 needs "
+                        f"about {bytes_text(one)} at the {ACTIVATION_BYTES_MEASURED} bytes "
+                        f"measured).")  # fmt: skip
         raise InputError(
-            f"{called('batch_size', 'batch_size')} {cfg.batch_size:,}{each} x "
-            f"{called('block_size', 'block_size')} {cfg.block_size:,} x n_embd {cfg.n_embd:,} x "
-            f"n_layer {cfg.n_layer:,} needs at least about {need / 2**30:,.3g} GiB for the "
-            f"activations of one training step ({ACTIVATION_BYTES} bytes each, a lower bound: "
-            f"81-102 measured in float32), more than {where} {have / 2**30:,.3g} GiB of memory; "
-            f"expected {called('batch_size', 'batch_size')} at most {fits:,} here (the batch "
-            f"that fits at the {ACTIVATION_BYTES_MEASURED} bytes measured), or a shorter context "
-            f"or a smaller model."
+            f"{batch} {count_text(cfg.batch_size)}{each} x "
+            f"{called('block_size', 'block_size')} {count_text(cfg.block_size)} x n_embd "
+            f"{count_text(cfg.n_embd)} x n_layer {count_text(cfg.n_layer)} needs at least about "
+            f"{bytes_text(need)} for the activations of one training step ({ACTIVATION_BYTES} "
+            f"bytes each, a lower bound: 81-102 measured in float32), more than {where} "
+            f"{bytes_text(have)} of memory; {expected}"
         )
 
 

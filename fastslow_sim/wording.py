@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["plural", "number_text", "count_text", "amount_text"]
+__all__ = ["plural", "number_text", "count_text", "amount_text", "bytes_text"]
 
 
 def count_text(v: int) -> str:
@@ -25,6 +25,17 @@ def amount_text(v: float, digits: int = 3) -> str:
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
     text = f"{rounded:,.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text  # 1, not 1.00 (as .3g)
+
+
+def bytes_text(n: float) -> str:
+    """A size in bytes as a message prints it, in the largest binary unit up to GiB that it
+    reaches, by `amount_text`: `bytes_text(81920)` is "80 KiB", `bytes_text(1.5 * 2**30)` "1.5
+    GiB", `bytes_text(5.24e15)` "4,880,000 GiB", `bytes_text(40)` "40 bytes" (":,.3g" of GiB made
+    these "7.63e-05 GiB" and "4.88e+06 GiB")."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{amount_text(n / size)} {unit}"
+    return f"{amount_text(n)} {'byte' if n == 1 else 'bytes'}"
 
 
 def plural(n, noun: str, many: str | None = None, spec: str = "") -> str:

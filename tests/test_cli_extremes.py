@@ -602,3 +602,97 @@ def test_the_stiffness_index_of_another_jacobian_is_computed_again():
     other = system.with_eps(0.25)
     assert stiffness_index(other, z0, (0.0, 1.0)) == direct(other, z0, 1.0) != first
     assert stiffness_index(system, z0, (0.0, 1.0)) == first
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 256 KiB tmpfs at `tmp_path/full` (mounting needs root: skipped where it fails),
+    unmounted after the test."""
+    import subprocess
+
+    where = tmp_path / "full"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                       capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a 256 KiB tmpfs to fill: {(r.stderr or r.stdout).strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)  # a file left open
+
+
+def _fill_leaving(folder, free_bytes):
+    """A file in `folder` that leaves about `free_bytes` of its file system free."""
+    st = os.statvfs(folder)
+    with open(folder / "filler", "wb") as f:
+        f.write(b"\0" * (st.f_frsize * st.f_bfree - free_bytes))
+
+
+def _run_here(args, cwd):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])  # this tree, not another installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                          cwd=cwd, timeout=300)  # fmt: skip
+
+
+def test_dataset_onto_a_full_disk_is_one_sentence_and_leaves_nothing(full_disk, tmp_path):
+    """`integrate --out` onto a full file system crashed inside h5py (exit status 139, a
+    segmentation fault, after two h5py tracebacks and "a file operation failed: Can't close
+    file (...)"): h5py's file failed to close, and h5netcdf closed it again when the exception
+    was freed. Now a dataset whose numbers do not fit is refused before h5py writes: one
+    sentence naming the path and the sizes, exit 1, no file left."""
+    out = full_disk / "run.nc"
+    r = _run_here(["-m", "fastslow_sim", "integrate", "--eps", "0.125", "--n-eval", "4001",
+                   "--no-plot", "--out", str(out)], tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == (f"Error: a file operation failed on {str(out)!r}: No space left on "
+                        f"device (the dataset needs at least 625 KiB; its file system has 256 "
+                        f"KiB free).\n")  # fmt: skip
+    assert os.listdir(full_disk) == []
+
+
+def test_dataset_that_fills_the_disk_as_it_is_written_leaves_nothing(full_disk, tmp_path):
+    """The same crash where the numbers fit and the file does not (h5py hits the full disk):
+    now HDF5 never sees the failed write, and `save_dataset` raises the OSError naming the
+    path, with no temporary file left (the command line prints it as one sentence, exit 1)."""
+    out = full_disk / "run.nc"
+    # 68 KiB of numbers (the check passes) in a file of about 80 KiB, 72 KiB free: h5py writes
+    _fill_leaving(full_disk, 72 * 1024)
+    code = ("import numpy as np, xarray as xr; from fastslow_sim.io import save_dataset\n"
+            "try:\n"
+            f"    save_dataset(xr.Dataset({{'x': ('t', np.ones(8704))}}), {str(out)!r})\n"
+            "except OSError as err:\n"
+            "    print(err.errno, err.filename, err.strerror)\n")  # fmt: skip
+    r = _run_here(["-c", code], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == f"28 {out} No space left on device\n", r.stdout
+    assert os.listdir(full_disk) == ["filler"]
+
+
+def test_checkpoint_and_json_onto_a_full_disk_name_the_path(full_disk):
+    """train-network's checkpoint on a full disk ended in torch's traceback ("RuntimeError:
+    [enforce fail at inline_container.cc:672] . unexpected pos 175296 vs 175184"), and a JSON
+    file's OSError named no file: both are now an OSError (ENOSPC) naming the path, which the
+    command line prints as one sentence, exit 1; no temporary file is left."""
+    import errno
+
+    import torch
+
+    from fastslow_sim.io import save_json
+    from fastslow_sim.training import _save_atomic
+
+    ckpt = full_disk / "ckpt.pt"
+    with pytest.raises(OSError) as info:
+        _save_atomic({"w": torch.zeros(2**17)}, ckpt)  # 512 KiB
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(ckpt))
+    _fill_leaving(full_disk, 0)
+    with pytest.raises(OSError) as info:
+        save_json({"a": list(range(10_000))}, full_disk / "summary.json")
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(full_disk / "summary.json"))
+    assert os.listdir(full_disk) == ["filler"]

@@ -520,3 +520,14 @@ def test_amount_text_groups_like_a_count_to_three_digits(value, text):
     from fastslow_sim.wording import amount_text
 
     assert amount_text(value) == text
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(1, "1 byte"), (40, "40 bytes"), (81920, "80 KiB"), (1.25 * 2**20, "1.25 MiB"),
+     (1.5 * 2**30, "1.5 GiB"), (5.24e12, "4,880 GiB"), (1e40, "9.31e+30 GiB")],
+)  # fmt: skip
+def test_bytes_text_names_the_unit_it_reaches(value, text):
+    from fastslow_sim.wording import bytes_text
+
+    assert bytes_text(value) == text

@@ -95,6 +95,17 @@ def _tiny_train(*swept):
         (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
          "--grid eps=0.1: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
          "point; expected at most 999,999 blocks"),
+        (["integrate", "--grid", "method=rk45,dop853", "--atol", "1e-160", "--eps", "0.125",
+          "--t-end", "0.5", "--n-eval", "5"],
+         "--grid method=dop853: --atol must be at least 1e-155 with method 'dop853' (it was "
+         "tested down to 1e-155; at 1e-170 on the default run its error norm, the error over atol "
+         "squared, overflows float64 and the run fails); got 1e-160."),
+        (["integrate", "--grid", "atol=1e-10,1e-301", "--eps", "0.125", "--t-end", "0.5"],
+         "--grid atol=1e-301: --atol must be at least 1e-300 with method 'auto' (it was tested "
+         "down to 1e-300"),
+        (["integrate", "--grid", "eps=0.1,0.05", "--t-end", "1e-320", "--n-eval", "5"],
+         "--grid eps=0.1: the span (0.0, 1e-320) is too short for 5 distinct equally spaced "
+         "saved times"),
         (["manifold", "--grid", "kappa=0,1", "--system", "cycle"],
          "--grid kappa=1: system 'cycle' has no non-linear family; expected kappa = 0"),
         (["manifold", "--grid", "y_min=0,2", "--y-max", "1"],

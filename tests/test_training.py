@@ -474,6 +474,49 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
     assert not torch.equal(params["default"], params["fused"])  # the check can tell them apart
 
 
+@pytest.mark.parametrize(
+    "memory, sizes, text",
+    [  # ":,.3g" of GiB printed these "0.00122 GiB", "0.000977 GiB", "4.88e+03 GiB", "at most 0"
+        (2**20, dict(batch_size=32, block_size=32, n_embd=32, n_layer=1),
+         "batch_size 32 x block_size 32 x n_embd 32 x n_layer 1 needs at least about 1.25 MiB for "
+         "the activations of one training step (40 bytes each, a lower bound: 81-102 measured in "
+         "float32), more than this machine's 1 MiB of memory; expected batch_size at most 10 here "
+         "(the batch that fits at the 102 bytes measured), or a shorter context or a smaller "
+         "model."),
+        (2**16, dict(batch_size=4, block_size=32, n_embd=32, n_layer=1),
+         "batch_size 4 x block_size 32 x n_embd 32 x n_layer 1 needs at least about 160 KiB for "
+         "the activations of one training step (40 bytes each, a lower bound: 81-102 measured in "
+         "float32), more than this machine's 64 KiB of memory; expected a shorter context or a "
+         "smaller model (a batch_size of 1 needs about 102 KiB at the 102 bytes measured)."),
+        (2**30, dict(batch_size=10**6),
+         "batch_size 1,000,000 x block_size 256 x n_embd 128 x n_layer 4 needs at least about "
+         "4,880 GiB for the activations of one training step (40 bytes each, a lower bound: "
+         "81-102 measured in float32), more than this machine's 1 GiB of memory; expected "
+         "batch_size at most 80 here"),
+        (2**30, dict(batch_size=10**19),
+         "batch_size 1e+19 x block_size 256 x n_embd 128 x n_layer 4 needs at least about "
+         "4.88e+16 GiB for the activations"),
+        (2**30, dict(batch_size=1, block_size=2**20, n_embd=4096, n_layer=64),
+         "batch_size 1 x block_size 1,048,576 x n_embd 4,096 x n_layer 64 needs at least about "
+         "10,200 GiB for the activations of one training step (40 bytes each, a lower bound: "
+         "81-102 measured in float32), more than this machine's 1 GiB of memory; expected a "
+         "shorter context or a smaller model (a batch_size of 1 needs about 26,100 GiB at the "
+         "102 bytes measured)."),
+    ],
+)  # fmt: skip
+def test_memory_refusal_prints_small_and_huge_sizes_in_words(monkeypatch, memory, sizes, text):
+    """The sizes of the activation-memory refusal read as amounts in KiB, MiB or GiB, grouped
+    in thousands (exponent form only beyond 1e16), and a model that no batch fits is not
+    offered "batch_size at most 0"."""
+    import fastslow_sim.integrators as integrators
+    import fastslow_sim.training as training
+
+    monkeypatch.setattr(integrators, "physical_memory", lambda: float(memory))
+    with pytest.raises(fs.InputError) as info:
+        training.check_activation_memory(TrainConfig(device="cpu", **sizes))
+    assert str(info.value).startswith(text), str(info.value)
+
+
 def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_path, monkeypatch):
     """--batch-size had no bound: with enough --tokens a run ended in torch's "DefaultCPUAllocator:
     can't allocate memory" part way in. One step keeps at least ACTIVATION_BYTES (40; 81-102
@@ -493,8 +536,9 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
     training.check_config(ok, corpus)  # the bound is the lower estimate's
     assert fits < most / 2
     bad = TrainConfig(device="cpu", batch_size=most + 1, tokens=(most + 1) * 256)
+    assert (most + 1) * per / 2**30 == pytest.approx(1.001, abs=1e-3)  # 1 GiB to 3 digits
     text = (f"batch_size {most + 1:,} x block_size 256 x n_embd 128 x n_layer 4 needs at least "
-            f"about {(most + 1) * per / 2**30:,.3g} GiB for the activations of one training step "
+            f"about 1 GiB for the activations of one training step "
             f"(40 bytes each, a lower bound: 81-102 measured in float32), more than this machine's "
             f"1 GiB of memory; expected batch_size at most {fits:,} here (the batch that fits at "
             f"the 102 bytes measured)")  # fmt: skip
