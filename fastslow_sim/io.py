@@ -505,9 +505,12 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     _check_space(path, sum(v.nbytes for v in ds.variables.values() if v.dtype.kind in "biufcmM"),
                  "dataset")  # fmt: skip
     with atomic_path(path, "dataset") as tmp:
+        import dask
         import h5py
 
-        with watched_file(tmp, path) as f:  # HDF5 writes through it (`_SpaceWatch`)
+        # HDF5 writes through the file object (`_SpaceWatch`); in this process: under a
+        # distributed client xarray ships the write to the cluster, which cannot pickle it
+        with watched_file(tmp, path) as f, dask.config.set(scheduler="synchronous"):
             ds.to_netcdf(f, engine=ENGINE)
         with watched_file(tmp, path, "r+") as f, h5py.File(f, "r+") as h5:
             h5.attrs[DIGEST_KEY] = _content_digest(h5)  # of the file as written, read back
