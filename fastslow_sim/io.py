@@ -420,7 +420,7 @@ def _free_bytes(folder: Path) -> int:
 def _check_space(path: Path, need: int, what: str):
     """`OSError(ENOSPC)` naming `path` when its file system has fewer than `need` bytes free
     (`need`: a lower bound of the file's size), before anything is written."""
-    free = _free_bytes(path.parent if str(path.parent) else Path("."))
+    free = _free_bytes(Path(os.path.realpath(path)).parent)  # a link's target's file system
     if free < need:
         raise OSError(errno.ENOSPC, f"No space left on device (the {what} needs at least "
                       f"{bytes_text(need)}; its file system has {bytes_text(free)} free)",
@@ -458,12 +458,23 @@ class _SpaceWatch(io.FileIO):
             self.error = err
 
     def write(self, b):
-        if self.error is None:
+        """Write all of `b` or keep the error: h5py and torch ignore the count a write returns,
+        so a short write (a disk that fills, or frees, part way) must not pass unnoticed."""
+        view = memoryview(b).cast("B")
+        done = 0
+        while self.error is None and done < view.nbytes:
             try:
-                return super().write(b)
+                wrote = self._write_some(view[done:])
             except OSError as err:
                 self._keep(err)
-        return memoryview(b).nbytes
+                break
+            if not wrote:  # nothing written and no error: a device that takes no more
+                self._keep(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            done += wrote or 0
+        return view.nbytes
+
+    def _write_some(self, view) -> int | None:
+        return super().write(view)
 
     def truncate(self, size=None):
         try:

@@ -696,3 +696,80 @@ def test_checkpoint_and_json_onto_a_full_disk_name_the_path(full_disk):
         save_json({"a": list(range(10_000))}, full_disk / "summary.json")
     assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(full_disk / "summary.json"))
     assert os.listdir(full_disk) == ["filler"]
+
+
+def _short_writes(monkeypatch, most: int, then_nothing_after: int | None = None):
+    """Make every write of `io._SpaceWatch` take at most `most` bytes (a short write, as a disk
+    that fills or frees part way gives), and none at all after `then_nothing_after` bytes."""
+    from fastslow_sim import io as fio
+
+    real = fio._SpaceWatch._write_some
+    taken = [0]
+
+    def write_some(self, view):
+        if then_nothing_after is not None and taken[0] >= then_nothing_after:
+            return 0
+        wrote = real(self, view[:most])
+        taken[0] += wrote
+        return wrote
+
+    monkeypatch.setattr(fio._SpaceWatch, "_write_some", write_some)
+    return taken
+
+
+def test_short_writes_still_write_the_whole_file(tmp_path, monkeypatch):
+    """h5py and torch ignore the count a write returns: `_SpaceWatch.write` returned the full
+    count after a short write, so the file went on with a hole and could be renamed into place
+    with a valid digest. Now it writes the rest; the dataset and the checkpoint read back equal."""
+    import torch
+
+    from fastslow_sim.io import load_dataset
+    from fastslow_sim.training import _save_atomic
+
+    taken = _short_writes(monkeypatch, 997)
+    values = np.linspace(0.0, 1.0, 20_000)
+    save_dataset(xr_dataset(values), tmp_path / "d.nc")
+    np.testing.assert_array_equal(load_dataset(tmp_path / "d.nc")["x"].values, values)
+    w = torch.arange(50_000, dtype=torch.float64)
+    _save_atomic({"w": w}, tmp_path / "c.pt")
+    assert torch.equal(torch.load(tmp_path / "c.pt")["w"], w)
+    assert taken[0] > 8 * (20_000 + 50_000)  # the writes went through the short-writing path
+
+
+def test_a_write_that_takes_nothing_is_a_full_disk(tmp_path, monkeypatch):
+    """A write that takes no bytes and raises nothing is a device that takes no more: an
+    OSError (ENOSPC) naming the path, no file left, instead of a file missing its end."""
+    import errno
+
+    _short_writes(monkeypatch, 4096, then_nothing_after=40_000)
+    out = tmp_path / "d.nc"
+    with pytest.raises(OSError) as info:
+        save_dataset(xr_dataset(np.ones(20_000)), out)
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(out))
+    assert os.listdir(tmp_path) == []
+
+
+def xr_dataset(values):
+    import xarray as xr
+
+    return xr.Dataset({"x": ("t", values)})
+
+
+def test_free_space_is_checked_where_a_link_points(full_disk, tmp_path):
+    """The free-space check looked at the folder of a symbolic link, not of the file it
+    points to (which `atomic_path` writes): a link on a full disk to a roomy folder was refused,
+    and a link in a roomy folder to a full disk was let through to the write."""
+    import errno
+
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    (full_disk / "link.nc").symlink_to(roomy / "d.nc")
+    values = np.ones(2**17)  # 1 MiB of numbers: more than the 256 KiB tmpfs has
+    save_dataset(xr_dataset(values), full_disk / "link.nc")
+    assert (roomy / "d.nc").stat().st_size > values.nbytes
+    (roomy / "link.nc").symlink_to(full_disk / "e.nc")
+    with pytest.raises(OSError) as info:
+        save_dataset(xr_dataset(values), roomy / "link.nc")
+    assert info.value.errno == errno.ENOSPC
+    assert "needs at least 1 MiB" in info.value.strerror
+    assert sorted(os.listdir(full_disk)) == ["link.nc"]
