@@ -394,7 +394,9 @@ def atomic_path(path, what="output"):
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
         check_writable(path, what)  # once more: something may have appeared there meanwhile
+        _fsync(tmp)  # the bytes on the disk before the name: a crash leaves the old file or the new
         os.replace(tmp, path)
+        _fsync(path.parent, strict=False)  # and the rename itself (the file is in place now)
     except OSError as err:
         if err.errno not in _FULL or err.filename == str(path):
             raise
@@ -402,6 +404,23 @@ def atomic_path(path, what="output"):
         raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path, strict: bool = True):
+    """Flush `path` (a file or a folder) to its disk. A full disk or an I/O error raises
+    (`strict`) an OSError naming `path`; where the file system cannot flush (EINVAL, EBADF
+    on some systems' folders), the write stands as the operating system keeps it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if strict and (err.errno in _FULL or err.errno == errno.EIO):  # data not on the disk
+            raise OSError(err.errno, err.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device, or in the user's quota

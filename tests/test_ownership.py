@@ -4,6 +4,7 @@ refused in one sentence before any work, its bytes unchanged and no `.part` left
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -432,3 +433,22 @@ def test_a_checkpoint_is_never_unpickled_beyond_tensors_and_plain_data(tmp_path)
     run.mkdir()
     torch.save({"train_config": Payload()}, run / "ckpt.pt")
     assert _held_config(run) is None and not (tmp_path / "ran").exists()
+
+
+def test_a_file_reaches_the_disk_before_its_name(tmp_path, monkeypatch):
+    """`atomic_path` renamed the temporary file onto the target without flushing it: after a
+    crash the new name could point to a file without its bytes. Now the file is flushed
+    (fsync) before the rename, and its folder after it."""
+    from fastslow_sim import io as fio
+
+    order = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (order.append(("fsync", os.readlink(
+        f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])  # fmt: skip
+    monkeypatch.setattr(os, "replace", lambda a, b: (order.append(("replace", str(b))),
+                                                     real_replace(a, b))[1])  # fmt: skip
+    out = tmp_path / "s.json"
+    fio.save_json({"a": 1}, out)
+    assert [k for k, _ in order] == ["fsync", "replace", "fsync"]
+    assert order[0][1].startswith(str(tmp_path / ".s.json."))  # the temporary file
+    assert order[1:] == [("replace", str(out)), ("fsync", str(tmp_path))]
