@@ -19,6 +19,7 @@ from .generators import (
 from .integrators import (
     METHODS,
     IgnoredOptionWarning,
+    MassDriftWarning,
     StiffnessWarning,
     integrate,
     integrate_batch,
@@ -61,6 +62,7 @@ __all__ = [
     "resolve_eps",
     "METHODS",
     "IgnoredOptionWarning",
+    "MassDriftWarning",
     "StiffnessWarning",
     "integrate",
     "integrate_batch",

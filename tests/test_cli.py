@@ -628,3 +628,22 @@ def test_a_count_of_one_takes_the_singular(tmp_path):
     res = run(["sweep", "integrate", "--grid", "seed=0", "--eps", "0.1", "--t-end", "0.01",
                "--n-eval", "2", "--store", str(tmp_path / "s.zarr"), "--workers", "0"])  # fmt: skip
     assert res.exit_code == 0 and "integrate: 1 cell over seed; " in res.output
+
+
+def test_integrate_prints_and_saves_a_drift_of_the_mass(tmp_path):
+    """radau far from state 0 at eps 1e-12 drifts the total probability beyond the tolerance
+    of the sum (2.7e-7 against 1.1e-8) with status success: the command prints the warning,
+    the JSON summary and the dataset carry it, and the exit status stays 0."""
+    import json
+
+    res = CliRunner().invoke(main, ["integrate", "--eps", "1e-12", "--y0", "150", "--t-end",
+                                    "1", "--method", "radau", "--out", str(tmp_path / "a.nc"),
+                                    "--no-plot", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    warning, summary = res.output.split("\n", 1)
+    assert warning.startswith("Warning: the total probability 1^T x drifted by up to 2.")
+    summary = json.loads(summary)
+    assert summary["status"] == "success"
+    assert warning == f"Warning: {summary['mass_drift_warning']}"
+    saved = fs.load_dataset(tmp_path / "a.nc")
+    assert saved.attrs["mass_drift_warning"] == summary["mass_drift_warning"]

@@ -166,6 +166,7 @@ def integrate(
     """
     from ..integrators import (
         IgnoredOptionWarning,
+        MassDriftWarning,
         StiffnessWarning,
         check_eps_range,
         check_inputs,
@@ -263,12 +264,13 @@ def integrate(
                    f"saved.", err=True)  # fmt: skip
 
     def show(message, category, *args, **kwargs):  # as it is issued: before the solve
-        if issubclass(category, (StiffnessWarning, IgnoredOptionWarning)):
+        if issubclass(category, (StiffnessWarning, IgnoredOptionWarning, MassDriftWarning)):
             click.echo(f"Warning: {message}", err=True)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", StiffnessWarning)
         warnings.simplefilter("always", IgnoredOptionWarning)
+        warnings.simplefilter("always", MassDriftWarning)
         warnings.showwarning = show
         ds = run_integrate(
             system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
