@@ -696,3 +696,55 @@ def test_checkpoint_and_json_onto_a_full_disk_name_the_path(full_disk):
         save_json({"a": list(range(10_000))}, full_disk / "summary.json")
     assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(full_disk / "summary.json"))
     assert os.listdir(full_disk) == ["filler"]
+
+
+def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(full_disk,
+                                                                                 tmp_path):
+    """`sweep` onto a disk that filled as it wrote the store's root said "a file operation
+    failed: No space left on device." (no path, exit 1) and left a root cut short that read as
+    finished: status "done" in every cell, curve_x all NaN (its chunks were never written),
+    fold_y missing. Now the sentence names the store, the root cut short is gone, the finished
+    cells stay, and the same command resumes the sweep."""
+    import xarray as xr
+
+    store = full_disk / "s.zarr"
+    args = ["-m", "fastslow_sim", "sweep", "manifold", "--grid", "kappa=0,1", "--store",
+            str(store), "--workers", "0"]  # fmt: skip
+    _fill_leaving(full_disk, 100 * 1024)  # the two cells (16 KiB each) fit, the root does not
+    r = _run_here(args, tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.stderr.splitlines()[-1] == (
+        f"Error: a file operation failed on {str(store)!r}: No space left on device (2 finished "
+        f"cells kept in the store; the same command resumes the sweep)."
+    )  # fmt: skip
+    assert sorted(os.listdir(store)) == ["cells"] and len(os.listdir(store / "cells")) == 2
+    (full_disk / "filler").unlink()
+    r = _run_here(args, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 already in the store, 0 run" in r.stdout
+    ds = xr.open_zarr(store)
+    assert (ds["status"].values == "done").all() and np.isfinite(ds["curve_x"].values).any()
+
+
+def test_sweep_onto_a_full_disk_removes_only_a_store_it_made(full_disk):
+    """A new store in which no cell finished is removed; a store that was there before (a
+    sweep resumed) keeps every cell it held."""
+    from fastslow_sim.sweep import run_sweep
+
+    store = full_disk / "s.zarr"
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    _fill_leaving(full_disk, 16 * 1024)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert info.value.strerror.endswith("(no cell had finished: the new store is removed)")
+    assert os.listdir(full_disk) == ["filler"]
+    (full_disk / "filler").unlink()
+    run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+    (held,) = (store / "cells").iterdir()
+    _fill_leaving(full_disk, 16 * 1024)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1,2,3"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert "kept in the store; the same command resumes the sweep" in info.value.strerror
+    assert held.is_file()
