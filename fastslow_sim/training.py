@@ -450,7 +450,31 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
 
     `names`: how an error message calls a setting (`_validate`; the command line passes its
     option names). `parents=False`: the folder that holds `cfg.out` must exist (the command
-    line's `--out`), else the run folder is made with the folders above it."""
+    line's `--out`), else the run folder is made with the folders above it. A run that fails
+    (a full disk at its first checkpoint) removes the folders it made while they are empty."""
+    made = _missing_folders(Path(cfg.out)) if _dist()[0] == 0 else []
+    try:
+        return _train(cfg, corpus, log, names=names, parents=parents)
+    except BaseException:
+        for folder in made:  # the run folder first, then those made above it
+            try:
+                folder.rmdir()  # only an empty one: whatever was written there is kept
+            except OSError:
+                break
+        raise
+
+
+def _missing_folders(out: Path) -> list[Path]:
+    """`out` and the folders above it that do not exist (yet), the deepest first."""
+    missing, p = [], Path(os.path.abspath(out))
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
+           parents: bool) -> dict:  # fmt: skip
     from tqdm import tqdm
 
     from .io import save_dataset

@@ -748,3 +748,25 @@ def test_sweep_onto_a_full_disk_removes_only_a_store_it_made(full_disk):
     assert info.value.filename == str(store)
     assert "kept in the store; the same command resumes the sweep" in info.value.strerror
     assert held.is_file()
+
+
+def test_train_that_fails_at_its_first_checkpoint_removes_the_folders_it_made(full_disk):
+    """`train-network` on a full disk ended in one sentence naming ckpt.pt but left the run
+    folder it had made behind, empty. Now the folders the run made (also those above it) go
+    while nothing was written in them; a folder that was there before stays."""
+    import errno
+
+    from fastslow_sim.training import TrainConfig, train
+
+    tiny = dict(corpus="random", tokens=256, block_size=32, batch_size=4, n_layer=1, n_head=2,
+                n_embd=32, P=4, eval_interval=4, eval_batches=2, ckpt_interval=1, progress=False)  # fmt: skip
+    _fill_leaving(full_disk, 0)
+    for out in (full_disk / "run", full_disk / "a" / "b" / "run"):
+        with pytest.raises(OSError) as info:
+            train(TrainConfig(out=str(out), **tiny))
+        assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(out / "ckpt.pt"))
+        assert os.listdir(full_disk) == ["filler"]
+    (full_disk / "mine").mkdir()
+    with pytest.raises(OSError):
+        train(TrainConfig(out=str(full_disk / "mine"), **tiny))
+    assert sorted(os.listdir(full_disk)) == ["filler", "mine"]
