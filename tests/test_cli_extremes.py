@@ -623,6 +623,26 @@ def full_disk(tmp_path):
             subprocess.run(["umount", "-l", str(where)], capture_output=True)  # a file left open
 
 
+@pytest.fixture
+def no_inodes(tmp_path):
+    """A tmpfs at `tmp_path/noino` with room but no free inode: no new file can be created
+    there (mounting needs root: skipped where it fails), unmounted after the test."""
+    import subprocess
+
+    where = tmp_path / "noino"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=2", "tmpfs",
+                        str(where)], capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs of 2 inodes: {(r.stderr or r.stdout).strip()}")
+    try:
+        (where / "last").touch()  # the root folder holds one inode, this file the other
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
 def _fill_leaving(folder, free_bytes):
     """A file in `folder` that leaves about `free_bytes` of its file system free."""
     st = os.statvfs(folder)
@@ -770,3 +790,28 @@ def test_train_that_fails_at_its_first_checkpoint_removes_the_folders_it_made(fu
     with pytest.raises(OSError):
         train(TrainConfig(out=str(full_disk / "mine"), **tiny))
     assert sorted(os.listdir(full_disk)) == ["filler", "mine"]
+
+
+def test_a_folder_without_free_inodes_is_not_called_not_writable(no_inodes, tmp_path,
+                                                                  monkeypatch):
+    """An output in a folder whose file system has no free inode was refused as "folder ... is
+    not writable" (exit 2), which sends a user to its permissions: the probe file failed with
+    ENOSPC. Now it is a file operation that failed on the folder, saying why, exit 1; a folder
+    that is really not writable is still called so (test_cli)."""
+    import errno
+
+    from fastslow_sim.io import check_writable
+
+    out = no_inodes / "run.nc"
+    res = invoke(["integrate", "--eps", "0.125", "--no-plot", "--out", str(out)], tmp_path,
+                 monkeypatch)  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert res.output == (f"Error: a file operation failed on {str(no_inodes)!r}: No space left "
+                          f"on device (no new file can be created in this folder for the dataset "
+                          f"{str(out)!r}: its file system has no free inodes).\n")  # fmt: skip
+    with pytest.raises(OSError) as info:
+        check_writable(no_inodes / "s.json", "summary")
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(no_inodes))
+    assert os.listdir(no_inodes) == ["last"]
+    (no_inodes / "last").unlink()  # room again: the check passes
+    assert check_writable(out, "dataset") == out
