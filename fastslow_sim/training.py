@@ -257,8 +257,9 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
     if not batch <= cfg.tokens <= MAX_STEPS * batch:
         each = f" on each of {world} processes" if world > 1 else ""
         raise InputError(
-            f"{called('tokens')} must be from {batch:,} (one batch{each}: "
-            f"{called('batch_size')} {cfg.batch_size} x {called('block_size')} {cfg.block_size}) "
+            f"{called('tokens')} must be from {count_text(batch)} (one batch{each}: "
+            f"{called('batch_size')} {count_text(cfg.batch_size)} x {called('block_size')} "
+            f"{count_text(cfg.block_size)}) "
             f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
             f"got {count_text(cfg.tokens)}."
         )
@@ -342,7 +343,7 @@ def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
     corpus.check_fits(cfg.block_size, cfg.batch_size)
     if corpus.block_len and cfg.block_size % corpus.block_len:
         raise InputError(
-            f"the context {cfg.block_size} is not a multiple of the {corpus.name!r} corpus's block "
+            f"the context {count_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
             f"length P={corpus.block_len}; expected whole blocks per window."
         )
     return corpus, cfg.model_config(corpus.vocab_size)
