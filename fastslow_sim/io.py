@@ -339,7 +339,9 @@ def check_writable(path, what="output") -> Path:
 
 def check_parent(path, what="output") -> Path:
     """Raise `InputError` unless the folder that holds `path` exists and takes new entries (an
-    output's folders are never made silently: a typo in one would scatter the results)."""
+    output's folders are never made silently: a typo in one would scatter the results); a
+    folder whose file system takes no new file (no free inodes, no space, a quota used up) is
+    an `OSError` (ENOSPC, EDQUOT) naming the folder and why, not bad input."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():

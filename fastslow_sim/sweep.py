@@ -1100,6 +1100,9 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     chunk)` is called as each chunk finishes. The store's folder must exist (`--store a/b/c.zarr`
     does not make a/b) unless `parents` (a caller whose own output folder holds the store, as
     `reproduce --out DIR` holds DIR/sweep.zarr); nothing is written before every check passed.
+    A write into the store that fails (a full disk) is an `OSError` naming the store: a new
+    store in which no cell finished is removed, else the finished cells stay (a root group cut
+    short is removed, never left to read as finished) and the same call resumes.
     """
     t = get_task(task)
     grid = parse_grid(t, grid) if isinstance(grid, (list, tuple)) else parse_grid(
