@@ -58,7 +58,7 @@ from .generators import domain_text
 from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
 from .validation import number, positive
 from .validation import t_span as check_t_span
-from .wording import amount_text, count_text, plural
+from .wording import bytes_text, count_text, plural
 
 __all__ = [
     "integrate",
@@ -587,11 +587,11 @@ def check_output_size(system, batch: int, times: int, names=("batch", "n_eval"))
     need, have = output_bytes(system, batch, times), physical_memory()
     if need > have:
         raise InputError(
-            f"{count_text(batch)} trajectories at {count_text(times)} saved times of "
-            f"{system.n_fast + system.n_slow:,} variables need about {amount_text(need / 2**30)} "
-            f"GiB of memory for the solution and its dataset, more than this machine's "
-            f"{amount_text(have / 2**30)} GiB; expected fewer "
-            f"trajectories ({names[0]}) or saved times ({names[1]})."
+            f"{count_text(batch)} {'trajectory' if batch == 1 else 'trajectories'} at "
+            f"{count_text(times)} saved times of {system.n_fast + system.n_slow:,} variables "
+            f"{'needs' if batch == 1 else 'need'} about {bytes_text(need)} of memory for the "
+            f"solution and its dataset, more than this machine's {bytes_text(have)}; expected "
+            f"fewer trajectories ({names[0]}) or saved times ({names[1]})."
         )
 
 

@@ -339,18 +339,38 @@ def check_writable(path, what="output") -> Path:
 
 def check_parent(path, what="output") -> Path:
     """Raise `InputError` unless the folder that holds `path` exists and takes new entries (an
-    output's folders are never made silently: a typo in one would scatter the results)."""
+    output's folders are never made silently: a typo in one would scatter the results); a
+    folder whose file system takes no new file (no free inodes, no space, a quota used up) is
+    an `OSError` (ENOSPC, EDQUOT) naming the folder and why, not bad input."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."
         )
-    if not os.access(parent, os.W_OK) or not _can_create(parent):
+    err = _create_error(parent) if os.access(parent, os.W_OK) else None
+    if err is not None and err.errno in _FULL:  # not the user's input: a full file system
+        raise OSError(err.errno, f"{os.strerror(err.errno)} (no new file can be created in this "
+                      f"folder for the {what} {str(p)!r}: {_full_why(parent, err.errno)})",
+                      str(parent))  # fmt: skip
+    if not os.access(parent, os.W_OK) or err is not None:
         raise InputError(
             f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} is not writable."
         )
     return p
+
+
+def _full_why(folder: Path, code: int) -> str:
+    """Why no file can be created in `folder` whose creation failed with ENOSPC or EDQUOT."""
+    if code == errno.EDQUOT:
+        return "the disk quota is used up"
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return "its file system is full"
+    if st.f_files > 0 and st.f_ffree == 0:
+        return "its file system has no free inodes"
+    return f"its file system has {bytes_text(_free_bytes(folder))} free"
 
 
 _TEMP_EXTRA = 15  # ".NAME.XXXXXXXX.part": what `atomic_path`'s temporary name adds
@@ -364,16 +384,17 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def _can_create(folder: Path) -> bool:
-    """Whether a file can really be created in `folder` (root passes `os.access` everywhere,
-    also on a read-only mount such as /sys)."""
+def _create_error(folder: Path) -> OSError | None:
+    """Why no file can really be created in `folder` (root passes `os.access` everywhere, also
+    on a read-only mount such as /sys; a file system without free inodes takes no new file),
+    or None when one can."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".fastslow-probe-", dir=folder)
-    except OSError:
-        return False
+    except OSError as err:
+        return err
     os.close(fd)
     os.unlink(probe)
-    return True
+    return None
 
 
 @contextlib.contextmanager

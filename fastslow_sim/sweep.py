@@ -1017,9 +1017,18 @@ def _write_root(ds: xr.Dataset, store: Path):
     for name in _root_entries(store):
         entry = store / name
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr: cells/ is not a zarr node; consolidated is not v3
-        ds.to_zarr(store, mode="a", consolidated=True)
+    before = {e.name for e in store.iterdir()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr: cells/ is not a zarr node; consolidated is not v3
+            ds.to_zarr(store, mode="a", consolidated=True)
+    except BaseException:
+        # a root cut short (a full disk) read as finished: an array whose chunks are missing
+        # reads as its fill value. What this write made goes; the cells rebuild it next run
+        for entry in store.iterdir():
+            if entry.name not in before:
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
+        raise
 
 
 def open_sweep(store) -> xr.Dataset:
@@ -1091,6 +1100,9 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     chunk)` is called as each chunk finishes. The store's folder must exist (`--store a/b/c.zarr`
     does not make a/b) unless `parents` (a caller whose own output folder holds the store, as
     `reproduce --out DIR` holds DIR/sweep.zarr); nothing is written before every check passed.
+    A write into the store that fails (a full disk) is an `OSError` naming the store: a new
+    store in which no cell finished is removed, else the finished cells stay (a root group cut
+    short is removed, never left to read as finished) and the same call resumes.
     """
     t = get_task(task)
     grid = parse_grid(t, grid) if isinstance(grid, (list, tuple)) else parse_grid(
@@ -1124,36 +1136,64 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     here = workers == 0 and scheduler is None and client is None
     if workers is None and scheduler is None and client is None:
         workers = os.cpu_count() or 1
-    with contextlib.ExitStack() as stack:
-        # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
-        c = None if here or not todo else stack.enter_context(_client(workers, scheduler, client,
-                                                                       threads))  # fmt: skip
-        created = not store.exists()
-        try:
-            _create_store(store, parents)
-            consolidate(store, t, grid, fixed, cells, attrs)
-        except BaseException:
-            if created:  # a store that failed as it was made is no store: nothing is left
-                shutil.rmtree(store, ignore_errors=True)
+    created = not store.exists()
+    try:
+        with contextlib.ExitStack() as stack:
+            # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
+            c = None if here or not todo else stack.enter_context(
+                _client(workers, scheduler, client, threads))  # fmt: skip
+            try:
+                _create_store(store, parents)
+                consolidate(store, t, grid, fixed, cells, attrs)
+            except BaseException:
+                if created:  # a store that failed as it was made is no store: nothing is left
+                    shutil.rmtree(store, ignore_errors=True)
+                raise
+            try:
+                if c is None:
+                    _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None,
+                           progress, summary, on_chunk)  # fmt: skip
+                else:
+                    nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {}))
+                             or (workers or 1))  # fmt: skip
+                    size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
+                    summary["dashboard"] = _dashboard(c)
+                    log(f"dask: {plural(nw, 'worker')} at {c.scheduler.address}"
+                        + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
+                    _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
+                           on_chunk)  # fmt: skip
+            finally:
+                summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
+    except OSError as err:  # a write into the store failed (a full disk): one sentence naming it
+        if err.filename is not None and not _inside(err.filename, store):
             raise
-        try:
-            if c is None:
-                _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None, progress,
-                       summary, on_chunk)  # fmt: skip
-            else:
-                nw = max(1, len(c.scheduler_info(n_workers=-1).get("workers", {})) or (workers or 1))
-                size = chunk_size or max(1, min(64, math.ceil(len(todo) / nw)))
-                summary["dashboard"] = _dashboard(c)
-                log(f"dask: {plural(nw, 'worker')} at {c.scheduler.address}"
-                    + (f", dashboard {summary['dashboard']}" if summary["dashboard"] else ""))
-                _drive(t, _chunks(t, todo, size), cells_dir, run_id, c, progress, summary,
-                       on_chunk)  # fmt: skip
-        finally:
-            summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
+        raise _store_failed(err, store, created) from None
     ds = summary["dataset"]
     summary["n_failed"] = int(ds.attrs["n_failed"])
     summary["n_pending"] = int(ds.attrs["n_pending"])
     return summary
+
+
+def _inside(name, store: Path) -> bool:
+    try:
+        return Path(os.path.abspath(name)).is_relative_to(os.path.abspath(store))
+    except (TypeError, ValueError):
+        return False
+
+
+def _store_failed(err: OSError, store: Path, created: bool) -> OSError:
+    """`err` (a write into the store that failed) as an OSError naming `store` and what is left
+    of it: a store this run made that holds no finished cell is removed (nothing of value); the
+    finished cells are kept (the same command resumes from them; a root cut short is gone)."""
+    cells = sorted((store / CELLS).glob(f"*{CELL_SUFFIX}")) if (store / CELLS).is_dir() else []
+    if created and not cells:
+        shutil.rmtree(store, ignore_errors=True)
+        left = "no cell had finished: the new store is removed"
+    else:
+        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; the same "
+                f"command resumes the sweep")  # fmt: skip
+    text = err.strerror or os.strerror(err.errno or 0) or type(err).__name__
+    return OSError(err.errno, f"{text} ({left})", str(store))
 
 
 def _dashboard(c) -> str | None:

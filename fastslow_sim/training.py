@@ -257,8 +257,9 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
     if not batch <= cfg.tokens <= MAX_STEPS * batch:
         each = f" on each of {world} processes" if world > 1 else ""
         raise InputError(
-            f"{called('tokens')} must be from {batch:,} (one batch{each}: "
-            f"{called('batch_size')} {cfg.batch_size} x {called('block_size')} {cfg.block_size}) "
+            f"{called('tokens')} must be from {count_text(batch)} (one batch{each}: "
+            f"{called('batch_size')} {count_text(cfg.batch_size)} x {called('block_size')} "
+            f"{count_text(cfg.block_size)}) "
             f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
             f"got {count_text(cfg.tokens)}."
         )
@@ -342,7 +343,7 @@ def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
     corpus.check_fits(cfg.block_size, cfg.batch_size)
     if corpus.block_len and cfg.block_size % corpus.block_len:
         raise InputError(
-            f"the context {cfg.block_size} is not a multiple of the {corpus.name!r} corpus's block "
+            f"the context {count_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
             f"length P={corpus.block_len}; expected whole blocks per window."
         )
     return corpus, cfg.model_config(corpus.vocab_size)
@@ -450,7 +451,31 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
 
     `names`: how an error message calls a setting (`_validate`; the command line passes its
     option names). `parents=False`: the folder that holds `cfg.out` must exist (the command
-    line's `--out`), else the run folder is made with the folders above it."""
+    line's `--out`), else the run folder is made with the folders above it. A run that fails
+    (a full disk at its first checkpoint) removes the folders it made while they are empty."""
+    made = _missing_folders(Path(cfg.out)) if _dist()[0] == 0 else []
+    try:
+        return _train(cfg, corpus, log, names=names, parents=parents)
+    except BaseException:
+        for folder in made:  # the run folder first, then those made above it
+            try:
+                folder.rmdir()  # only an empty one: whatever was written there is kept
+            except OSError:
+                break
+        raise
+
+
+def _missing_folders(out: Path) -> list[Path]:
+    """`out` and the folders above it that do not exist (yet), the deepest first."""
+    missing, p = [], Path(os.path.abspath(out))
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
+           parents: bool) -> dict:  # fmt: skip
     from tqdm import tqdm
 
     from .io import save_dataset

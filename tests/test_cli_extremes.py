@@ -623,6 +623,26 @@ def full_disk(tmp_path):
             subprocess.run(["umount", "-l", str(where)], capture_output=True)  # a file left open
 
 
+@pytest.fixture
+def no_inodes(tmp_path):
+    """A tmpfs at `tmp_path/noino` with room but no free inode: no new file can be created
+    there (mounting needs root: skipped where it fails), unmounted after the test."""
+    import subprocess
+
+    where = tmp_path / "noino"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=2", "tmpfs",
+                        str(where)], capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs of 2 inodes: {(r.stderr or r.stdout).strip()}")
+    try:
+        (where / "last").touch()  # the root folder holds one inode, this file the other
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
 def _fill_leaving(folder, free_bytes):
     """A file in `folder` that leaves about `free_bytes` of its file system free."""
     st = os.statvfs(folder)
@@ -773,3 +793,102 @@ def test_free_space_is_checked_where_a_link_points(full_disk, tmp_path):
     assert info.value.errno == errno.ENOSPC
     assert "needs at least 1 MiB" in info.value.strerror
     assert sorted(os.listdir(full_disk)) == ["link.nc"]
+
+
+def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(full_disk,
+                                                                                 tmp_path):
+    """`sweep` onto a disk that filled as it wrote the store's root said "a file operation
+    failed: No space left on device." (no path, exit 1) and left a root cut short that read as
+    finished: status "done" in every cell, curve_x all NaN (its chunks were never written),
+    fold_y missing. Now the sentence names the store, the root cut short is gone, the finished
+    cells stay, and the same command resumes the sweep."""
+    import xarray as xr
+
+    store = full_disk / "s.zarr"
+    args = ["-m", "fastslow_sim", "sweep", "manifold", "--grid", "kappa=0,1", "--store",
+            str(store), "--workers", "0"]  # fmt: skip
+    _fill_leaving(full_disk, 100 * 1024)  # the two cells (16 KiB each) fit, the root does not
+    r = _run_here(args, tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.stderr.splitlines()[-1] == (
+        f"Error: a file operation failed on {str(store)!r}: No space left on device (2 finished "
+        f"cells kept in the store; the same command resumes the sweep)."
+    )  # fmt: skip
+    assert sorted(os.listdir(store)) == ["cells"] and len(os.listdir(store / "cells")) == 2
+    (full_disk / "filler").unlink()
+    r = _run_here(args, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 already in the store, 0 run" in r.stdout
+    ds = xr.open_zarr(store)
+    assert (ds["status"].values == "done").all() and np.isfinite(ds["curve_x"].values).any()
+
+
+def test_sweep_onto_a_full_disk_removes_only_a_store_it_made(full_disk):
+    """A new store in which no cell finished is removed; a store that was there before (a
+    sweep resumed) keeps every cell it held."""
+    from fastslow_sim.sweep import run_sweep
+
+    store = full_disk / "s.zarr"
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    _fill_leaving(full_disk, 16 * 1024)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert info.value.strerror.endswith("(no cell had finished: the new store is removed)")
+    assert os.listdir(full_disk) == ["filler"]
+    (full_disk / "filler").unlink()
+    run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+    (held,) = (store / "cells").iterdir()
+    _fill_leaving(full_disk, 16 * 1024)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1,2,3"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert "kept in the store; the same command resumes the sweep" in info.value.strerror
+    assert held.is_file()
+
+
+def test_train_that_fails_at_its_first_checkpoint_removes_the_folders_it_made(full_disk):
+    """`train-network` on a full disk ended in one sentence naming ckpt.pt but left the run
+    folder it had made behind, empty. Now the folders the run made (also those above it) go
+    while nothing was written in them; a folder that was there before stays."""
+    import errno
+
+    from fastslow_sim.training import TrainConfig, train
+
+    tiny = dict(corpus="random", tokens=256, block_size=32, batch_size=4, n_layer=1, n_head=2,
+                n_embd=32, P=4, eval_interval=4, eval_batches=2, ckpt_interval=1, progress=False)  # fmt: skip
+    _fill_leaving(full_disk, 0)
+    for out in (full_disk / "run", full_disk / "a" / "b" / "run"):
+        with pytest.raises(OSError) as info:
+            train(TrainConfig(out=str(out), **tiny))
+        assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(out / "ckpt.pt"))
+        assert os.listdir(full_disk) == ["filler"]
+    (full_disk / "mine").mkdir()
+    with pytest.raises(OSError):
+        train(TrainConfig(out=str(full_disk / "mine"), **tiny))
+    assert sorted(os.listdir(full_disk)) == ["filler", "mine"]
+
+
+def test_a_folder_without_free_inodes_is_not_called_not_writable(no_inodes, tmp_path,
+                                                                  monkeypatch):
+    """An output in a folder whose file system has no free inode was refused as "folder ... is
+    not writable" (exit 2), which sends a user to its permissions: the probe file failed with
+    ENOSPC. Now it is a file operation that failed on the folder, saying why, exit 1; a folder
+    that is really not writable is still called so (test_cli)."""
+    import errno
+
+    from fastslow_sim.io import check_writable
+
+    out = no_inodes / "run.nc"
+    res = invoke(["integrate", "--eps", "0.125", "--no-plot", "--out", str(out)], tmp_path,
+                 monkeypatch)  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert res.output == (f"Error: a file operation failed on {str(no_inodes)!r}: No space left "
+                          f"on device (no new file can be created in this folder for the dataset "
+                          f"{str(out)!r}: its file system has no free inodes).\n")  # fmt: skip
+    with pytest.raises(OSError) as info:
+        check_writable(no_inodes / "s.json", "summary")
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(no_inodes))
+    assert os.listdir(no_inodes) == ["last"]
+    (no_inodes / "last").unlink()  # room again: the check passes
+    assert check_writable(out, "dataset") == out

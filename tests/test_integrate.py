@@ -377,10 +377,20 @@ def test_output_too_large_for_memory_is_refused_before_the_work(monkeypatch):
 
     monkeypatch.setitem(integ.METHODS, "lsoda", integ.METHODS["lsoda"].__class__(
         **{**integ.METHODS["lsoda"].__dict__, "solve": solve}))  # fmt: skip
-    with pytest.raises(fs.InputError, match=r"1,001 saved times .* more than this machine's"):
+    # the sizes read "0.000268 GiB" (and "1e-05 GiB" below 1 MiB), and "1 trajectories need"
+    with pytest.raises(fs.InputError) as info:
         fs.integrate(system, (0, 1), method="lsoda", n_eval=1001)
+    assert str(info.value) == (
+        "1 trajectory at 1,001 saved times of 9 variables needs about 282 KiB of memory for the "
+        "solution and its dataset, more than this machine's 281 KiB; expected fewer trajectories "
+        "(batch) or saved times (n_eval)."
+    )  # fmt: skip
     with pytest.raises(AssertionError, match="the solver ran"):
         fs.integrate(system, (0, 1), method="lsoda", n_eval=1000)
+    monkeypatch.setattr(integ, "physical_memory", lambda: 2000.0)  # it read "1.86e-06 GiB"
+    with pytest.raises(fs.InputError, match=r"^2 trajectories at 5 saved times of 9 variables "
+                       r"need about 2.81 KiB of memory .* this machine's 1.95 KiB; "):  # fmt: skip
+        fs.integrate(system, (0, 1), method="lsoda", n_eval=5, y0=np.zeros((2, 1)))
 
 
 def test_p_st_along_the_trajectories_in_bounded_memory(monkeypatch):

@@ -250,6 +250,11 @@ ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 
         # trained one batch of 2,048 tokens, and said so only in the summary
         (["train-network", "--corpus", "random", "--tokens", "100"], ONE_BATCH),
         (["reproduce", "--tokens", "1e300"], ONE_BATCH),
+        # the batch's sizes were printed ungrouped: "--batch-size 12000 x --context 1500"
+        (["train-network", "--corpus", "random", "--batch-size", "12000", "--context", "1500",
+          "--tokens", "1000"],
+         "--tokens must be from 18,000,000 (one batch: --batch-size 12,000 x --context 1,500) to "
+         "18,000,000,000,000 (1,000,000 steps of one batch); got 1,000."),
         # the library's names (batch_size, block_size, ckpt_interval) were printed
         (["train-network", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
         (["train-network", "--context", "0"], "--context must be a positive integer; got 0."),
