@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .errors import InputError
 
@@ -493,8 +494,8 @@ def _chain_factor(J, s):
     n = J.diag.shape[0]
     m = n - 1
     piv = torch.argmax(J.chain_state, dim=0)  # the first of the largest
-    rows = torch.arange(m, device=piv.device)[:, None]
-    below, at, before = rows < piv, rows == piv, rows == piv - 1  # (n-1, B)
+    rows = torch.arange(n, device=piv.device)[:, None]
+    below = rows[:m] < piv  # (n-1, B)
     rho = torch.ones_like(s)  # e_{j-1} / den_{j-1}
     inv, pm, g = [], [], []
     for i in range(m):  # den_j = e_j + down_j, e_j = s + up_j e_{j-1} / den_{j-1}
@@ -503,14 +504,21 @@ def _chain_factor(J, s):
         pm.append(up[i] * inv[i])
         g.append(dr[i] * inv[i])
         rho = e * inv[i]
-    fac = (torch.stack(inv), pm, g, 1.0 / s, piv, below, at, before, torch.stack(pm),
-           torch.stack(g))  # fmt: skip
+    inv = torch.stack(inv)
+    # the terms in T, + down_{p-1} T in row p-1 and - up_p T in row p, divided by their pivots
+    # (rate * T could overflow where the answer is finite): g_{p-1} T and -pm_p T
+    at = rows[:m] == piv
+    t_coef = torch.where(rows[:m] == piv - 1, torch.stack(g), 0.0) - torch.where(at, torch.stack(pm),
+                                                                                0.0)  # fmt: skip
+    heavy = (rows == piv).to(s.dtype)  # (n, B): 1 at the heaviest state
+    fac = (inv, pm, g, below)
     # the border column u (summing to zero) in partial sums from the nearer end, T = 0
-    w = _chain_partial_sums(fac, torch.cumsum(J.u[:m], 0), -_tail_sums(J.u))
+    w = _chain_partial_sums(fac, torch.where(below, torch.cumsum(J.u[:m], 0), -_tail_sums(J.u)))
     v = J.v
     dv = v[:-1] - v[1:]
     inv_sigma = 1.0 / (s - J.d - (dv * w).sum(0))
-    return fac + (w, v, dv, inv_sigma)
+    at_p = torch.stack([piv, piv + 1])  # rows p, p+1 of the padded partial sums
+    return fac + (1.0 / s, at_p, t_coef, heavy, w, v.gather(0, piv[None])[0], dv, inv_sigma)
 
 
 def _tail_sums(r):
@@ -518,12 +526,11 @@ def _tail_sums(r):
     return torch.flip(torch.cumsum(torch.flip(r[1:], (0,)), 0), (0,))
 
 
-def _chain_partial_sums(fac, head, tail, extra=None):
-    """`V`, the partial sums of `(s I - T)^{-1} r` (`j < n-1`), from their right-hand sides
-    (`head` for rows below the heaviest state, `tail` from it on; `extra` added to them divided
-    by their pivots): elimination from the top, then back."""
-    inv, pm, g, _, _, below, *_ = fac
-    c = torch.where(below, head, tail) * inv
+def _chain_partial_sums(fac, c, extra=None):
+    """`V`, the partial sums of `(s I - T)^{-1} r` (`j < n-1`), from their right-hand sides `c`
+    (`extra` added to them divided by their pivots): elimination from the top, then back."""
+    inv, pm, g = fac[:3]
+    c = c * inv
     if extra is not None:
         c = c + extra
     rows = list(c.unbind(0))
@@ -538,24 +545,21 @@ def _chain_partial_sums(fac, head, tail, extra=None):
 def _chain_solve(fac, r):
     """`(s I - J)^{-1} r` for `r (n+1, B)` from `_chain_factor`, keeping the mass (the torch
     form of `cpu_kernels.chain_solve`)."""
-    inv, pm, g, inv_s, piv, below, at, before, pm_t, g_t, w, v, dv, inv_sigma = fac
+    inv, pm, g, below, inv_s, at_p, t_coef, heavy, w, v_p, dv, inv_sigma = fac
     m = inv.shape[0]  # n - 1
     x = r[: m + 1]
-    head, tail = torch.cumsum(x[:m], 0), _tail_sums(x)  # R_j, R'_{j+1} (j < n-1)
-    zero = torch.zeros_like(x[:1])
-    p = piv[None]
+    # the partial sums from the nearer end: R_j = r_0 + .. + r_j below the heaviest state p,
+    # -R'_{j+1} = -(r_{j+1} + .. + r_{n-1}) from it on
+    c = torch.where(below, torch.cumsum(x[:m], 0), -_tail_sums(x))
     # T = (r_p + R_{p-1} + R'_{p+1}) / s: the right-hand side's chain sum over s
-    T = (x.gather(0, p) + torch.cat([zero, head]).gather(0, p)
-         + torch.cat([tail, zero]).gather(0, p))[0] * inv_s  # fmt: skip
-    # + down_{p-1} T in row p-1, - up_p T in row p, divided by their pivots (rate * T could
-    # overflow where the answer is finite)
-    extra = torch.where(before, g_t * T, 0.0) - torch.where(at, pm_t * T, 0.0)
-    V = _chain_partial_sums(fac, head, -tail, extra)
+    near = F.pad(c, (0, 0, 1, 1)).gather(0, at_p)  # R_{p-1}, -R'_{p+1} (0 past the ends)
+    T = (x.gather(0, at_p[:1])[0] + near[0] - near[1]) * inv_s
+    V = _chain_partial_sums(fac, c, t_coef * T)
     # k_n = (r_n + sum_j (v_j - v_{j+1}) V_j + v_p T) / sigma
-    last = (r[m + 1] + v.gather(0, p)[0] * T + (dv * V).sum(0)) * inv_sigma
+    last = (r[m + 1] + v_p * T + (dv * V).sum(0)) * inv_sigma
     V = torch.addcmul(V, w, last)
-    k = torch.cat([V, zero]) - torch.cat([zero, V])  # k_i = V_i - V_{i-1} + T [i = p]
-    k = k + torch.where(torch.arange(m + 1, device=piv.device)[:, None] == piv, T, 0.0)
+    # k_i = V_i - V_{i-1} + T [i = p]  (V_{-1} = V_{n-1} = 0)
+    k = torch.addcmul(torch.diff(F.pad(V, (0, 0, 1, 1)), dim=0), heavy, T)
     return torch.cat([k, last[None]])
 
 
