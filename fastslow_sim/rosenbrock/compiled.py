@@ -131,7 +131,8 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
     The one-sided elimination of `s I - J` it replaces (`cpu_kernels.arrow_factor`'s) lost mass
     at each solve, up to 1.5e-8 of it at y = 13 with h = 1e-3 on the birth-death chain at eps
     1e-12 (a solve by LU: 1e-14 there, 4e-11 at y = 2): rodas4 from y0 = 150 ended 2.2e-6 off
-    (now 8.3e-10 at 401 saved times, and 5,688 right-hand sides for 15,960). The
+    (then 8.3e-10 at 401 saved times, 4.3e-10 since the terms in T enter divided by
+    their pivots; and 5,688 right-hand sides for 15,960). The
     partial sums from state 0 alone keep the mass too, but lose the light states above a heavy
     one to the round-off of the heavy one (rodas4 at atol 1e-150 from y0 = 100 then spent its
     1,000,000 steps). The cost: a march of 512 trajectories over [0, 5] at eps 1e-4 took 0.35-0.39
