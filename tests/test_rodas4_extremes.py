@@ -419,10 +419,9 @@ def test_compiled_rodas4_keeps_the_mass_where_the_rates_are_near_1e272():
 @pytest.mark.parametrize("linear_solver", ["auto", "arrow-torch"])
 def test_torch_rodas4_keeps_the_mass_where_the_rates_are_near_1e272(linear_solver):
     """The same run on the torch march (its solve `linalg.ArrowTridiagonal.shifted_solver`, by
-    the numba kernels, or by torch operations as on CUDA): the elimination down the chain
-    (numba kernels) reported success with max |1^T x - 1|
-    = 1.6e-5 and |x - p_st(y)|_1 = 1.1e-5 at t = 5 (15,006 right-hand sides), from both ends in
-    torch operations with 6.0e-8. The system's
+    the numba kernels, or by torch operations as on CUDA): the elimination down the chain (numba
+    kernels) reported success with max |1^T x - 1| = 1.6e-5 and |x - p_st(y)|_1 = 1.1e-5 at t =
+    5 (15,006 right-hand sides), from both ends in torch operations with 6.0e-8. The system's
     Jacobian now carries the chain's state, and the solve runs in the partial sums of the
     compiled march (`cpu_kernels.chain_solve`): measured 5.5e-10 and 5.5e-10 (5,688 right-hand
     sides, as the compiled march; 6.4e-10 at 401 output times), 9.6e-10 and 9.6e-10 in torch
