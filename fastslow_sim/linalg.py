@@ -107,7 +107,9 @@ class ArrowTridiagonal:
     def shifted_solver(self, s: torch.Tensor, first: torch.Tensor | None = None, workspace=None,
                        kernels=None):  # fmt: skip
         """`solve(r (n+1, B), out=None) -> (s I - J)^{-1} r` for `s (B,)`: the tridiagonal block
-        by elimination down the chain (Thomas), the border by its Schur complement. With
+        by elimination down the chain (Thomas), or with `chain_state` in the partial sums of
+        the chain's unknowns (which keeps the mass; in torch operations out of place, without
+        `workspace`), the border by its Schur complement. With
         `first`, also returns the solution for that right-hand side, found in the same sweep as
         the border's. `workspace` (a dict owned by the caller) keeps the buffers and their views
         from one factorisation to the next of the same shape; a factorisation made with it is
