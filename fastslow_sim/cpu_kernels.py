@@ -15,7 +15,12 @@ Arrow solve: the arithmetic is the one-sided elimination of `linalg._thomas_fact
 (p_i / den_i) y_{i-1}`, back `x_i = y_i + g_i x_{i+1}`. The border `J = [[T, u], [v^T, d]]` by
 its Schur complement: `w = (s I - T)^{-1} u`, `sigma = s - d - v.w`, and for a right-hand side
 `r`: `a = (s I - T)^{-1} r[:n]`, `x_n = (r_n + v.a) / sigma`, `x[:n] = a + w x_n`. Stable
-without pivoting for the column diagonally dominant `s I - Q^T / eps` (see `linalg`).
+without pivoting for the column diagonally dominant `s I - Q^T / eps` (see `linalg`). That
+elimination loses mass at stiff, lopsided rates (a stage's chain sum off by 1e-3 of its scale
+on the birth-death chain at eps 1e-12 on the slow manifold, by all of it at random states): for a master equation's Jacobian
+(`linalg.ArrowTridiagonal.chain_state` given) `chain_arrow_factor` / `chain_arrow_solve` solve
+in the partial sums of the chain's unknowns instead (`chain_solve`, the compiled march's solve;
+see `rosenbrock.compiled._factor`), which keeps it to the round-off of the entries.
 
 All arrays are batch last (`(n, B)` chain rows, `(B,)` per trajectory), as numpy views of the
 solver's torch tensors. Compiled on first use and cached on disk by numba. `error_model="numpy"`:
@@ -30,7 +35,20 @@ import numpy as np
 
 _MAX = float(np.finfo(np.float64).max)
 
-__all__ = ["arrow_factor", "arrow_solve", "arrow_solve_stage", "combine", "error_norm"]
+__all__ = [
+    "arrow_factor",
+    "arrow_solve",
+    "arrow_solve_stage",
+    "chain_arrow_factor",
+    "chain_arrow_solve",
+    "chain_arrow_solve_stage",
+    "heaviest",
+    "chain_factor",
+    "chain_border",
+    "chain_solve",
+    "combine",
+    "error_norm",
+]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -87,6 +105,194 @@ def arrow_solve(inv, pm, g, w, v, inv_sigma, r, x):
             x[i, b] += w[i, b] * x[n, b]
 
 
+# The mass-keeping solve of a master equation's `s I - J` (the chain block and the border column
+# with zero column sums), one implementation for the compiled march (`rosenbrock.compiled`) and
+# for the torch march's `chain_arrow_*` kernels: up rates `up_i = J[i+1, i]`, down rates `dr_i =
+# J[i, i+1]` (`i < n-1`), the chain's heaviest state `piv`; see `chain_solve` and the docstring
+# of `rosenbrock.compiled._factor` for the arithmetic.
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def heaviest(x, n, piv, top):
+    """`piv[b]` = the first index of the largest of `x[0, b] .. x[n-1, b]` (`top (B,)` scratch)."""
+    B = piv.shape[0]
+    for b in range(B):
+        piv[b] = 0
+        top[b] = x[0, b]
+    for i in range(1, n):
+        for b in range(B):
+            heavier = x[i, b] > top[b]
+            top[b] = x[i, b] if heavier else top[b]
+            piv[b] = i if heavier else piv[b]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_factor(n, s, up, dr, inv, pm, g, rho):
+    """The pivots of the partial-sum system, from the top: `den_j = e_j + dr_j`, `e_j = s +
+    up_j e_{j-1} / den_{j-1}` (sums of positive terms for positive rates); `inv = 1/den`, `pm =
+    up/den`, `g = dr/den` (rows `j < n-1`), `inv[n-1] = 1/s` (`rho (B,)` scratch)."""
+    B = s.shape[0]
+    m = n - 1
+    for b in range(B):
+        rho[b] = 1.0  # e_{-1} / den_{-1}
+    for i in range(m):
+        for b in range(B):
+            ei = s[b] + up[i, b] * rho[b]
+            inv[i, b] = 1.0 / (ei + dr[i, b])
+            pm[i, b] = up[i, b] * inv[i, b]
+            g[i, b] = dr[i, b] * inv[i, b]
+            rho[b] = ei * inv[i, b]
+    for b in range(B):
+        inv[m, b] = 1.0 / s[b]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_border(n, inv, pm, g, wv):
+    """The border column in partial sums: `wv[:n-1]` holds the partial sums `U_j` of `u` (the
+    same from either end: `u` sums to zero) on entry, its `V` (`(s I - T)^{-1} u` in partial sums)
+    on return; `wv[n-1] = 0`."""
+    B = wv.shape[1]
+    m = n - 1
+    for i in range(m):
+        for b in range(B):
+            wv[i, b] = wv[i, b] * inv[i, b]
+            if i > 0:
+                wv[i, b] += pm[i, b] * wv[i - 1, b]
+    for i in range(m - 2, -1, -1):
+        for b in range(B):
+            wv[i, b] += g[i, b] * wv[i + 1, b]
+    for b in range(B):
+        wv[m, b] = 0.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_sigma(n, s, d, vv, wv, inv_sigma):
+    """`inv_sigma = 1 / (s - d - sum_j (vv_j - vv_{j+1}) wv_j)`: the Schur complement of the
+    border, `v.w` summed by parts (`vv` the border row `v`)."""
+    B = s.shape[0]
+    for b in range(B):
+        inv_sigma[b] = s[b] - d[b]
+    for i in range(n - 1):
+        for b in range(B):
+            inv_sigma[b] -= (vv[i, b] - vv[i + 1, b]) * wv[i, b]
+    for b in range(B):
+        inv_sigma[b] = 1.0 / inv_sigma[b]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x):
+    """`x (n+1, B) <- (s I - J)^{-1} x` in place, in partial sums (`chain_factor`,
+    `chain_border`, `chain_sigma`; `tmp (>= 2, B)` scratch): the partial sums of the right-hand
+    side from either end of the chain towards its heaviest state `p`, then `T = sum_i k_i` (the
+    right-hand side's sum over `s`), the partial sums `V` of the unknowns (`k_0 + .. + k_j` for
+    `j < p`, `-(k_{j+1} + .. + k_{n-1})` for `j >= p`), the border unknown, and `k_i = V_i -
+    V_{i-1} + T [i = p]`."""
+    L = tmp.shape[1]
+    m = n - 1
+    xn, tt = tmp[0], tmp[1]
+    for q in range(L):
+        xn[q] = x[n, q]
+    for i in range(1, n):  # R_i below the heaviest state
+        for q in range(L):
+            x[i, q] += x[i - 1, q] if i < piv[q] else 0.0
+    for i in range(n - 2, 0, -1):  # R'_i above it
+        for q in range(L):
+            x[i, q] += x[i + 1, q] if i > piv[q] else 0.0
+    for q in range(L):  # T = (R_{p-1} + r_p + R'_{p+1}) / s
+        p = piv[q]
+        tt[q] = x[p, q]
+        if p > 0:
+            tt[q] += x[p - 1, q]
+        if p < m:
+            tt[q] += x[p + 1, q]
+        tt[q] *= inv[m, q]
+    # the elimination from the top; row j >= p has -R'_{j+1}, and the terms in T, + down_{p-1}
+    # T in row p-1 and - up_p T in row p, enter divided by their pivots, as g_{p-1} T and
+    # -pm_p T (at most T in size: rate * T could overflow where the answer is finite)
+    for j in range(m):
+        for q in range(L):
+            p = piv[q]
+            rhs = -x[j + 1, q] if j >= p else x[j, q]
+            ct = g[j, q] if j == p - 1 else (-pm[j, q] if j == p else 0.0)
+            x[j, q] = rhs * inv[j, q] + ct * tt[q] + (pm[j, q] * x[j - 1, q] if j > 0 else 0.0)
+    for j in range(m - 2, -1, -1):  # V_j = a_j + g_j V_{j+1} (V_{n-1} = 0)
+        for q in range(L):
+            x[j, q] += g[j, q] * x[j + 1, q]
+    for q in range(L):  # k_n = (r_n + sum_j (vv_j - vv_{j+1}) V_j + vv_p T) / sigma
+        xn[q] += vv[piv[q], q] * tt[q]
+    for j in range(m):
+        for q in range(L):
+            xn[q] += (vv[j, q] - vv[j + 1, q]) * x[j, q]
+    for q in range(L):
+        xn[q] *= inv_sigma[q]
+        x[n, q] = xn[q]
+    for j in range(m):
+        for q in range(L):
+            x[j, q] += wv[j, q] * xn[q]
+    for q in range(L):  # k_i = V_i - V_{i-1} + T [i = p]
+        x[m, q] = -x[m - 1, q]
+    for i in range(m - 1, 0, -1):
+        for q in range(L):
+            x[i, q] -= x[i - 1, q]
+    for q in range(L):
+        x[piv[q], q] += tt[q]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_arrow_factor(x, up, dr, u, v, d, s, piv, inv, pm, g, w, inv_sigma, tmp):
+    """Factor a master equation's `s I - J` (`linalg.ArrowTridiagonal` with `chain_state`) for
+    `chain_solve`: `x (n, B)` the chain's state (its heaviest state the pivot `piv (B,)`),
+    `up`, `dr` `(n-1, B)` the rates, `u`, `v` `(n, B)` and `d (B,)` the border; fills `piv`,
+    `inv`, `pm`, `g`, `w` `(n, B)` and `inv_sigma (B,)` (`tmp (>= 2, B)` scratch)."""
+    n, B = u.shape
+    m = n - 1
+    heaviest(x, n, piv, tmp[0])
+    chain_factor(n, s, up, dr, inv, pm, g, tmp[0])
+    # U_j: the partial sums of u from the nearer end, u_0 + .. + u_j below the heaviest state,
+    # -(u_{j+1} + .. + u_{n-1}) from it on
+    for b in range(B):
+        tmp[0, b] = 0.0
+        tmp[1, b] = 0.0
+    for i in range(m):
+        for b in range(B):
+            tmp[0, b] += u[i, b]
+            if i < piv[b]:
+                w[i, b] = tmp[0, b]
+    for i in range(m, 0, -1):
+        for b in range(B):
+            tmp[1, b] += u[i, b]
+            if i - 1 >= piv[b]:
+                w[i - 1, b] = -tmp[1, b]
+    chain_border(n, inv, pm, g, w)
+    chain_sigma(n, s, d, v, w, inv_sigma)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_arrow_solve(inv, pm, g, w, v, inv_sigma, piv, tmp, x):
+    """`x (n+1, B) <- (s I - J)^{-1} x` in place from `chain_arrow_factor`'s output, keeping the
+    mass."""
+    chain_solve(x.shape[0] - 1, inv, pm, g, w, v, inv_sigma, piv, tmp, x)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _stage_rhs(f, K, c, inv_h, x):
+    """`x <- f + inv_h sum_j c_j K_j`, a Rosenbrock stage's right-hand side."""
+    N, B = f.shape
+    for r in range(N):
+        for b in range(B):
+            x[r, b] = 0.0
+        _add_rows(K, c, r, x)
+        for b in range(B):
+            x[r, b] = f[r, b] + inv_h[b] * x[r, b]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def chain_arrow_solve_stage(inv, pm, g, w, v, inv_sigma, piv, tmp, f, K, c, inv_h, x):
+    """`arrow_solve_stage` for `chain_arrow_factor`'s output."""
+    _stage_rhs(f, K, c, inv_h, x)
+    chain_solve(f.shape[0] - 1, inv, pm, g, w, v, inv_sigma, piv, tmp, x)
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _add_rows(K, a, r, out):
     """`out[r] += sum_j a_j K[j, r]`, one `j` at a time over the row, which stays in the L1
@@ -101,13 +307,7 @@ def _add_rows(K, a, r, out):
 def arrow_solve_stage(inv, pm, g, w, v, inv_sigma, f, K, c, inv_h, x):
     """A Rosenbrock stage's solve, `x <- (s I - J)^{-1} (f + inv_h sum_j c_j K_j)`, the
     right-hand side formed in `x` (`K (i, n+1, B)`, `c (i,)`, `inv_h (B,)`), then solved in place."""
-    N, B = f.shape
-    for r in range(N):
-        for b in range(B):
-            x[r, b] = 0.0
-        _add_rows(K, c, r, x)
-        for b in range(B):
-            x[r, b] = f[r, b] + inv_h[b] * x[r, b]
+    _stage_rhs(f, K, c, inv_h, x)
     arrow_solve(inv, pm, g, w, v, inv_sigma, x, x)
 
 

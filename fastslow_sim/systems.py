@@ -485,7 +485,7 @@ class MasterEquationSystem(FastSlowSystem):
             diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus exit rates
             u = chain_divergence(dup * x[:-1], batch_last=True)  # d(Q^T x)/dy / eps
             v, d = g_xy(x, y)
-            return ArrowTridiagonal(sub, diag, sup, u, v, d)
+            return ArrowTridiagonal(sub, diag, sup, u, v, d, chain_state=x)
 
         return VectorField(fun, jac, "arrow")
 

@@ -228,7 +228,7 @@ def _compiled_solve(system, z, s, r):
                      float(ch["kappa"]), up, dup, tmp, inv, pm, g, wv, vv, inv_sigma,
                      piv)  # fmt: skip
     x = np.array(r, dtype=np.float64)[:, None].copy()
-    compiled._solve(n, inv, pm, g, wv, vv, inv_sigma, piv, up, dr, tmp, x)
+    compiled._solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x)
     return x[:, 0]
 
 

@@ -25,8 +25,9 @@ The physics comes from the system as numbers (`MasterEquationSystem.chain_arrays
 `k_i e^{beta y} + l_i y`, down rates `down_i` (times `1/eps`), and the slow law `g = w.x + b -
 a y + kappa y (c.x)`. The Jacobian is arrow-tridiagonal; `s I - J` is solved for the partial
 sums of the chain's unknowns (`_factor`), which keeps the mass of every stage to the round-off
-of its entries (the torch march's `cpu_kernels.arrow_factor`, one-sided Thomas for `s I - T`,
-does not), the border by its Schur complement.
+of its entries, the border by its Schur complement. The arithmetic of that solve is
+`cpu_kernels`' (`chain_factor`, `chain_border`, `chain_sigma`, `chain_solve`), which the torch
+march's solve of a master equation's Jacobian (`linalg.ArrowTridiagonal.chain_state`) runs too.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..cpu_kernels import error_norm
+from ..cpu_kernels import chain_border, chain_factor, chain_sigma, chain_solve, error_norm, heaviest
 from ..errors import InputError
 from ..wording import plural
 
@@ -121,10 +122,17 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
     up/den`, `g = down/den`, row `n-1` of `inv` holds `1/s`; `wv` the border eliminated, `vv =
     dg/dx`, `inv_sigma = 1/sigma`, `sigma = s - d - sum_j (vv_j - vv_{j+1}) wv_j`.
 
+    The terms in `T` enter the elimination divided by their pivots, as `g_{p-1} T` and `-pm_p
+    T` (`pm`, `g` at most 1 in size for positive rates): `up_p T` itself overflowed to inf, and
+    `k` to NaN, at rates ~1e281 with `s = 1e-24` and a right-hand side ~1e4, where `k` (~1e28) is
+    finite. What remains: the answer must be finite (`T = R_{n-1} / s` is about the heaviest
+    state's unknown), and so must `s + up_j + down_j` (rates and `s` below ~1e308 together).
+
     The one-sided elimination of `s I - J` it replaces (`cpu_kernels.arrow_factor`'s) lost mass
     at each solve, up to 1.5e-8 of it at y = 13 with h = 1e-3 on the birth-death chain at eps
     1e-12 (a solve by LU: 1e-14 there, 4e-11 at y = 2): rodas4 from y0 = 150 ended 2.2e-6 off
-    (now 8.3e-10 at 401 saved times, and 5,688 right-hand sides for 15,960). The
+    (then 8.3e-10 at 401 saved times, 4.3e-10 since the terms in T enter divided by
+    their pivots; and 5,688 right-hand sides for 15,960). The
     partial sums from state 0 alone keep the mass too, but lose the light states above a heavy
     one to the round-off of the heavy one (rodas4 at atol 1e-150 from y0 = 100 then spent its
     1,000,000 steps). The cost: a march of 512 trajectories over [0, 5] at eps 1e-4 took 0.35-0.39
@@ -132,36 +140,14 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
     L = tmp.shape[1]
     m = n - 1
     y = z[n]
-    e, top, rho, cx = tmp[0], tmp[1], tmp[2], tmp[3]
+    e, top, cx = tmp[0], tmp[1], tmp[3]
     _rates(y, kr, beta, lr, up, dup, e, True)
-    for q in range(L):
-        rho[q] = 1.0  # e_{-1} / den_{-1}
-        piv[q] = 0
-        top[q] = z[0, q]
-    for i in range(1, n):
+    heaviest(z, n, piv, top)
+    chain_factor(n, s, up, dr, inv, pm, g, tmp[2])
+    for i in range(m):  # the border: U_j = -dup_j x_j, eliminated
         for q in range(L):
-            heavier = z[i, q] > top[q]
-            top[q] = z[i, q] if heavier else top[q]
-            piv[q] = i if heavier else piv[q]
-    for i in range(m):
-        for q in range(L):
-            ei = s[q] + up[i, q] * rho[q]
-            inv[i, q] = 1.0 / (ei + dr[i, q])
-            pm[i, q] = up[i, q] * inv[i, q]
-            g[i, q] = dr[i, q] * inv[i, q]
-            rho[q] = ei * inv[i, q]
-    for q in range(L):
-        inv[m, q] = 1.0 / s[q]
-        wv[m, q] = 0.0
-    # the border: U_j = -dup_j x_j, eliminated
-    for i in range(m):
-        for q in range(L):
-            wv[i, q] = -dup[i, q] * z[i, q] * inv[i, q]
-            if i > 0:
-                wv[i, q] += pm[i, q] * wv[i - 1, q]
-    for i in range(m - 2, -1, -1):
-        for q in range(L):
-            wv[i, q] += g[i, q] * wv[i + 1, q]
+            wv[i, q] = -dup[i, q] * z[i, q]
+    chain_border(n, inv, pm, g, wv)
     for q in range(L):
         cx[q] = 0.0
     for i in range(n):
@@ -170,69 +156,17 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
     for i in range(n):
         for q in range(L):
             vv[i, q] = w[i] + kappa * y[q] * c[i]
-    for q in range(L):
-        inv_sigma[q] = s[q] - (-a + kappa * cx[q])
-    for i in range(m):
-        for q in range(L):
-            inv_sigma[q] -= (vv[i, q] - vv[i + 1, q]) * wv[i, q]
-    for q in range(L):
-        inv_sigma[q] = 1.0 / inv_sigma[q]
+    for q in range(L):  # d = dg/dy
+        cx[q] = -a + kappa * cx[q]
+    chain_sigma(n, s, cx, vv, wv, inv_sigma)
 
 
 @numba.njit(**_JIT)
-def _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, up, dr, tmp, x):
+def _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x):
     """`x <- (s I - J)^{-1} x` in place, in `_factor`'s cumulative form: the partial sums of the
-    right-hand side from either end, then `V`, then `k` (`up`, `dr`: the rates of `_factor`)."""
-    L = tmp.shape[1]
-    m = n - 1
-    xn, tt = tmp[0], tmp[1]
-    for q in range(L):
-        xn[q] = x[n, q]
-    for i in range(1, n):  # R_i below the heaviest state
-        for q in range(L):
-            x[i, q] += x[i - 1, q] if i < piv[q] else 0.0
-    for i in range(n - 2, 0, -1):  # R'_i above it
-        for q in range(L):
-            x[i, q] += x[i + 1, q] if i > piv[q] else 0.0
-    for q in range(L):  # T = (R_{p-1} + r_p + R'_{p+1}) / s
-        p = piv[q]
-        tt[q] = x[p, q]
-        if p > 0:
-            tt[q] += x[p - 1, q]
-        if p < m:
-            tt[q] += x[p + 1, q]
-        tt[q] *= inv[m, q]
-    for q in range(L):  # the terms in T: + down_{p-1} T in row p-1, - up_p T in row p (whose
-        p = piv[q]  # right-hand side is -R'_{p+1})
-        if p > 0:
-            x[p - 1, q] += dr[p - 1, q] * tt[q]
-        if p < m:
-            x[p + 1, q] += up[p, q] * tt[q]
-    for j in range(m):  # the elimination from the top; row j >= p has -R'_{j+1}
-        for q in range(L):
-            rhs = -x[j + 1, q] if j >= piv[q] else x[j, q]
-            x[j, q] = rhs * inv[j, q] + (pm[j, q] * x[j - 1, q] if j > 0 else 0.0)
-    for j in range(m - 2, -1, -1):  # V_j = a_j + g_j V_{j+1} (V_{n-1} = 0)
-        for q in range(L):
-            x[j, q] += g[j, q] * x[j + 1, q]
-    for q in range(L):  # k_n = (r_n + sum_j (vv_j - vv_{j+1}) V_j + vv_p T) / sigma
-        xn[q] += vv[piv[q], q] * tt[q]
-    for j in range(m):
-        for q in range(L):
-            xn[q] += (vv[j, q] - vv[j + 1, q]) * x[j, q]
-    for q in range(L):
-        xn[q] *= inv_sigma[q]
-        x[n, q] = xn[q]
-    for j in range(m):
-        for q in range(L):
-            x[j, q] += wv[j, q] * xn[q]
-    for q in range(L):  # k_i = V_i - V_{i-1} + T [i = p]
-        x[m, q] = -x[m - 1, q]
-    for i in range(m - 1, 0, -1):
-        for q in range(L):
-            x[i, q] -= x[i - 1, q]
-    for q in range(L):
-        x[piv[q], q] += tt[q]
+    right-hand side from either end, then `V`, then `k` (`cpu_kernels.chain_solve`, shared
+    with the torch march's compiled solver)."""
+    chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x)
 
 
 @numba.njit(**_JIT)
@@ -299,7 +233,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
                 inv_sigma, piv)  # fmt: skip
         k0 = ks[0]
         _rhs(y, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, k0)
-        _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, up, dr, tmp, k0)
+        _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, k0)
         for i in range(1, S):
             if from_previous[i]:
                 for r in range(N):
@@ -327,7 +261,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
             for r in range(N):
                 for q in range(L):
                     ki[r, q] = f[r, q] + inv_h[q] * ki[r, q]
-            _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, up, dr, tmp, ki)
+            _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, ki)
         if stiffly_accurate:
             for r in range(N):
                 for q in range(L):
