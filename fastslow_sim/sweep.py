@@ -872,8 +872,10 @@ def _create_store(store: Path, parents: bool = False):
     try:
         store.mkdir(parents=parents, exist_ok=True)  # else its folder exists (`_check_store`)
         (store / CELLS).mkdir(exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the sweep store {str(store)!r}: {err.strerror}.") from None
+    except OSError as err:  # a full disk is no bad input: an OSError naming the store
+        from .io import creation_error
+
+        raise creation_error(err, store, "sweep store") from None
 
 
 def _read_cell(path: Path) -> xr.Dataset | None:
