@@ -801,7 +801,7 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     failed: No space left on device." (no path, exit 1) and left a root cut short that read as
     finished: status "done" in every cell, curve_x all NaN (its chunks were never written),
     fold_y missing. Now the sentence names the store, the root cut short is gone, the finished
-    cells stay, and the same command resumes the sweep."""
+    cells stay, and the same command, rerun once there is room, resumes the sweep."""
     import xarray as xr
 
     store = full_disk / "s.zarr"
@@ -812,7 +812,8 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.splitlines()[-1] == (
         f"Error: a file operation failed on {str(store)!r}: No space left on device (2 finished "
-        f"cells kept in the store; the same command resumes the sweep)."
+        f"cells kept in the store; free space, then rerun the same command: it resumes from the "
+        f"finished cells)."
     )  # fmt: skip
     assert sorted(os.listdir(store)) == ["cells"] and len(os.listdir(store / "cells")) == 2
     (full_disk / "filler").unlink()
@@ -843,7 +844,8 @@ def test_sweep_onto_a_full_disk_removes_only_a_store_it_made(full_disk):
     with pytest.raises(OSError) as info:
         run_sweep("manifold", ["kappa=0,1,2,3"], {}, store, **quiet)
     assert info.value.filename == str(store)
-    assert "kept in the store; the same command resumes the sweep" in info.value.strerror
+    assert "kept in the store; free space, then rerun the same command: it resumes" in (
+        info.value.strerror)
     assert held.is_file()
 
 
