@@ -1031,9 +1031,10 @@ def _write_root(ds: xr.Dataset, store: Path):
             ds.to_zarr(store, mode="a", consolidated=True)
     except BaseException:
         # a root cut short (a full disk) read as finished: an array whose chunks are missing
-        # reads as its fill value. What this write made goes; the cells rebuild it next run
+        # reads as its fill value. What this write made goes (its metadata files and a folder
+        # per variable, nothing else); the cells rebuild it next run
         for entry in store.iterdir():
-            if entry.name not in before:
+            if entry.name not in before and (entry.name in _ZARR_META or entry.name in ds.variables):
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
         raise
 

@@ -958,3 +958,27 @@ def test_a_failed_new_store_keeps_what_it_did_not_write(tmp_path):
     err = _store_failed(OSError(errno.ENOSPC, "No space left on device"), store, created=True)
     assert err.strerror.endswith("(no cell had finished: the new store is removed)")
     assert not store.exists()
+
+
+def test_a_root_write_that_fails_removes_only_the_root_it_was_writing(tmp_path, monkeypatch):
+    """The cleanup of a root write that failed removed every entry that appeared in the store
+    meanwhile (`rmtree`), someone else's folder too; now only the root's metadata files and a
+    folder per variable go."""
+    import errno
+
+    from fastslow_sim.sweep import _write_root
+
+    store = tmp_path / "s.zarr"
+    (store / CELLS).mkdir(parents=True)
+    ds = xr.Dataset({"x": ("k", np.arange(3.0))})
+
+    def to_zarr(self, where, **kwargs):
+        (Path(where) / "x").mkdir()
+        (Path(where) / "zarr.json").write_text("{")
+        (Path(where) / "theirs").mkdir()  # a folder someone made as the root was written
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+    with pytest.raises(OSError):
+        _write_root(ds, store)
+    assert sorted(os.listdir(store)) == [CELLS, "theirs"]
