@@ -880,7 +880,14 @@ def _create_store(store: Path, parents: bool = False):
     except OSError as err:  # a full disk is no bad input: an OSError naming the store
         from .io import creation_error
 
-        raise creation_error(err, store, "sweep store") from None
+        made = creation_error(err, store, "sweep store")
+        if isinstance(made, OSError):  # says all there is to say (`run_sweep` adds nothing)
+            made = _StoreNotMadeError(made.errno, made.strerror, made.filename)
+        raise made from None
+
+
+class _StoreNotMadeError(OSError):
+    """The store's folder (or its cells/) could not be made: a full disk, an I/O error."""
 
 
 def _read_cell(path: Path) -> xr.Dataset | None:
@@ -1176,8 +1183,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     except OSError as err:  # a write into the store failed (a full disk): one sentence naming it
         # (only that: a closed pipe that `log` writes to, a cluster that cannot start, an error
         # from `on_chunk` or a file elsewhere is raised as it is, and the store is left alone)
-        if err.errno not in _STORE_FAILURES or (err.filename is not None
-                                                and not _inside(err.filename, store)):
+        foreign = err.filename is not None and not _inside(err.filename, store)
+        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or foreign:
             raise
         raise _store_failed(err, store, created) from None
     ds = summary["dataset"]

@@ -927,8 +927,9 @@ def test_a_folder_that_cannot_be_made_on_a_full_disk_is_no_bad_input(no_inodes, 
     res = invoke(["sweep", "manifold", "--grid", "kappa=0", "--workers", "0", "--store",
                   str(no_inodes / "s.zarr")], tmp_path, monkeypatch)  # fmt: skip
     assert res.exit_code == 1, res.output
-    assert res.output.startswith(f"Error: a file operation failed on "
-                                 f"{str(no_inodes / 's.zarr')!r}: No space left on device")
+    assert res.output == (f"Error: a file operation failed on {str(no_inodes / 's.zarr')!r}: No "
+                          f"space left on device (the sweep store cannot be made: its file "
+                          f"system has no free inodes).\n")  # fmt: skip
     assert os.listdir(no_inodes) == []
     from fastslow_sim.io import creation_error
 
