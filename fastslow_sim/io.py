@@ -300,12 +300,15 @@ def _check_owned(p: Path, what: str):
     )
 
 
-def check_writable(path, what="output") -> Path:
+def check_writable(path, what="output", probe: bool = True) -> Path:
     """Raise `InputError` unless `path` can be created or replaced: it is absent, an empty
     regular file or one that fastslow-sim wrote (`written_by_us`; never a directory, device,
-    FIFO, socket or a file of the user's), and its folder exists and is writable."""
+    FIFO, socket or a file of the user's), and its folder exists and is writable. For a
+    symbolic link that folder is the one of the file it points to (which `atomic_path`
+    writes). `probe=False`: the folder is not probed with a new file (`check_parent`)."""
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
+    real = Path(os.path.realpath(p)) if p.is_symlink() else p  # the file that is written
+    parent = real.parent if str(real.parent) else Path(".")
     try:
         os.stat(p)
     except FileNotFoundError:
@@ -313,9 +316,9 @@ def check_writable(path, what="output") -> Path:
     except OSError as err:  # a loop of links, a name too long, a component that is a file
         raise InputError(f"cannot write the {what} {str(p)!r}: {err.strerror}.") from None
     longest = _name_max(parent) - _TEMP_EXTRA
-    if len(p.name.encode()) > longest:
+    if len(real.name.encode()) > longest:
         raise InputError(
-            f"the {what} path {str(p)!r} has a file name of {len(p.name.encode())} bytes; "
+            f"the {what} path {str(p)!r} has a file name of {len(real.name.encode())} bytes; "
             f"expected at most {longest} (the file system's limit, less room for the temporary "
             f"name it is written under)."
         )
@@ -333,31 +336,48 @@ def check_writable(path, what="output") -> Path:
             f"the {what} path {str(p)!r} is read-only (no write permission); it is never "
             f"replaced: make it writable or choose another path."
         )
-    check_parent(p, what)
+    check_parent(p, what, probe)
     return p
 
 
-def check_parent(path, what="output") -> Path:
-    """Raise `InputError` unless the folder that holds `path` exists and takes new entries (an
-    output's folders are never made silently: a typo in one would scatter the results); a
-    folder whose file system takes no new file (no free inodes, no space, a quota used up) is
-    an `OSError` (ENOSPC, EDQUOT) naming the folder and why, not bad input."""
+def check_parent(path, what="output", probe: bool = True) -> Path:
+    """Raise `InputError` unless the folder that holds `path` (a symbolic link: the file it
+    points to) exists and takes new entries (an output's folders are never made silently: a
+    typo in one would scatter the results); a folder whose file system takes no new file (no
+    free inodes, no space, a quota used up) is an `OSError` (ENOSPC, EDQUOT) naming the folder
+    and why, not bad input. `probe=False` trusts the permissions and creates no probe file (as
+    `atomic_path` checks again once its temporary file, which holds the last free inode
+    perhaps, proved that the folder takes files)."""
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
+    real = Path(os.path.realpath(p)) if p.is_symlink() else p
+    parent = real.parent if str(real.parent) else Path(".")
+    shown = f"{str(p)!r} (a link to {str(real)!r})" if real is not p else repr(str(p))
     if not parent.exists():
-        raise InputError(
-            f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} does not exist."
-        )
-    err = _create_error(parent) if os.access(parent, os.W_OK) else None
+        raise InputError(f"cannot write the {what} {shown}: folder {str(parent)!r} does not exist.")
+    err = _create_error(parent) if probe and os.access(parent, os.W_OK) else None
     if err is not None and err.errno in _FULL:  # not the user's input: a full file system
         raise OSError(err.errno, f"{os.strerror(err.errno)} (no new file can be created in this "
-                      f"folder for the {what} {str(p)!r}: {_full_why(parent, err.errno)})",
+                      f"folder for the {what} {shown}: {_full_why(parent, err.errno)})",
                       str(parent))  # fmt: skip
     if not os.access(parent, os.W_OK) or err is not None:
-        raise InputError(
-            f"cannot write the {what} {str(p)!r}: folder {str(parent)!r} is not writable."
-        )
+        raise InputError(f"cannot write the {what} {shown}: folder {str(parent)!r} is not writable.")
     return p
+
+
+def creation_error(err: OSError, path, what: str) -> Exception:
+    """The error to raise for `err`, from making the folder `path` (the `what`): a full file
+    system (ENOSPC, EDQUOT) or an I/O error is an `OSError` naming `path` (a file operation
+    that failed, exit status 1); anything else (no permission, a file where a folder is
+    expected) is the user's input, an `InputError`."""
+    if err.errno in _FULL or err.errno == errno.EIO:
+        text = err.strerror or os.strerror(err.errno)
+        if err.errno in _FULL:
+            near = Path(os.path.abspath(path))
+            while not near.exists() and near != near.parent:
+                near = near.parent
+            text = f"{text} (the {what} cannot be made: {_full_why(near, err.errno)})"
+        return OSError(err.errno, text, str(path))
+    return InputError(f"cannot create the {what} {str(path)!r}: {err.strerror}.")
 
 
 def _full_why(folder: Path, code: int) -> str:
@@ -414,14 +434,17 @@ def atomic_path(path, what="output"):
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
-        check_writable(path, what)  # once more: something may have appeared there meanwhile
+        # once more: something may have appeared there meanwhile (no probe file: the temporary
+        # file showed that the folder takes files, and may hold its last free inode)
+        check_writable(path, what, probe=False)
         _fsync(tmp)  # the bytes on the disk before the name: a crash leaves the old file or the new
         os.replace(tmp, path)
         _fsync(path.parent, strict=False)  # and the rename itself (the file is in place now)
     except OSError as err:
-        if err.errno not in _FULL or err.filename == str(path):
+        if (err.errno not in _FULL and err.errno != errno.EIO) or err.filename == str(path):
             raise
-        # a full disk names the file asked for, not the temporary one (or none, as write does)
+        # a full disk or an I/O error names the file asked for, not the temporary one (or
+        # none, as write does)
         raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
@@ -430,11 +453,18 @@ def atomic_path(path, what="output"):
 def _fsync(path: Path, strict: bool = True):
     """Flush `path` (a file or a folder) to its disk. A full disk or an I/O error raises
     (`strict`) an OSError naming `path`; where the file system cannot flush (EINVAL, EBADF
-    on some systems' folders), the write stands as the operating system keeps it."""
+    on some systems' folders), the write stands as the operating system keeps it. A file
+    that cannot be opened to read (no read permission) is opened to write; one that cannot be
+    opened at all raises (`strict`): its flush is never skipped silently."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+    except OSError as err:
+        if not strict or os.path.isdir(path):
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            raise OSError(err.errno, err.strerror, str(path)) from None
     try:
         os.fsync(fd)
     except OSError as err:

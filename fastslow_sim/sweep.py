@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import errno
 import functools
 import hashlib
 import itertools
@@ -862,6 +863,10 @@ def _check_runs_dir(task: Task, runs_dir, store: Path, parents: bool = False) ->
                              f"train-network; the {task.name} task writes none.")  # fmt: skip
         return None
     runs_dir = Path(runs_dir) if runs_dir is not None else store.with_name(store.stem + "-runs")
+    if _inside(runs_dir, store) or _inside(os.path.realpath(runs_dir), os.path.realpath(store)):
+        raise InputError(f"--runs-dir {str(runs_dir)!r} lies inside the sweep store "
+                         f"{str(store)!r}; expected a folder outside it (a store that fails is "
+                         f"cleaned up, and the run folders must not go with it).")  # fmt: skip
     folder(runs_dir, "runs folder")
     if not runs_dir.exists() and not parents:
         check_parent(runs_dir, "runs folder")
@@ -872,8 +877,17 @@ def _create_store(store: Path, parents: bool = False):
     try:
         store.mkdir(parents=parents, exist_ok=True)  # else its folder exists (`_check_store`)
         (store / CELLS).mkdir(exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the sweep store {str(store)!r}: {err.strerror}.") from None
+    except OSError as err:  # a full disk is no bad input: an OSError naming the store
+        from .io import creation_error
+
+        made = creation_error(err, store, "sweep store")
+        if isinstance(made, OSError):  # says all there is to say (`run_sweep` adds nothing)
+            made = _StoreNotMadeError(made.errno, made.strerror, made.filename)
+        raise made from None
+
+
+class _StoreNotMadeError(OSError):
+    """The store's folder (or its cells/) could not be made: a full disk, an I/O error."""
 
 
 def _read_cell(path: Path) -> xr.Dataset | None:
@@ -1024,9 +1038,10 @@ def _write_root(ds: xr.Dataset, store: Path):
             ds.to_zarr(store, mode="a", consolidated=True)
     except BaseException:
         # a root cut short (a full disk) read as finished: an array whose chunks are missing
-        # reads as its fill value. What this write made goes; the cells rebuild it next run
+        # reads as its fill value. What this write made goes (its metadata files and a folder
+        # per variable, nothing else); the cells rebuild it next run
         for entry in store.iterdir():
-            if entry.name not in before:
+            if entry.name not in before and (entry.name in _ZARR_META or entry.name in ds.variables):
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
         raise
 
@@ -1102,7 +1117,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     `reproduce --out DIR` holds DIR/sweep.zarr); nothing is written before every check passed.
     A write into the store that fails (a full disk) is an `OSError` naming the store: a new
     store in which no cell finished is removed, else the finished cells stay (a root group cut
-    short is removed, never left to read as finished) and the same call resumes.
+    short is removed, never left to read as finished) and the same call, once there is room,
+    resumes from them.
     """
     t = get_task(task)
     grid = parse_grid(t, grid) if isinstance(grid, (list, tuple)) else parse_grid(
@@ -1147,7 +1163,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                 consolidate(store, t, grid, fixed, cells, attrs)
             except BaseException:
                 if created:  # a store that failed as it was made is no store: nothing is left
-                    shutil.rmtree(store, ignore_errors=True)
+                    _remove_made(store)
                 raise
             try:
                 if c is None:
@@ -1165,13 +1181,19 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             finally:
                 summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
     except OSError as err:  # a write into the store failed (a full disk): one sentence naming it
-        if err.filename is not None and not _inside(err.filename, store):
+        # (only that: a closed pipe that `log` writes to, a cluster that cannot start, an error
+        # from `on_chunk` or a file elsewhere is raised as it is, and the store is left alone)
+        foreign = err.filename is not None and not _inside(err.filename, store)
+        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or foreign:
             raise
         raise _store_failed(err, store, created) from None
     ds = summary["dataset"]
     summary["n_failed"] = int(ds.attrs["n_failed"])
     summary["n_pending"] = int(ds.attrs["n_pending"])
     return summary
+
+
+_STORE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a write into the store that failed
 
 
 def _inside(name, store: Path) -> bool:
@@ -1184,16 +1206,41 @@ def _inside(name, store: Path) -> bool:
 def _store_failed(err: OSError, store: Path, created: bool) -> OSError:
     """`err` (a write into the store that failed) as an OSError naming `store` and what is left
     of it: a store this run made that holds no finished cell is removed (nothing of value); the
-    finished cells are kept (the same command resumes from them; a root cut short is gone)."""
+    finished cells are kept (the same command, rerun once there is room, resumes from them; a
+    root cut short is gone)."""
     cells = sorted((store / CELLS).glob(f"*{CELL_SUFFIX}")) if (store / CELLS).is_dir() else []
     if created and not cells:
-        shutil.rmtree(store, ignore_errors=True)
-        left = "no cell had finished: the new store is removed"
+        _remove_made(store)
+        left = ("no cell had finished: the new store is removed" if not store.exists() else
+                "no cell had finished: what this run wrote in the store is removed")  # fmt: skip
     else:
-        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; the same "
-                f"command resumes the sweep")  # fmt: skip
+        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; free space, "
+                f"then rerun the same command: it resumes from the finished cells")  # fmt: skip
     text = err.strerror or os.strerror(err.errno or 0) or type(err).__name__
     return OSError(err.errno, f"{text} ({left})", str(store))
+
+
+def _remove_made(store: Path):
+    """Remove what a run wrote in the store it made: the root group's entries, the files in
+    cells/ named as the project writes its cells, then cells/ and the store if that left them
+    empty. Anything else in it (a folder someone put there meanwhile) is kept, and so are the
+    folders that hold it."""
+    if store.is_symlink() or not store.is_dir():
+        return
+    for name in _root_entries(store):
+        entry = store / name
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    cells = store / CELLS
+    if cells.is_dir() and not cells.is_symlink():
+        for entry in cells.iterdir():
+            if _CELL_NAME.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink():
+                entry.unlink(missing_ok=True)
+    for folder in (cells, store):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
 
 
 def _dashboard(c) -> str | None:

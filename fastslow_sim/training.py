@@ -30,7 +30,7 @@ from .bridge.cost import flops_per_token, peak_flops
 from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
-from .io import atomic_path, check_writable, save_json, watched_file
+from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .validation import count_text
 from .wording import bytes_text, plural
 
@@ -536,10 +536,8 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     if rank == 0:
         try:
             out.mkdir(parents=parents, exist_ok=True)
-        except OSError as err:
-            raise InputError(
-                f"cannot create the output folder {str(out)!r}: {err.strerror}."
-            ) from None
+        except OSError as err:  # a full disk is no bad input: an OSError naming the folder
+            raise creation_error(err, out, "output folder") from None
         if not os.access(out, os.W_OK):
             raise InputError(f"the output folder {str(out)!r} is not writable.")
 

@@ -801,7 +801,7 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     failed: No space left on device." (no path, exit 1) and left a root cut short that read as
     finished: status "done" in every cell, curve_x all NaN (its chunks were never written),
     fold_y missing. Now the sentence names the store, the root cut short is gone, the finished
-    cells stay, and the same command resumes the sweep."""
+    cells stay, and the same command, rerun once there is room, resumes the sweep."""
     import xarray as xr
 
     store = full_disk / "s.zarr"
@@ -812,7 +812,8 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.splitlines()[-1] == (
         f"Error: a file operation failed on {str(store)!r}: No space left on device (2 finished "
-        f"cells kept in the store; the same command resumes the sweep)."
+        f"cells kept in the store; free space, then rerun the same command: it resumes from the "
+        f"finished cells)."
     )  # fmt: skip
     assert sorted(os.listdir(store)) == ["cells"] and len(os.listdir(store / "cells")) == 2
     (full_disk / "filler").unlink()
@@ -843,7 +844,8 @@ def test_sweep_onto_a_full_disk_removes_only_a_store_it_made(full_disk):
     with pytest.raises(OSError) as info:
         run_sweep("manifold", ["kappa=0,1,2,3"], {}, store, **quiet)
     assert info.value.filename == str(store)
-    assert "kept in the store; the same command resumes the sweep" in info.value.strerror
+    assert "kept in the store; free space, then rerun the same command: it resumes" in (
+        info.value.strerror)
     assert held.is_file()
 
 
@@ -892,3 +894,122 @@ def test_a_folder_without_free_inodes_is_not_called_not_writable(no_inodes, tmp_
     assert os.listdir(no_inodes) == ["last"]
     (no_inodes / "last").unlink()  # room again: the check passes
     assert check_writable(out, "dataset") == out
+
+
+def test_a_folder_that_cannot_be_made_on_a_full_disk_is_no_bad_input(no_inodes, tmp_path,
+                                                                       monkeypatch):
+    """`sweep --store` and `train-network` turned ENOSPC from making their folders into bad
+    input ("cannot create the output folder ...: No space left on device.", exit 2), where
+    `integrate` said exit 1. Now it is an OSError naming the folder (exit 1), and nothing is
+    left; a folder the user cannot make (a file in the way) is still bad input."""
+    import errno
+
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.sweep import run_sweep
+    from fastslow_sim.training import TrainConfig, train
+
+    store = no_inodes / "a" / "s.zarr"
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False,
+                  log=lambda *a: None, parents=True)  # fmt: skip
+    assert not isinstance(info.value, InputError)
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(store))
+    assert "no free inodes" in info.value.strerror
+    out = no_inodes / "a" / "run"
+    with pytest.raises(OSError) as info:
+        train(TrainConfig(out=str(out), corpus="random", tokens=256, block_size=32, batch_size=4,
+                          n_layer=1, n_head=2, n_embd=32, P=4, progress=False))  # fmt: skip
+    assert not isinstance(info.value, InputError)
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(out))
+    assert os.listdir(no_inodes) == ["last"]
+    # one free inode: the store's folder is made, its cells/ folder is not (the command line)
+    (no_inodes / "last").unlink()
+    res = invoke(["sweep", "manifold", "--grid", "kappa=0", "--workers", "0", "--store",
+                  str(no_inodes / "s.zarr")], tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert res.output == (f"Error: a file operation failed on {str(no_inodes / 's.zarr')!r}: No "
+                          f"space left on device (the sweep store cannot be made: its file "
+                          f"system has no free inodes).\n")  # fmt: skip
+    assert os.listdir(no_inodes) == []
+    from fastslow_sim.io import creation_error
+
+    denied = creation_error(PermissionError(errno.EACCES, "Permission denied"), out, "folder")
+    assert isinstance(denied, InputError)
+    assert str(denied) == f"cannot create the folder {str(out)!r}: Permission denied."
+
+
+def test_a_save_that_takes_the_last_free_inode_is_not_refused(no_inodes):
+    """With one free inode every save was refused after the file was fully written: the check
+    before the rename probed the folder with a new file while the temporary file held the last
+    inode (OSError ENOSPC "no new file can be created in this folder"). Now that check creates
+    no probe file; the save succeeds."""
+    import json
+
+    from fastslow_sim.io import save_json
+
+    (no_inodes / "last").unlink()
+    save_json({"a": 1}, no_inodes / "s.json")
+    assert json.loads((no_inodes / "s.json").read_text())["a"] == 1
+    assert os.listdir(no_inodes) == ["s.json"]
+
+
+def test_a_link_is_checked_in_the_folder_of_the_file_it_points_to(no_inodes, tmp_path,
+                                                                   monkeypatch):
+    """`check_writable` probed the folder of a symbolic link, while `atomic_path` writes the
+    file it points to: `integrate --out` onto a link in a folder without free inodes to a file
+    in a roomy folder was refused (exit 1), though the write goes to the roomy folder."""
+    from fastslow_sim.io import check_writable
+
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    (no_inodes / "last").unlink()
+    (no_inodes / "x.nc").symlink_to(roomy / "x.nc")  # takes the last free inode
+    assert check_writable(no_inodes / "x.nc", "dataset") == no_inodes / "x.nc"
+    res = invoke(["integrate", "--eps", "0.125", "--no-plot", "--out", str(no_inodes / "x.nc")],
+                 tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (roomy / "x.nc").stat().st_size > 0 and os.listdir(no_inodes) == ["x.nc"]
+    # and the other way: a link in a roomy folder to a folder without free inodes is refused
+    (roomy / "y.nc").symlink_to(no_inodes / "y.nc")
+    with pytest.raises(OSError, match="a link to"):
+        check_writable(roomy / "y.nc", "dataset")
+
+
+def test_an_io_error_in_the_flush_names_the_target_and_the_flush_is_never_skipped(tmp_path,
+                                                                                    monkeypatch):
+    """An EIO in the flush of the temporary file named the temporary `.NAME.xxxx.part` file
+    (deleted right after); now it names the path asked for. And a temporary file that could not
+    be opened to read was not flushed at all: now it is opened to write and flushed."""
+    import errno
+
+    from fastslow_sim.io import save_json
+
+    real_fsync, real_open = os.fsync, os.open
+    opened = {}  # file descriptor -> the path it was last opened on
+    flushed = []
+
+    def fake_open(path, flags, *a, **k):
+        if no_read[0] and str(path).endswith(".part") and flags == os.O_RDONLY:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        fd = real_open(path, flags, *a, **k)
+        opened[fd] = str(path)
+        return fd
+
+    def fake_fsync(fd):
+        if opened.get(fd, "").endswith(".part"):
+            flushed.append(opened[fd])
+            if eio[0]:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_fsync(fd)
+
+    no_read, eio = [False], [True]
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "fsync", fake_fsync)
+    out = tmp_path / "s.json"
+    with pytest.raises(OSError) as info:
+        save_json({"a": 1}, out)
+    assert (info.value.errno, info.value.filename) == (errno.EIO, str(out))
+    assert len(flushed) == 1 and os.listdir(tmp_path) == []
+    no_read[0], eio[0] = True, False
+    save_json({"a": 2}, out)
+    assert len(flushed) == 2 and json.loads(out.read_text())["a"] == 2

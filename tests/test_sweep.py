@@ -893,3 +893,92 @@ def test_store_and_runs_folders_are_checked_before_any_work(tmp_path):
         assert res.output.startswith(f"Error: {text}") and res.output.count("\n") == 1, res.output
         assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_an_error_that_is_not_a_write_into_the_store_is_raised_as_it_is(tmp_path):
+    """`run_sweep` wrapped any OSError without a file name (a closed pipe that `log` writes
+    to, a cluster that cannot start, an error from `on_chunk`) as a write into the store that
+    failed: the message named the store and said "... kept in the store" or "(no cell had
+    finished: the new store is removed)", and removed a new store. Now only a full disk or an
+    I/O error in the store is; anything else is raised unchanged and the store stays."""
+    import errno
+
+    raised = OSError(errno.EMFILE, "Too many open files")
+
+    def on_chunk(results, chunk):
+        raise raised
+
+    store = tmp_path / "s.zarr"
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1"], {}, store, workers=0, progress=False,
+                  on_chunk=on_chunk)  # fmt: skip
+    assert info.value is raised
+    assert len(_cell_files(store)) == 1
+    assert xr.open_zarr(store)["status"].values.tolist() == ["done", "pending"]
+
+
+def test_a_runs_folder_inside_the_store_is_refused(tmp_path):
+    """`--runs-dir` inside `--store` was accepted, and a store that failed was removed with
+    `rmtree`, training runs included. Now such a runs folder is refused (exit 2, nothing run)."""
+    store = tmp_path / "s.zarr"
+    store.mkdir()  # an empty folder: a new store
+    for runs in (store / "r", store):
+        res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0", *TINY_TRAIN,
+                                        "--store", str(store), "--runs-dir", str(runs),
+                                        "--workers", "0"])  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert res.output == (f"Error: --runs-dir {str(runs)!r} lies inside the sweep store "
+                              f"{str(store)!r}; expected a folder outside it (a store that fails "
+                              f"is cleaned up, and the run folders must not go with it).\n")
+        assert os.listdir(store) == []
+
+
+def test_a_failed_new_store_keeps_what_it_did_not_write(tmp_path):
+    """A new store in which no cell finished was removed whole (`rmtree`): a folder someone
+    put in it went too. Now only what the run wrote goes (the root, cells/)."""
+    import errno
+
+    from fastslow_sim.sweep import _store_failed
+
+    store = tmp_path / "s.zarr"
+    run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False)
+    for cell in _cell_files(store):
+        (store / CELLS / cell).unlink()
+    (store / "mine").mkdir()
+    (store / "mine" / "notes.txt").write_text("mine")
+    err = _store_failed(OSError(errno.ENOSPC, "No space left on device"), store, created=True)
+    assert err.filename == str(store)
+    assert err.strerror.endswith("(no cell had finished: what this run wrote in the store is "
+                                 "removed)")
+    assert os.listdir(store) == ["mine"] and (store / "mine" / "notes.txt").read_text() == "mine"
+    shutil.rmtree(store / "mine")
+    run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False)
+    for cell in _cell_files(store):
+        (store / CELLS / cell).unlink()
+    err = _store_failed(OSError(errno.ENOSPC, "No space left on device"), store, created=True)
+    assert err.strerror.endswith("(no cell had finished: the new store is removed)")
+    assert not store.exists()
+
+
+def test_a_root_write_that_fails_removes_only_the_root_it_was_writing(tmp_path, monkeypatch):
+    """The cleanup of a root write that failed removed every entry that appeared in the store
+    meanwhile (`rmtree`), someone else's folder too; now only the root's metadata files and a
+    folder per variable go."""
+    import errno
+
+    from fastslow_sim.sweep import _write_root
+
+    store = tmp_path / "s.zarr"
+    (store / CELLS).mkdir(parents=True)
+    ds = xr.Dataset({"x": ("k", np.arange(3.0))})
+
+    def to_zarr(self, where, **kwargs):
+        (Path(where) / "x").mkdir()
+        (Path(where) / "zarr.json").write_text("{")
+        (Path(where) / "theirs").mkdir()  # a folder someone made as the root was written
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+    with pytest.raises(OSError):
+        _write_root(ds, store)
+    assert sorted(os.listdir(store)) == [CELLS, "theirs"]
