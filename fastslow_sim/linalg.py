@@ -478,8 +478,14 @@ def _thomas_solve(fac, r):
     """`r (n, B)` or `(n, k, B)`: forward `y_i = r_i / den_i + (p_i / den_i) y_{i-1}`, back
     `x_i = y_i + g_i x_{i+1}`, on `(B,)` rows."""
     inv, ps, g = fac
-    n = len(g)
-    rows = list((r * (inv if r.ndim == 2 else inv[:, None])).unbind(0))
+    return _sweeps(r * (inv if r.ndim == 2 else inv[:, None]), ps, g)
+
+
+def _sweeps(y, ps, g):
+    """The two sweeps of an elimination from the top: `y_i += ps_i y_{i-1}` down, then
+    `y_i += g_i y_{i+1}` up, on the rows of `y` (out of place)."""
+    rows = list(y.unbind(0))
+    n = len(rows)
     for i in range(1, n):
         rows[i] = torch.addcmul(rows[i], ps[i], rows[i - 1])
     for i in range(n - 2, -1, -1):
@@ -533,15 +539,7 @@ def _chain_partial_sums(fac, c, extra=None):
     (`extra` added to them divided by their pivots): elimination from the top, then back."""
     inv, pm, g = fac[:3]
     c = c * inv
-    if extra is not None:
-        c = c + extra
-    rows = list(c.unbind(0))
-    m = len(rows)
-    for j in range(1, m):
-        rows[j] = torch.addcmul(rows[j], pm[j], rows[j - 1])
-    for j in range(m - 2, -1, -1):
-        rows[j] = torch.addcmul(rows[j], g[j], rows[j + 1])
-    return torch.stack(rows)
+    return _sweeps(c if extra is None else c + extra, pm, g)
 
 
 def _chain_solve(fac, r):
