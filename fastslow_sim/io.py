@@ -431,13 +431,15 @@ def atomic_path(path, what="output"):
     tmp = Path(tmp)
     try:
         yield tmp
+        # the bytes on the disk before the name (a crash leaves the old file or the new), while
+        # the file is still mkstemp's 0600 and ours to open (a umask may leave it no permission)
+        _fsync(tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; give the usual permissions
         # once more: something may have appeared there meanwhile (no probe file: the temporary
         # file showed that the folder takes files, and may hold its last free inode)
         check_writable(path, what, probe=False)
-        _fsync(tmp)  # the bytes on the disk before the name: a crash leaves the old file or the new
         os.replace(tmp, path)
         _fsync(path.parent, strict=False)  # and the rename itself (the file is in place now)
     except OSError as err:
