@@ -707,8 +707,20 @@ def _write_cell(ds: xr.Dataset, cells_dir: Path, key: str) -> bool:
         except FileExistsError:
             return False
         return True
+    except OSError as err:  # a write or fsync names no file: the cell it was writing
+        _named(err, tmp)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _named(err: OSError, path) -> OSError:
+    """`err` with `path` as its file name when it names none (a failed write or fsync), so that
+    `run_sweep` can tell a write into the store from any other OSError (standard output that is
+    full, a file that `on_chunk` writes)."""
+    if err.filename is None:
+        err.filename = str(path)
+    return err
 
 
 def _cell_dataset(result: xr.Dataset | None, key, params, status, message, wall, run_id):
@@ -880,7 +892,7 @@ def _create_store(store: Path, parents: bool = False):
     except OSError as err:  # a full disk is no bad input: an OSError naming the store
         from .io import creation_error
 
-        made = creation_error(err, store, "sweep store")
+        made = creation_error(_named(err, store), store, "sweep store")
         if isinstance(made, OSError):  # says all there is to say (`run_sweep` adds nothing)
             made = _StoreNotMadeError(made.errno, made.strerror, made.filename)
         raise made from None
@@ -895,6 +907,9 @@ def _read_cell(path: Path) -> xr.Dataset | None:
         return _load_cell(path)
     except FileNotFoundError:
         return None
+    except OSError as err:  # a read that failed (EIO) names no file: the cell it was reading
+        _named(err, path)
+        raise
 
 
 def _fill(dtype):
@@ -1027,7 +1042,16 @@ def _versions() -> dict:
 def _write_root(ds: xr.Dataset, store: Path):
     """Replace the root group (the entries the project wrote as the previous root, never
     cells/ nor a file someone else put there) by `ds`. Not atomic: the cells are the truth,
-    and a run that dies here leaves a root that the next run rebuilds."""
+    and a run that dies here leaves a root that the next run rebuilds. An OSError that names
+    no file (a failed write) is raised naming `store`."""
+    try:
+        _replace_root(ds, store)
+    except OSError as err:
+        _named(err, store)
+        raise
+
+
+def _replace_root(ds: xr.Dataset, store: Path):
     for name in _root_entries(store):
         entry = store / name
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -1181,10 +1205,12 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             finally:
                 summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
     except OSError as err:  # a write into the store failed (a full disk): one sentence naming it
-        # (only that: a closed pipe that `log` writes to, a cluster that cannot start, an error
-        # from `on_chunk` or a file elsewhere is raised as it is, and the store is left alone)
-        foreign = err.filename is not None and not _inside(err.filename, store)
-        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or foreign:
+        # (only that: every write into the store names its file (`_named`); an error naming no
+        # file (a full standard output that `log` writes to, a hang-up, a cluster that cannot
+        # start, a write of `on_chunk`) or a file elsewhere is raised as it is, and the store
+        # is left alone)
+        ours = err.filename is not None and _inside(err.filename, store)
+        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or not ours:
             raise
         raise _store_failed(err, store, created) from None
     ds = summary["dataset"]

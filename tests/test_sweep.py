@@ -982,3 +982,52 @@ def test_a_root_write_that_fails_removes_only_the_root_it_was_writing(tmp_path, 
     with pytest.raises(OSError):
         _write_root(ds, store)
     assert sorted(os.listdir(store)) == [CELLS, "theirs"]
+
+
+def test_only_a_write_into_the_store_is_a_store_failure(tmp_path, monkeypatch):
+    """Any ENOSPC/EDQUOT/EIO that named no file was taken for a failed write into the store:
+    a file `on_chunk` writes on a full disk, or a print to a hung-up terminal (EIO), aborted
+    the sweep as "a file operation failed on STORE" and removed a new store. Now every write
+    into the store names its file, and only an error naming a file in the store is a store
+    failure; any other is raised as it is, and the store is left alone."""
+    import errno
+
+    import fastslow_sim.sweep as sweep
+
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    for code in (errno.ENOSPC, errno.EIO):
+        def on_chunk(results, chunk, code=code):  # its own file on a full disk, a hang-up
+            raise OSError(code, os.strerror(code))
+
+        store = tmp_path / f"s{code}.zarr"
+        with pytest.raises(OSError) as info:
+            run_sweep("manifold", ["kappa=0,1"], {}, store, on_chunk=on_chunk, chunk_size=1, **quiet)
+        assert (info.value.errno, info.value.filename) == (code, None)
+        assert info.value.strerror == os.strerror(code)  # as raised, not a sentence on the store
+        assert len(_cell_files(store)) == 1 and (store / "zarr.json").is_file()
+
+    # a write into the store that names no file (np.savez, a chunk of the root) still is one
+    real_dump = sweep._dump_cell
+
+    def dump(ds, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sweep, "_dump_cell", dump)
+    store = tmp_path / "cell.zarr"
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert info.value.strerror.endswith("(no cell had finished: the new store is removed)")
+    assert not store.exists()
+    monkeypatch.setattr(sweep, "_dump_cell", real_dump)
+    run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+
+    def to_zarr(self, where, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert "1 finished cell kept in the store" in info.value.strerror
+    assert len(_cell_files(store)) == 1
