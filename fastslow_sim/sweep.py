@@ -1232,15 +1232,17 @@ def _inside(name, store: Path) -> bool:
 def _store_failed(err: OSError, store: Path, created: bool) -> OSError:
     """`err` (a write into the store that failed) as an OSError naming `store` and what is left
     of it: a store this run made that holds no finished cell is removed (nothing of value); the
-    finished cells are kept (the same command, rerun once there is room, resumes from them; a
-    root cut short is gone)."""
+    finished cells are kept (the same command, rerun once there is room or the device is
+    checked (EIO), resumes from them; a root cut short is gone)."""
     cells = sorted((store / CELLS).glob(f"*{CELL_SUFFIX}")) if (store / CELLS).is_dir() else []
     if created and not cells:
         _remove_made(store)
         left = ("no cell had finished: the new store is removed" if not store.exists() else
                 "no cell had finished: what this run wrote in the store is removed")  # fmt: skip
     else:
-        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; free space, "
+        fix = ("an input/output error on the device: check it" if err.errno == errno.EIO else
+               "free space")  # fmt: skip
+        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; {fix}, "
                 f"then rerun the same command: it resumes from the finished cells")  # fmt: skip
     text = err.strerror or os.strerror(err.errno or 0) or type(err).__name__
     return OSError(err.errno, f"{text} ({left})", str(store))

@@ -1031,3 +1031,26 @@ def test_only_a_write_into_the_store_is_a_store_failure(tmp_path, monkeypatch):
     assert info.value.filename == str(store)
     assert "1 finished cell kept in the store" in info.value.strerror
     assert len(_cell_files(store)) == 1
+
+
+def test_a_store_that_failed_with_an_io_error_is_not_told_to_free_space(tmp_path):
+    """The advice after a failed write into a store that keeps its cells was "free space, then
+    rerun the same command" for EIO too, where space is not what failed. Now it is worded by
+    the error: ENOSPC and EDQUOT free space, EIO check the device."""
+    import errno
+
+    from fastslow_sim.sweep import _store_failed
+
+    store = tmp_path / "s.zarr"
+    run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False)
+    err = _store_failed(OSError(errno.EIO, os.strerror(errno.EIO)), store, created=False)
+    assert (err.errno, err.filename) == (errno.EIO, str(store))
+    assert err.strerror == (f"{os.strerror(errno.EIO)} (1 finished cell kept in the store; an "
+                            f"input/output error on the device: check it, then rerun the same "
+                            f"command: it resumes from the finished cells)")  # fmt: skip
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        err = _store_failed(OSError(code, os.strerror(code)), store, created=False)
+        assert err.strerror == (f"{os.strerror(code)} (1 finished cell kept in the store; free "
+                                f"space, then rerun the same command: it resumes from the "
+                                f"finished cells)")  # fmt: skip
+    assert len(_cell_files(store)) == 1
