@@ -1054,3 +1054,64 @@ def test_a_store_that_failed_with_an_io_error_is_not_told_to_free_space(tmp_path
                                 f"space, then rerun the same command: it resumes from the "
                                 f"finished cells)")  # fmt: skip
     assert len(_cell_files(store)) == 1
+
+
+def test_a_store_another_run_made_meanwhile_keeps_its_cells(tmp_path, monkeypatch):
+    """Whether the run made the store was decided (`not store.exists()`) before its cluster
+    started, and a failed new store lost every file in cells/ named as a cell: when another
+    run made the same store in that window, or wrote into the store this run made, its cells
+    went too. Now the run made the store only when its own mkdir did, and a failed store loses
+    only the cells this run wrote."""
+    import errno
+
+    import fastslow_sim.sweep as sweep
+
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    theirs = tmp_path / "theirs.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, theirs, **quiet)
+    (cell, _) = _cell_files(theirs)
+    real_create = sweep._create_store
+
+    def to_zarr(self, where, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for before in (True, False):  # the other run made the store first, or wrote into ours
+        store = tmp_path / f"s{before}.zarr"
+
+        def create(store, parents=False, before=before):
+            if before:
+                (store / CELLS).mkdir(parents=True)
+                shutil.copy(theirs / CELLS / cell, store / CELLS / cell)
+            made = real_create(store, parents)
+            if not before:
+                shutil.copy(theirs / CELLS / cell, store / CELLS / cell)
+            return made
+
+        monkeypatch.setattr(sweep, "_create_store", create)
+        monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+        with pytest.raises(OSError) as info:
+            run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+        assert info.value.filename == str(store)
+        assert "1 finished cell kept in the store" in info.value.strerror
+        assert _cell_files(store) == [cell]
+        assert (store / CELLS / cell).read_bytes() == (theirs / CELLS / cell).read_bytes()
+        monkeypatch.undo()
+
+
+def test_a_failed_new_store_removes_only_the_cells_this_run_wrote(tmp_path):
+    """`_remove_made` removed every file in cells/ named as a cell; now only the cells of the
+    run's keys that the run wrote (their run_id), not another run's of the same key."""
+    from fastslow_sim.sweep import _remove_made
+
+    store = tmp_path / "s.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, store, workers=0, progress=False)
+    ours, theirs = _cell_files(store)
+    run_id = str(xr.open_zarr(store).attrs["run_id"])
+    other = tmp_path / "o.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, other, workers=0, progress=False)
+    shutil.copy(other / CELLS / theirs, store / CELLS / theirs)  # another run's of that key
+    keys = [name.removesuffix(".npz") for name in (ours, theirs)]
+    _remove_made(store, run_id, keys)
+    assert os.listdir(store) == [CELLS] and _cell_files(store) == [theirs]
+    _remove_made(other, run_id, keys)  # none of these is this run's
+    assert len(_cell_files(other)) == 2
