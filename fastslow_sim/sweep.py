@@ -1262,8 +1262,7 @@ def _store_failed(err: OSError, store: Path, created: bool, run_id: str = "",
         left = ("no cell had finished: the new store is removed" if not store.exists() else
                 "no cell had finished: what this run wrote in the store is removed")  # fmt: skip
     else:
-        fix = ("an input/output error on the device: check it" if err.errno == errno.EIO else
-               "free space")  # fmt: skip
+        fix = "check the device" if err.errno == errno.EIO else "free space"  # it says I/O error
         left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; {fix}, "
                 f"then rerun the same command: it resumes from the finished cells")  # fmt: skip
     text = err.strerror or os.strerror(err.errno or 0) or type(err).__name__

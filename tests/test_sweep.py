@@ -1045,9 +1045,9 @@ def test_a_store_that_failed_with_an_io_error_is_not_told_to_free_space(tmp_path
     run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False)
     err = _store_failed(OSError(errno.EIO, os.strerror(errno.EIO)), store, created=False)
     assert (err.errno, err.filename) == (errno.EIO, str(store))
-    assert err.strerror == (f"{os.strerror(errno.EIO)} (1 finished cell kept in the store; an "
-                            f"input/output error on the device: check it, then rerun the same "
-                            f"command: it resumes from the finished cells)")  # fmt: skip
+    assert err.strerror == (f"{os.strerror(errno.EIO)} (1 finished cell kept in the store; check "
+                            f"the device, then rerun the same command: it resumes from the "
+                            f"finished cells)")  # fmt: skip
     for code in (errno.ENOSPC, errno.EDQUOT):
         err = _store_failed(OSError(code, os.strerror(code)), store, created=False)
         assert err.strerror == (f"{os.strerror(code)} (1 finished cell kept in the store; free "
