@@ -707,8 +707,20 @@ def _write_cell(ds: xr.Dataset, cells_dir: Path, key: str) -> bool:
         except FileExistsError:
             return False
         return True
+    except OSError as err:  # a write or fsync names no file: the cell it was writing
+        _named(err, tmp)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _named(err: OSError, path) -> OSError:
+    """`err` with `path` as its file name when it names none (a failed write or fsync), so that
+    `run_sweep` can tell a write into the store from any other OSError (standard output that is
+    full, a file that `on_chunk` writes)."""
+    if err.filename is None:
+        err.filename = str(path)
+    return err
 
 
 def _cell_dataset(result: xr.Dataset | None, key, params, status, message, wall, run_id):
@@ -873,17 +885,37 @@ def _check_runs_dir(task: Task, runs_dir, store: Path, parents: bool = False) ->
     return runs_dir
 
 
-def _create_store(store: Path, parents: bool = False):
+def _create_store(store: Path, parents: bool = False) -> bool:
+    """Make the store's folder (unless it exists) and its cells/; True when this call made the
+    folder: decided by the mkdir itself, so that a store another run made meanwhile is never
+    taken for this run's (and cleaned up as such). A folder it made is removed when its cells/
+    cannot be made."""
+    made = False
     try:
-        store.mkdir(parents=parents, exist_ok=True)  # else its folder exists (`_check_store`)
+        try:
+            store.mkdir(parents=parents)
+            made = True
+        except FileExistsError:  # it was there (`_check_store`), or another run made it meanwhile
+            pass
         (store / CELLS).mkdir(exist_ok=True)
-    except OSError as err:  # a full disk is no bad input: an OSError naming the store
+        return made
+    except BaseException as err:
+        if not isinstance(err, OSError):
+            _remove_new(store, made)
+            raise
         from .io import creation_error
 
-        made = creation_error(err, store, "sweep store")
-        if isinstance(made, OSError):  # says all there is to say (`run_sweep` adds nothing)
-            made = _StoreNotMadeError(made.errno, made.strerror, made.filename)
-        raise made from None
+        made_err = creation_error(_named(err, store), store, "sweep store")  # while it is there
+        _remove_new(store, made)
+        if isinstance(made_err, OSError):  # says all there is to say (`run_sweep` adds nothing)
+            made_err = _StoreNotMadeError(made_err.errno, made_err.strerror, made_err.filename)
+        raise made_err from None
+
+
+def _remove_new(store: Path, made: bool):
+    if made:
+        with contextlib.suppress(OSError):
+            store.rmdir()  # only when empty
 
 
 class _StoreNotMadeError(OSError):
@@ -895,6 +927,9 @@ def _read_cell(path: Path) -> xr.Dataset | None:
         return _load_cell(path)
     except FileNotFoundError:
         return None
+    except OSError as err:  # a read that failed (EIO) names no file: the cell it was reading
+        _named(err, path)
+        raise
 
 
 def _fill(dtype):
@@ -1027,7 +1062,16 @@ def _versions() -> dict:
 def _write_root(ds: xr.Dataset, store: Path):
     """Replace the root group (the entries the project wrote as the previous root, never
     cells/ nor a file someone else put there) by `ds`. Not atomic: the cells are the truth,
-    and a run that dies here leaves a root that the next run rebuilds."""
+    and a run that dies here leaves a root that the next run rebuilds. An OSError that names
+    no file (a failed write) is raised naming `store`."""
+    try:
+        _replace_root(ds, store)
+    except OSError as err:
+        _named(err, store)
+        raise
+
+
+def _replace_root(ds: xr.Dataset, store: Path):
     for name in _root_entries(store):
         entry = store / name
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -1152,18 +1196,18 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     here = workers == 0 and scheduler is None and client is None
     if workers is None and scheduler is None and client is None:
         workers = os.cpu_count() or 1
-    created = not store.exists()
+    created = False  # this run made the store's folder (`_create_store` says)
     try:
         with contextlib.ExitStack() as stack:
             # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
             c = None if here or not todo else stack.enter_context(
                 _client(workers, scheduler, client, threads))  # fmt: skip
             try:
-                _create_store(store, parents)
+                created = _create_store(store, parents)
                 consolidate(store, t, grid, fixed, cells, attrs)
             except BaseException:
                 if created:  # a store that failed as it was made is no store: nothing is left
-                    _remove_made(store)
+                    _remove_made(store)  # no cell is this run's yet: another's are kept
                 raise
             try:
                 if c is None:
@@ -1181,12 +1225,14 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             finally:
                 summary["dataset"] = consolidate(store, t, grid, fixed, cells, attrs)
     except OSError as err:  # a write into the store failed (a full disk): one sentence naming it
-        # (only that: a closed pipe that `log` writes to, a cluster that cannot start, an error
-        # from `on_chunk` or a file elsewhere is raised as it is, and the store is left alone)
-        foreign = err.filename is not None and not _inside(err.filename, store)
-        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or foreign:
+        # (only that: every write into the store names its file (`_named`); an error naming no
+        # file (a full standard output that `log` writes to, a hang-up, a cluster that cannot
+        # start, a write of `on_chunk`) or a file elsewhere is raised as it is, and the store
+        # is left alone)
+        ours = err.filename is not None and _inside(err.filename, store)
+        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or not ours:
             raise
-        raise _store_failed(err, store, created) from None
+        raise _store_failed(err, store, created, run_id, [c[1] for c in todo]) from None
     ds = summary["dataset"]
     summary["n_failed"] = int(ds.attrs["n_failed"])
     summary["n_pending"] = int(ds.attrs["n_pending"])
@@ -1203,27 +1249,31 @@ def _inside(name, store: Path) -> bool:
         return False
 
 
-def _store_failed(err: OSError, store: Path, created: bool) -> OSError:
+def _store_failed(err: OSError, store: Path, created: bool, run_id: str = "",
+                  keys=()) -> OSError:  # fmt: skip
     """`err` (a write into the store that failed) as an OSError naming `store` and what is left
     of it: a store this run made that holds no finished cell is removed (nothing of value); the
-    finished cells are kept (the same command, rerun once there is room, resumes from them; a
-    root cut short is gone)."""
+    finished cells are kept (the same command, rerun once there is room or the device is
+    checked (EIO), resumes from them; a root cut short is gone). `run_id` and `keys`: the run
+    and the cells it ran, of which `_remove_made` removes those it wrote."""
     cells = sorted((store / CELLS).glob(f"*{CELL_SUFFIX}")) if (store / CELLS).is_dir() else []
     if created and not cells:
-        _remove_made(store)
+        _remove_made(store, run_id, keys)
         left = ("no cell had finished: the new store is removed" if not store.exists() else
                 "no cell had finished: what this run wrote in the store is removed")  # fmt: skip
     else:
-        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; free space, "
+        fix = "check the device" if err.errno == errno.EIO else "free space"  # it says I/O error
+        left = (f"{plural(len(cells), 'finished cell', spec=',')} kept in the store; {fix}, "
                 f"then rerun the same command: it resumes from the finished cells")  # fmt: skip
     text = err.strerror or os.strerror(err.errno or 0) or type(err).__name__
     return OSError(err.errno, f"{text} ({left})", str(store))
 
 
-def _remove_made(store: Path):
-    """Remove what a run wrote in the store it made: the root group's entries, the files in
-    cells/ named as the project writes its cells, then cells/ and the store if that left them
-    empty. Anything else in it (a folder someone put there meanwhile) is kept, and so are the
+def _remove_made(store: Path, run_id: str = "", keys=()):
+    """Remove what a run wrote in the store it made: the root group's entries, the cell files
+    of `keys` that run `run_id` wrote (their own run_id says so), then cells/ and the store if
+    that left them empty. Anything else in it (a folder someone put there meanwhile, the cells
+    and temporary files of another run writing into the same store) is kept, and so are the
     folders that hold it."""
     if store.is_symlink() or not store.is_dir():
         return
@@ -1234,13 +1284,23 @@ def _remove_made(store: Path):
         else:
             entry.unlink(missing_ok=True)
     cells = store / CELLS
-    if cells.is_dir() and not cells.is_symlink():
-        for entry in cells.iterdir():
-            if _CELL_NAME.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink():
+    if run_id and cells.is_dir() and not cells.is_symlink():
+        for key in keys:
+            entry = cells / f"{key}{CELL_SUFFIX}"
+            if entry.is_file() and not entry.is_symlink() and _cell_run(entry) == run_id:
                 entry.unlink(missing_ok=True)
     for folder in (cells, store):
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when empty
+
+
+def _cell_run(path: Path) -> str | None:
+    """The id of the run that wrote the cell file `path`; None when it cannot be read."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(z["__header__"].tobytes().decode())["attrs"].get("run_id")
+    except Exception:  # noqa: BLE001 - a cell that cannot be read is not known to be this run's
+        return None
 
 
 def _dashboard(c) -> str | None:

@@ -451,6 +451,29 @@ def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
         assert fs.load_dataset(tmp_path / "d.nc").attrs["status"] == "success"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_sweep_on_a_cluster_into_a_full_stdout_blames_stdout_not_the_store(tmp_path):
+    """`sweep --workers 1 > /dev/full` said "a file operation failed on 's.zarr': No space left
+    on device (no cell had finished: the new store is removed)." when its `dask:` line could
+    not be printed: the print's error named no file and was taken for a write into the store.
+    Now it is standard output that is blamed, as with --workers 0, and the store is kept."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])  # this tree, not another installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "fastslow_sim", "sweep", "manifold", "--grid",
+                            "kappa=0,1", "--workers", "1", "--store", "s.zarr"], stdout=full,
+                           env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           timeout=300)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "Error: standard output cannot take the printed output (No space left on device).")
+    assert (tmp_path / "s.zarr" / "zarr.json").is_file()
+
+
 def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
     """`--system cycle --states 2048` at the default 401 saved states means 401 GTH eliminations
     of 2048 x 2048 (1.1e12 operations, minutes here): a warning says so before the run starts; a

@@ -982,3 +982,136 @@ def test_a_root_write_that_fails_removes_only_the_root_it_was_writing(tmp_path, 
     with pytest.raises(OSError):
         _write_root(ds, store)
     assert sorted(os.listdir(store)) == [CELLS, "theirs"]
+
+
+def test_only_a_write_into_the_store_is_a_store_failure(tmp_path, monkeypatch):
+    """Any ENOSPC/EDQUOT/EIO that named no file was taken for a failed write into the store:
+    a file `on_chunk` writes on a full disk, or a print to a hung-up terminal (EIO), aborted
+    the sweep as "a file operation failed on STORE" and removed a new store. Now every write
+    into the store names its file, and only an error naming a file in the store is a store
+    failure; any other is raised as it is, and the store is left alone."""
+    import errno
+
+    import fastslow_sim.sweep as sweep
+
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    for code in (errno.ENOSPC, errno.EIO):
+        def on_chunk(results, chunk, code=code):  # its own file on a full disk, a hang-up
+            raise OSError(code, os.strerror(code))
+
+        store = tmp_path / f"s{code}.zarr"
+        with pytest.raises(OSError) as info:
+            run_sweep("manifold", ["kappa=0,1"], {}, store, on_chunk=on_chunk, chunk_size=1, **quiet)
+        assert (info.value.errno, info.value.filename) == (code, None)
+        assert info.value.strerror == os.strerror(code)  # as raised, not a sentence on the store
+        assert len(_cell_files(store)) == 1 and (store / "zarr.json").is_file()
+
+    # a write into the store that names no file (np.savez, a chunk of the root) still is one
+    real_dump = sweep._dump_cell
+
+    def dump(ds, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sweep, "_dump_cell", dump)
+    store = tmp_path / "cell.zarr"
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert info.value.strerror.endswith("(no cell had finished: the new store is removed)")
+    assert not store.exists()
+    monkeypatch.setattr(sweep, "_dump_cell", real_dump)
+    run_sweep("manifold", ["kappa=0"], {}, store, **quiet)
+
+    def to_zarr(self, where, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+    with pytest.raises(OSError) as info:
+        run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+    assert info.value.filename == str(store)
+    assert "1 finished cell kept in the store" in info.value.strerror
+    assert len(_cell_files(store)) == 1
+
+
+def test_a_store_that_failed_with_an_io_error_is_not_told_to_free_space(tmp_path):
+    """The advice after a failed write into a store that keeps its cells was "free space, then
+    rerun the same command" for EIO too, where space is not what failed. Now it is worded by
+    the error: ENOSPC and EDQUOT free space, EIO check the device."""
+    import errno
+
+    from fastslow_sim.sweep import _store_failed
+
+    store = tmp_path / "s.zarr"
+    run_sweep("manifold", ["kappa=0"], {}, store, workers=0, progress=False)
+    err = _store_failed(OSError(errno.EIO, os.strerror(errno.EIO)), store, created=False)
+    assert (err.errno, err.filename) == (errno.EIO, str(store))
+    assert err.strerror == (f"{os.strerror(errno.EIO)} (1 finished cell kept in the store; check "
+                            f"the device, then rerun the same command: it resumes from the "
+                            f"finished cells)")  # fmt: skip
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        err = _store_failed(OSError(code, os.strerror(code)), store, created=False)
+        assert err.strerror == (f"{os.strerror(code)} (1 finished cell kept in the store; free "
+                                f"space, then rerun the same command: it resumes from the "
+                                f"finished cells)")  # fmt: skip
+    assert len(_cell_files(store)) == 1
+
+
+def test_a_store_another_run_made_meanwhile_keeps_its_cells(tmp_path, monkeypatch):
+    """Whether the run made the store was decided (`not store.exists()`) before its cluster
+    started, and a failed new store lost every file in cells/ named as a cell: when another
+    run made the same store in that window, or wrote into the store this run made, its cells
+    went too. Now the run made the store only when its own mkdir did, and a failed store loses
+    only the cells this run wrote."""
+    import errno
+
+    import fastslow_sim.sweep as sweep
+
+    quiet = {"workers": 0, "progress": False, "log": lambda *a: None}
+    theirs = tmp_path / "theirs.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, theirs, **quiet)
+    (cell, _) = _cell_files(theirs)
+    real_create = sweep._create_store
+
+    def to_zarr(self, where, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for before in (True, False):  # the other run made the store first, or wrote into ours
+        store = tmp_path / f"s{before}.zarr"
+
+        def create(store, parents=False, before=before):
+            if before:
+                (store / CELLS).mkdir(parents=True)
+                shutil.copy(theirs / CELLS / cell, store / CELLS / cell)
+            made = real_create(store, parents)
+            if not before:
+                shutil.copy(theirs / CELLS / cell, store / CELLS / cell)
+            return made
+
+        monkeypatch.setattr(sweep, "_create_store", create)
+        monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+        with pytest.raises(OSError) as info:
+            run_sweep("manifold", ["kappa=0,1"], {}, store, **quiet)
+        assert info.value.filename == str(store)
+        assert "1 finished cell kept in the store" in info.value.strerror
+        assert _cell_files(store) == [cell]
+        assert (store / CELLS / cell).read_bytes() == (theirs / CELLS / cell).read_bytes()
+        monkeypatch.undo()
+
+
+def test_a_failed_new_store_removes_only_the_cells_this_run_wrote(tmp_path):
+    """`_remove_made` removed every file in cells/ named as a cell; now only the cells of the
+    run's keys that the run wrote (their run_id), not another run's of the same key."""
+    from fastslow_sim.sweep import _remove_made
+
+    store = tmp_path / "s.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, store, workers=0, progress=False)
+    ours, theirs = _cell_files(store)
+    run_id = str(xr.open_zarr(store).attrs["run_id"])
+    other = tmp_path / "o.zarr"
+    run_sweep("manifold", ["kappa=0,1"], {}, other, workers=0, progress=False)
+    shutil.copy(other / CELLS / theirs, store / CELLS / theirs)  # another run's of that key
+    keys = [name.removesuffix(".npz") for name in (ours, theirs)]
+    _remove_made(store, run_id, keys)
+    assert os.listdir(store) == [CELLS] and _cell_files(store) == [theirs]
+    _remove_made(other, run_id, keys)  # none of these is this run's
+    assert len(_cell_files(other)) == 2
