@@ -307,8 +307,7 @@ def check_writable(path, what="output", probe: bool = True) -> Path:
     symbolic link that folder is the one of the file it points to (which `atomic_path`
     writes). `probe=False`: the folder is not probed with a new file (`check_parent`)."""
     p = Path(path)
-    real = Path(os.path.realpath(p)) if p.is_symlink() else p  # the file that is written
-    parent = real.parent if str(real.parent) else Path(".")
+    real, parent = _written(p)
     try:
         os.stat(p)
     except FileNotFoundError:
@@ -340,6 +339,13 @@ def check_writable(path, what="output", probe: bool = True) -> Path:
     return p
 
 
+def _written(p: Path) -> tuple[Path, Path]:
+    """The file that a write to `p` makes (a symbolic link: the file it points to, which
+    `atomic_path` replaces) and its folder."""
+    real = Path(os.path.realpath(p)) if p.is_symlink() else p
+    return real, real.parent if str(real.parent) else Path(".")
+
+
 def check_parent(path, what="output", probe: bool = True) -> Path:
     """Raise `InputError` unless the folder that holds `path` (a symbolic link: the file it
     points to) exists and takes new entries (an output's folders are never made silently: a
@@ -349,8 +355,7 @@ def check_parent(path, what="output", probe: bool = True) -> Path:
     `atomic_path` checks again once its temporary file, which holds the last free inode
     perhaps, proved that the folder takes files)."""
     p = Path(path)
-    real = Path(os.path.realpath(p)) if p.is_symlink() else p
-    parent = real.parent if str(real.parent) else Path(".")
+    real, parent = _written(p)
     shown = f"{str(p)!r} (a link to {str(real)!r})" if real is not p else repr(str(p))
     if not parent.exists():
         raise InputError(f"cannot write the {what} {shown}: folder {str(parent)!r} does not exist.")
@@ -369,7 +374,7 @@ def creation_error(err: OSError, path, what: str) -> Exception:
     system (ENOSPC, EDQUOT) or an I/O error is an `OSError` naming `path` (a file operation
     that failed, exit status 1); anything else (no permission, a file where a folder is
     expected) is the user's input, an `InputError`."""
-    if err.errno in _FULL or err.errno == errno.EIO:
+    if err.errno in WRITE_FAILED:
         text = err.strerror or os.strerror(err.errno)
         if err.errno in _FULL:
             near = Path(os.path.abspath(path))
@@ -443,7 +448,7 @@ def atomic_path(path, what="output"):
         os.replace(tmp, path)
         _fsync(path.parent, strict=False)  # and the rename itself (the file is in place now)
     except OSError as err:
-        if (err.errno not in _FULL and err.errno != errno.EIO) or err.filename == str(path):
+        if err.errno not in WRITE_FAILED or err.filename == str(path):
             raise
         # a full disk or an I/O error names the file asked for, not the temporary one (or
         # none, as write does)
@@ -470,13 +475,14 @@ def _fsync(path: Path, strict: bool = True):
     try:
         os.fsync(fd)
     except OSError as err:
-        if strict and (err.errno in _FULL or err.errno == errno.EIO):  # data not on the disk
+        if strict and err.errno in WRITE_FAILED:  # the data did not reach the disk
             raise OSError(err.errno, err.strerror, str(path)) from None
     finally:
         os.close(fd)
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device, or in the user's quota
+WRITE_FAILED = (*_FULL, errno.EIO)  # a write that failed: a full disk or the device's error
 
 
 def _free_bytes(folder: Path) -> int:

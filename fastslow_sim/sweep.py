@@ -899,10 +899,7 @@ def _create_store(store: Path, parents: bool = False) -> bool:
             pass
         (store / CELLS).mkdir(exist_ok=True)
         return made
-    except BaseException as err:
-        if not isinstance(err, OSError):
-            _remove_new(store, made)
-            raise
+    except OSError as err:
         from .io import creation_error
 
         made_err = creation_error(_named(err, store), store, "sweep store")  # while it is there
@@ -910,6 +907,9 @@ def _create_store(store: Path, parents: bool = False) -> bool:
         if isinstance(made_err, OSError):  # says all there is to say (`run_sweep` adds nothing)
             made_err = _StoreNotMadeError(made_err.errno, made_err.strerror, made_err.filename)
         raise made_err from None
+    except BaseException:
+        _remove_new(store, made)
+        raise
 
 
 def _remove_new(store: Path, made: bool):
@@ -1229,8 +1229,10 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         # file (a full standard output that `log` writes to, a hang-up, a cluster that cannot
         # start, a write of `on_chunk`) or a file elsewhere is raised as it is, and the store
         # is left alone)
+        from .io import WRITE_FAILED
+
         ours = err.filename is not None and _inside(err.filename, store)
-        if isinstance(err, _StoreNotMadeError) or err.errno not in _STORE_FAILURES or not ours:
+        if isinstance(err, _StoreNotMadeError) or err.errno not in WRITE_FAILED or not ours:
             raise
         raise _store_failed(err, store, created, run_id, [c[1] for c in todo]) from None
     ds = summary["dataset"]
@@ -1239,7 +1241,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     return summary
 
 
-_STORE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # a write into the store that failed
+
 
 
 def _inside(name, store: Path) -> bool:
@@ -1297,8 +1299,7 @@ def _remove_made(store: Path, run_id: str = "", keys=()):
 def _cell_run(path: Path) -> str | None:
     """The id of the run that wrote the cell file `path`; None when it cannot be read."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return json.loads(z["__header__"].tobytes().decode())["attrs"].get("run_id")
+        return _load_cell(path).attrs.get("run_id")
     except Exception:  # noqa: BLE001 - a cell that cannot be read is not known to be this run's
         return None
 

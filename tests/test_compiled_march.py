@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastslow_sim as fs
+from fastslow_sim.cpu_kernels import chain_solve
 from fastslow_sim.errors import InputError
 from fastslow_sim.generators import BirthDeath
 from fastslow_sim.rosenbrock import RODAS4, STATUS, StepControl, solve
@@ -214,7 +215,7 @@ def test_rodas3_runs_compiled_from_its_table_alone():
 
 
 def _compiled_solve(system, z, s, r):
-    """`(s I - J(z))^{-1} r` by the compiled march's `_factor` and `_solve` (one lane)."""
+    """`(s I - J(z))^{-1} r` by the compiled march's `_factor` and `cpu_kernels.chain_solve` (one lane)."""
     ch = system.chain_arrays()
     n = len(z) - 1
     m1 = max(n - 1, 1)
@@ -228,7 +229,7 @@ def _compiled_solve(system, z, s, r):
                      float(ch["kappa"]), up, dup, tmp, inv, pm, g, wv, vv, inv_sigma,
                      piv)  # fmt: skip
     x = np.array(r, dtype=np.float64)[:, None].copy()
-    compiled._solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x)
+    chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x)
     return x[:, 0]
 
 

@@ -162,14 +162,6 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
 
 
 @numba.njit(**_JIT)
-def _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x):
-    """`x <- (s I - J)^{-1} x` in place, in `_factor`'s cumulative form: the partial sums of the
-    right-hand side from either end, then `V`, then `k` (`cpu_kernels.chain_solve`, shared
-    with the torch march's compiled solver)."""
-    chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, x)
-
-
-@numba.njit(**_JIT)
 def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C,
                  M, E, D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl,
                  rtol, atol, max_steps, out, status, steps_out, accepted_out, lanes):  # fmt: skip
@@ -233,7 +225,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
                 inv_sigma, piv)  # fmt: skip
         k0 = ks[0]
         _rhs(y, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, k0)
-        _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, k0)
+        chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, k0)
         for i in range(1, S):
             if from_previous[i]:
                 for r in range(N):
@@ -261,7 +253,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
             for r in range(N):
                 for q in range(L):
                     ki[r, q] = f[r, q] + inv_h[q] * ki[r, q]
-            _solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, ki)
+            chain_solve(n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, ki)
         if stiffly_accurate:
             for r in range(N):
                 for q in range(L):
