@@ -120,9 +120,9 @@ class ArrowTridiagonal:
                 f"state of n = {n}; got {up.shape[0]}, {down.shape[0]}, {du.shape[0]} and "
                 f"{v.shape[0]}."
             )
+        sub, sup = F.pad(up, (0, 0, 1, 0)), F.pad(down, (0, 0, 0, 1))
         diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus the exit rates
-        J = cls(F.pad(up, (0, 0, 1, 0)), diag, F.pad(down, (0, 0, 0, 1)),
-                chain_divergence(du, batch_last=True), v, d)  # fmt: skip
+        J = cls(sub, diag, sup, chain_divergence(du, batch_last=True), v, d)
         J.chain_state = chain_state
         return J
 
