@@ -40,7 +40,9 @@ at eps 1e-12, up rates 1e34 times the down rates) the elimination down the chain
 whose chain sums were off `sum_i r_i / s` by 1e-3 of their scale `sum |k_i| + sum |r_i| / s`
 on the slow manifold, by all of it at random states, and rodas4 from y0 =
 150 ended 1.6e-5 off the simplex, reported as success. A master equation's Jacobian carries its
-chain's state (`ArrowTridiagonal.chain_state`, set by `MasterEquationSystem.torch_functions`):
+chain's state (`ArrowTridiagonal.chain_state`, set only by `ArrowTridiagonal.master_equation`,
+which derives `diag` and `u` from the rates so that the columns of `[T, u]` sum to zero, as this
+solve takes them to without reading them; `MasterEquationSystem.torch_functions` builds it so):
 it is then solved in the partial sums of the chain's unknowns around the heaviest state, the
 compiled march's solve (`cpu_kernels.chain_solve`, and `_chain_factor` / `_chain_solve` in
 torch operations, out of place, for CUDA, autograd and torch.compile), which keeps the chain's
@@ -57,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import InputError
+from .generators import chain_divergence
 
 __all__ = [
     "ArrowTridiagonal",
@@ -76,14 +79,14 @@ class ArrowTridiagonal:
     (`sub[i] = T[i, i-1]`, `sub[0] = 0`), `diag (n, B)`, `sup (n, B)` (`sup[i] = T[i, i+1]`,
     `sup[-1] = 0`); `u (n, B)` the last column, `v (n, B)` the last row, `d (B,)` the corner.
 
-    `chain_state (n, B)`, where given, says that `J` is a master equation's Jacobian taken at
-    the chain's state `x = chain_state`: the columns of `[T, u]` sum to zero (`diag_i =
-    -(sub_{i+1} + sup_{i-1})`, which the solve then takes as given and does not read, and `u`
-    sums to zero). `shifted_solver` then solves in the partial sums of the chain's unknowns
-    around the heaviest state of `x` (`cpu_kernels.chain_solve`, the compiled march's solve),
-    which keeps the mass: the chain's unknowns sum to the right-hand side's chain sum over `s`
-    to the round-off of the entries, whatever the rates. Without it (any other arrow matrix)
-    the elimination down the chain."""
+    `chain_state (n, B)`, set only by `master_equation` (the constructor refuses it), says that
+    `J` is a master equation's Jacobian taken at the chain's state `x = chain_state`: the
+    columns of `[T, u]` sum to zero (`diag_i = -(sub_{i+1} + sup_{i-1})`, `sum_i u_i = 0`),
+    which the solve then takes as given and does not read. `shifted_solver` then solves in the
+    partial sums of the chain's unknowns around the heaviest state of `x`
+    (`cpu_kernels.chain_solve`, the compiled march's solve), which keeps the mass: the chain's
+    unknowns sum to the right-hand side's chain sum over `s` to the round-off of the entries,
+    whatever the rates. Without it (any other arrow matrix) the elimination down the chain."""
 
     sub: torch.Tensor
     diag: torch.Tensor
@@ -92,6 +95,36 @@ class ArrowTridiagonal:
     v: torch.Tensor
     d: torch.Tensor
     chain_state: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.chain_state is not None:  # the mass-keeping solve would not read diag nor sum u
+            raise InputError(
+                "an ArrowTridiagonal with chain_state is a master equation's Jacobian, whose "
+                "columns of [T, u] sum to zero (diag_i = -(sub_{i+1} + sup_{i-1}), sum_i u_i = "
+                "0); build it with ArrowTridiagonal.master_equation(up, down, du, v, d, "
+                "chain_state), which derives diag and u from the rates, or leave chain_state "
+                "out (any other arrow matrix, one with a decay term on its diagonal for instance)."
+            )
+
+    @classmethod
+    def master_equation(cls, up, down, du, v, d, chain_state) -> ArrowTridiagonal:
+        """`J` of `dx/dt = Q(y)^T x / eps` on a neighbour chain at `x = chain_state (n, B)`:
+        `up`, `down` `(n-1, B)` the rates `i -> i+1`, `i+1 -> i` over `eps`; `du (n-1, B)` the
+        `y`-derivative of the net flux `up_i x_i - down_i x_{i+1}` over `eps`. Then `sub = [0,
+        up]`, `sup = [down, 0]`, `diag_i = -(up_i + down_{i-1})`, `u_i = du_{i-1} - du_i`: the
+        columns of `[T, u]` sum to zero by construction."""
+        n = chain_state.shape[0]
+        if not (up.shape[0] == down.shape[0] == du.shape[0] == n - 1 == v.shape[0] - 1):
+            raise InputError(
+                f"master_equation takes up, down, du with n-1 rows and v with n, for a chain "
+                f"state of n = {n}; got {up.shape[0]}, {down.shape[0]}, {du.shape[0]} and "
+                f"{v.shape[0]}."
+            )
+        sub, sup = F.pad(up, (0, 0, 1, 0)), F.pad(down, (0, 0, 0, 1))
+        diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus the exit rates
+        J = cls(sub, diag, sup, chain_divergence(du, batch_last=True), v, d)
+        J.chain_state = chain_state
+        return J
 
     def dense(self) -> torch.Tensor:
         """The full `(B, n+1, n+1)` matrix (for tests and small problems)."""

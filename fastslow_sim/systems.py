@@ -401,7 +401,6 @@ class MasterEquationSystem(FastSlowSystem):
         ratio per trajectory. Built from the generator's and slow law's torch forms only.
         """
         import torch
-        import torch.nn.functional as F
 
         from .generators import chain_divergence
         from .linalg import ArrowTridiagonal, keep_one
@@ -480,12 +479,9 @@ class MasterEquationSystem(FastSlowSystem):
             if not folded:
                 r = ratio(idx)  # (1, b)
                 up, down, dup = up * r, down * r, dup * r
-            sub = F.pad(up, (0, 0, 1, 0))  # T[i, i-1]: rate i-1 -> i
-            sup = F.pad(down, (0, 0, 0, 1))  # T[i, i+1]: rate i+1 -> i
-            diag = -(F.pad(up, (0, 0, 0, 1)) + F.pad(down, (0, 0, 1, 0)))  # minus exit rates
-            u = chain_divergence(dup * x[:-1], batch_last=True)  # d(Q^T x)/dy / eps
             v, d = g_xy(x, y)
-            return ArrowTridiagonal(sub, diag, sup, u, v, d, chain_state=x)
+            # T = Q^T / eps from the rates, u = d(Q^T x)/dy / eps from the flux's y-derivative
+            return ArrowTridiagonal.master_equation(up, down, dup * x[:-1], v, d, chain_state=x)
 
         return VectorField(fun, jac, "arrow")
 

@@ -41,10 +41,13 @@ def _master_equation_arrow(B, n, scale, seed, chain=False):
     u = u - u.mean(1, keepdim=True)
     v = torch.randn(B, n, generator=g, dtype=torch.float64)
     d = -torch.rand(B, generator=g, dtype=torch.float64)
-    x = torch.rand(n, B, generator=g, dtype=torch.float64) if chain else None
+    if chain:  # u from the flux's derivative du, u_i = du_{i-1} - du_i (equal up to round-off)
+        x = torch.rand(n, B, generator=g, dtype=torch.float64)
+        du = -torch.cumsum(u, 1)[:, :-1]
+        return ArrowTridiagonal.master_equation(*(t.T.contiguous() for t in (up[:, :-1],
+                                                down[:, :-1], du, v)), d, x / x.sum(0))  # fmt: skip
     # stored chain-major: (n, B)
-    return ArrowTridiagonal(*(t.T.contiguous() for t in (sub, diag, sup, u, v)), d,
-                            chain_state=None if x is None else x / x.sum(0))  # fmt: skip
+    return ArrowTridiagonal(*(t.T.contiguous() for t in (sub, diag, sup, u, v)), d)
 
 
 @pytest.mark.parametrize("chain", [False, True])
@@ -180,19 +183,15 @@ def test_the_chain_solve_is_differentiable():
     J = _master_equation_arrow(2, n, 3.0, seed=1, chain=True)
     rates = [J.sub[1:].clone().requires_grad_(True), J.sup[:-1].clone().requires_grad_(True)]
     parts = [t.clone().requires_grad_(True) for t in (J.v, J.d)]
-    u = J.u[:-1].clone().requires_grad_(True)
+    du = -torch.cumsum(J.u, 0)[:-1].clone().requires_grad_(True)  # the flux's derivative
     s = torch.tensor([0.7, 4.0], dtype=torch.float64, requires_grad=True)
     r = torch.randn(n + 1, 2, dtype=torch.float64, requires_grad=True)
 
-    def f(up, down, u, v, d, s, r):
-        zero = torch.zeros_like(up[:1])
-        sub, sup = torch.cat([zero, up]), torch.cat([down, zero])
-        diag = -(torch.cat([up, zero]) + torch.cat([zero, down]))
-        u = torch.cat([u, -u.sum(0, keepdim=True)])  # sums to zero
-        A = ArrowTridiagonal(sub, diag, sup, u, v, d, chain_state=J.chain_state)
+    def f(up, down, du, v, d, s, r):
+        A = ArrowTridiagonal.master_equation(up, down, du, v, d, J.chain_state)
         return A.shifted_solver(s)(r)
 
-    assert torch.autograd.gradcheck(f, (*rates, u, *parts, s, r))
+    assert torch.autograd.gradcheck(f, (*rates, du, *parts, s, r))
     # and the same answer as the elimination down the chain
     with torch.no_grad():
         x = J.shifted_solver(s)(r)
@@ -211,14 +210,11 @@ def test_the_chain_solve_does_not_overflow_where_the_answer_is_finite(kernels):
     g = torch.Generator().manual_seed(5)
     up = torch.rand(n - 1, B, generator=g, dtype=torch.float64) * 1e281
     down = torch.rand(n - 1, B, generator=g, dtype=torch.float64)
-    zero = torch.zeros(1, B, dtype=torch.float64)
-    u = torch.randn(n, B, generator=g, dtype=torch.float64)
-    u = u - u.mean(0)
+    du = torch.randn(n - 1, B, generator=g, dtype=torch.float64)  # u_i = du_{i-1} - du_i
     x = torch.rand(n, B, generator=g, dtype=torch.float64)
-    J = ArrowTridiagonal(torch.cat([zero, up]), -(torch.cat([up, zero]) + torch.cat([zero, down])),
-                         torch.cat([down, zero]), u, torch.randn(n, B, generator=g,
-                         dtype=torch.float64), -torch.ones(B, dtype=torch.float64),
-                         chain_state=x / x.sum(0))  # fmt: skip
+    J = ArrowTridiagonal.master_equation(up, down, du, torch.randn(n, B, generator=g,
+                                         dtype=torch.float64), -torch.ones(B, dtype=torch.float64),
+                                         x / x.sum(0))  # fmt: skip
     s = torch.full((B,), 1e-24, dtype=torch.float64)
     r = torch.randn(n + 1, B, generator=g, dtype=torch.float64) * 1e4
     with torch.no_grad():
@@ -227,3 +223,80 @@ def test_the_chain_solve_does_not_overflow_where_the_answer_is_finite(kernels):
     assert torch.isfinite(k).all()
     assert torch.equal(k, k_small * 2.0**40)
     assert k[:n].abs().max() > 1e27  # the regime: T ~ 1e28, rate * T beyond float64
+
+
+def _chain_parts(n, B, seed, decay=0.0):
+    """A neighbour chain's rates, flux derivative, border and state, `(n-1, B)` / `(n, B)`, and
+    the hand-built fields `sub, diag, sup, u` of its Jacobian with `-decay` on the diagonal."""
+    g = torch.Generator().manual_seed(seed)
+    up, down, du = (torch.rand(n - 1, B, generator=g, dtype=torch.float64) for _ in range(3))
+    v = torch.randn(n, B, generator=g, dtype=torch.float64)
+    d = -torch.rand(B, generator=g, dtype=torch.float64)
+    x = torch.rand(n, B, generator=g, dtype=torch.float64)
+    zero = torch.zeros(1, B, dtype=torch.float64)
+    sub, sup = torch.cat([zero, up]), torch.cat([down, zero])
+    diag = -(torch.cat([up, zero]) + torch.cat([zero, down])) - decay
+    u = torch.cat([zero, du]) - torch.cat([du, zero])
+    return (up, down, du, v, d, x / x.sum(0)), (sub, diag, sup, u)
+
+
+def test_a_hand_built_chain_state_is_refused(kernels):
+    """The mass-keeping solve takes `diag_i = -(sub_{i+1} + sup_{i-1})` and `sum_i u_i = 0` as
+    given without reading them: a hand-built matrix with `chain_state` and a decay term on the
+    diagonal was solved as if the decay were absent (0.34 off a dense solve here, torch and
+    numba alike), silently. The constructor now refuses `chain_state`, whatever the entries;
+    the same matrix without it is solved by the elimination down the chain, correctly."""
+    n, B = 6, 4
+    (up, down, du, v, d, x), (sub, diag, sup, u) = _chain_parts(n, B, seed=0, decay=0.7)
+    with pytest.raises(fs.InputError, match=r"master_equation\(up, down, du, v, d, chain_state\)"):
+        ArrowTridiagonal(sub, diag, sup, u, v, d, chain_state=x)
+    consistent = diag + 0.7
+    with pytest.raises(fs.InputError, match="with chain_state is a master equation's Jacobian"):
+        ArrowTridiagonal(sub, consistent, sup, u, v, d, chain_state=x)
+    J = ArrowTridiagonal(sub, diag, sup, u, v, d)
+    s = torch.logspace(-1, 2, B, dtype=torch.float64)
+    r = torch.randn(n + 1, B, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    M = torch.diag_embed(s[:, None].expand(-1, n + 1)) - J.dense()
+    want = torch.linalg.solve(M, r.T).T
+    with torch.no_grad():
+        got = J.shifted_solver(s, kernels=kernels)(r.clone())
+    # well conditioned (rates and decay of order 1, s >= 0.1): a few units of round-off
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 17])
+def test_master_equation_is_consistent_and_matches_a_dense_solve(kernels, n):
+    """`ArrowTridiagonal.master_equation` derives `diag` and `u` from the rates and the flux's
+    derivative, with the operations `MasterEquationSystem.torch_functions` used before (so
+    its Jacobian and the march's results are bit for bit those of before), and its solve (in
+    the partial sums around the heaviest state) matches `torch.linalg.solve` of `s I - J`."""
+    B = 5
+    (up, down, du, v, d, x), (sub, diag, sup, u) = _chain_parts(n, B, seed=n)
+    J = ArrowTridiagonal.master_equation(up, down, du, v, d, x)
+    assert J.chain_state is x
+    for got, want in ((J.sub, sub), (J.diag, diag), (J.sup, sup), (J.u, u)):
+        assert torch.equal(got, want)
+    # the columns of [T, u] sum to zero: each sums an entry and its negative (exact) and at
+    # most one rounded sum of two rates, whose error is an ulp of the exit rate
+    cols = J.dense()[:, :n, :].sum(1)
+    assert (cols.abs() <= 2 * torch.finfo(torch.float64).eps).all()
+    s = torch.logspace(-2, 3, B, dtype=torch.float64)
+    r = torch.randn(n + 1, B, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    M = torch.diag_embed(s[:, None].expand(-1, n + 1)) - J.dense()
+    want = torch.linalg.solve(M, r.T).T
+    with torch.no_grad():
+        got = J.shifted_solver(s, kernels=kernels)(r.clone())
+    # both backward stable (a few units of 1.1e-16): the forward difference is at most about
+    # 1e-15 times the condition number of s I - J (up to 1e4 here, at s = 1e-2)
+    cond = torch.linalg.cond(M, p=np.inf)
+    assert ((got - want).abs().amax(0) / want.abs().amax(0) / cond).max() < 1e-14
+
+
+def test_master_equation_checks_the_shapes():
+    # a chain state longer than the rates would put the heaviest state past the last row (out
+    # of bounds in the compiled kernels): refused, not solved
+    (up, down, du, v, d, x), _ = _chain_parts(5, 3, seed=0)
+    with pytest.raises(fs.InputError, match="up, down, du with n-1 rows and v with n"):
+        ArrowTridiagonal.master_equation(up, down, du, v, d, torch.cat([x, x[:1]]))
+    with pytest.raises(fs.InputError, match="got 4, 4, 3 and 5"):
+        ArrowTridiagonal.master_equation(up, down, du[1:], v, d, x)
