@@ -538,6 +538,23 @@ def _mass_drift(ds: xr.Dataset, system, rtol: float, atol) -> xr.Dataset:
     a success."""
     if "mass_error" not in ds:
         return ds
+    drift, budget, over, tol, nfev = mass_drift_budget(ds, system, rtol, atol)
+    if not over.any():
+        return ds
+    batched = "batch" in ds.dims
+    worst = int(np.argmax(np.where(over, drift, -1.0)))
+    which = (f" in {count_text(int(over.sum()))} of {plural(over.size, 'trajectory')}"
+             if batched else "")  # fmt: skip
+    text = mass_drift_text(drift[worst], budget[worst], tol, nfev[worst], which)
+    ds.attrs["mass_drift_warning"] = text
+    warnings.warn(text, MassDriftWarning, stacklevel=3)
+    return ds
+
+
+def mass_drift_budget(ds: xr.Dataset, system, rtol: float, atol) -> tuple:
+    """`(drift, budget, over, tol, nfev)` of `_mass_drift`, one entry per trajectory (a
+    dataset without a batch has one): the drift `max_t |1^T x(t) - 1^T x(0)|`, its budget,
+    whether a successful trajectory exceeds it, the tolerance of the sum and the evaluations."""
     n = system.n_fast
     atol_x = np.broadcast_to(np.asarray(atol, dtype=np.float64), (n + system.n_slow,))[:n]
     tol = rtol + float(np.sum(atol_x))
@@ -549,19 +566,17 @@ def _mass_drift(ds: xr.Dataset, system, rtol: float, atol) -> xr.Dataset:
     ok = np.atleast_1d(ds["status"].values == "success" if batched
                        else ds.attrs["status"] == "success")  # fmt: skip
     over = ok & (drift > budget)  # a NaN drift is a failure's, said by its status
-    if not over.any():
-        return ds
-    worst = int(np.argmax(np.where(over, drift, -1.0)))
-    which = (f" in {count_text(int(over.sum()))} of {plural(over.size, 'trajectory')}"
-             if batched else "")  # fmt: skip
-    text = (f"the total probability 1^T x drifted by up to {drift[worst]:.2g}{which}, more "
-            f"than its budget {budget[worst]:.2g} (10 times the larger of rtol + sum(atol) = "
-            f"{tol:.2g} and the round-off of {int(nfev[worst]):,} evaluations of f): every "
+    return drift, budget, over, tol, nfev
+
+
+def mass_drift_text(drift: float, budget: float, tol: float, nfev, which: str = "") -> str:
+    """The `MassDriftWarning` sentence for a drift beyond its budget (`which`: in how many
+    trajectories of a batch, or "")."""
+    return (f"the total probability 1^T x drifted by up to {drift:.2g}{which}, more "
+            f"than its budget {budget:.2g} (10 times the larger of rtol + sum(atol) = "
+            f"{tol:.2g} and the round-off of {int(nfev):,} evaluations of f): every "
             f"method keeps 1^T x up to round-off, so the solver's arithmetic (an implicit "
             f"method's linear solves) lost accuracy; the status still says success.")  # fmt: skip
-    ds.attrs["mass_drift_warning"] = text
-    warnings.warn(text, MassDriftWarning, stacklevel=3)
-    return ds
 
 
 P_ST_CHUNK_BYTES = 64 * 2**20  # generators per critical_manifold call in _to_dataset

@@ -15,11 +15,12 @@ Store layout (`PATH`, a zarr v3 directory):
 - `PATH/cells/KEY.npz`: each finished cell as its own file (arrays plus a JSON header of dims
   and attributes), the truth from which the root is rebuilt. A cell is written to a temporary
   name and hard-linked onto `KEY.npz`, which fails if the name exists: a cell is written once,
-  and a killed process leaves at most a stray temporary file, never a cell that looks complete. `KEY` hashes the task and the cell's full
+  and a killed process leaves at most a stray temporary file, never a cell that looks complete
+  (a later run removes it once the cell is finished: `_remove_leftovers`). `KEY` hashes the task and the cell's full
   parameters, so re-running the same command finds its cells and runs only the missing ones.
 
-Batched axes: cells of `integrate` that differ only in `seed` (the initial condition) and
-`eps`/`P` run as one rodas4 batch (eps per trajectory); every other task runs one cell per
+Batched axes: cells of `integrate` that differ only in `seed` or `y0` (the initial condition)
+and `eps`/`P` run as one rodas4 batch (eps per trajectory); every other task runs one cell per
 dask task.
 """
 
@@ -108,6 +109,7 @@ class Task:
     needs_out: bool = False
     validate: Callable[[dict], None] | None = None  # the task's own checks of a cell, no work
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
+    integrates: bool = False  # its cells integrate the ODE: each records a MassDriftWarning
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -135,6 +137,8 @@ def _integrate_options():
         "atol": Option(float, 1e-10, (lambda v: 0 < v <= 1, "a positive number at most 1")),
         "n_eval": Option(int, 401, (lambda v: 2 <= v <= 1_000_000, "an integer from 2 to 1,000,000")),
         "seed": Option(int, None, (lambda v: v is None or v >= 0, "a non-negative integer")),
+        # the initial slow state (systems with one slow variable; x0 stays the system's own)
+        "y0": Option(float, None),
     }  # fmt: skip
 
 
@@ -160,24 +164,41 @@ def _validate_integrate(cell):
 
     eps = _cell_eps(cell)
     check_eps_range(eps, cell["method"])
+    y0 = cell.get("y0")
+    if y0 is not None and cell.get("seed") is not None:
+        raise InputError(f"y0 = {y0:g} sets the initial slow state and seed = {cell['seed']} "
+                         f"draws a random one; expected one of them.")  # fmt: skip
     system = make_system(cell["system"], eps=eps)
+    if y0 is not None and system.n_slow != 1:
+        raise InputError(f"y0 sets the one slow variable, and {cell['system']} has "
+                         f"{system.n_slow}; expected no y0 with it.")  # fmt: skip
     if cell["method"] == "multirate":
         check_block_count(cell["t_end"])
-    check_inputs(system, (0.0, cell["t_end"]), method=cell["method"], rtol=cell["rtol"],
-                 atol=cell["atol"], n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip
+    check_inputs(system, (0.0, cell["t_end"]), y0=None if y0 is None else [y0],
+                 method=cell["method"], rtol=cell["rtol"], atol=cell["atol"],
+                 n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip
 
 
 def _integrate_group(cell):
-    """Cells that one batch call can run: the same except in seed and, for rodas4, eps."""
-    batched = {"seed", "eps", "P"} if cell["method"] in ("auto", "rodas4") else {"seed"}
+    """Cells that one batch call can run: the same except in seed and y0 (the initial
+    condition) and, for rodas4, eps."""
+    batched = {"seed", "y0", "eps", "P"} if cell["method"] in ("auto", "rodas4") else {"seed", "y0"}
     return tuple(sorted((k, repr(v)) for k, v in cell.items() if k not in batched))
 
 
 def _run_integrate(cells):
     """One `integrate` call for the chunk: `x0, y0` of shape `(B, n)` (cell `b`'s initial
-    condition is what `fastslow-sim integrate --batch 1 --seed S` integrates; no seed: the
-    system's own), one eps per trajectory where the chunk mixes them."""
-    from .integrators import integrate, integrate_batch, random_initial_conditions
+    condition is what `fastslow-sim integrate --batch 1 --seed S` integrates; a y0: the
+    system's x0 with that slow state; neither: the system's own), one eps per trajectory where
+    the chunk mixes them. Each cell keeps its own drift of the total probability against its
+    budget (`integrators.mass_drift_budget`, the rule of `MassDriftWarning`)."""
+    from .integrators import (
+        integrate,
+        integrate_batch,
+        mass_drift_budget,
+        mass_drift_text,
+        random_initial_conditions,
+    )
     from .systems import make_system
 
     c0 = cells[0]
@@ -185,7 +206,10 @@ def _run_integrate(cells):
     system = make_system(c0["system"], eps=eps[0])
     x0, y0 = [], []
     for c in cells:
-        if c.get("seed") is None:
+        if c.get("y0") is not None:
+            x0.append(np.atleast_2d(system.x0))
+            y0.append(np.array([[c["y0"]]], dtype=np.float64))
+        elif c.get("seed") is None:
             x0.append(np.atleast_2d(system.x0))
             y0.append(np.asarray(system.y0, dtype=np.float64).reshape(1, -1))
         else:
@@ -198,6 +222,9 @@ def _run_integrate(cells):
         ds = integrate_batch(system, (0.0, c0["t_end"]), x0, y0, eps=eps, **kw)
     else:
         ds = integrate(system, (0.0, c0["t_end"]), x0, y0, **kw)
+    if "mass_error" in ds:
+        drift, budget, over, tol, nfev = mass_drift_budget(ds, system, ds.attrs["rtol"],
+                                                           ds.attrs["atol"])  # fmt: skip
     out = []
     keep = [v for v in ("x", "y", "p_st", "manifold_distance", "mass_error") if v in ds]
     stats = [v for v in ds.data_vars if v.startswith("stat_")]
@@ -209,8 +236,25 @@ def _run_integrate(cells):
         cell["solver_message"] = ((), str(ds["message"].values[b]), {"long_name": "solver message"})
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
         cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
+        if "mass_error" in ds:
+            cell["mass_drift"] = ((), float(drift[b]), {
+                "long_name": "drift of the total probability, max_t |1^T x(t) - 1^T x(0)|"})
+            cell["mass_drift_budget"] = ((), float(budget[b]), {
+                "long_name": "budget of mass_drift: 10 max(rtol + sum(atol), n 2^-52 nfev)"})
+            text = mass_drift_text(drift[b], budget[b], tol, nfev[b]) if over[b] else ""
+            _drift_vars(cell, text)
         out.append(cell.drop_vars("batch", errors="ignore"))
     return out
+
+
+def _drift_vars(cell: xr.Dataset, text: str) -> None:
+    """The cell's `mass_drift_warned` (a boolean) and `mass_drift_warning` (the warning's
+    sentence, "" where none): whether its run issued a `MassDriftWarning`, and what it said."""
+    cell["mass_drift_warned"] = ((), bool(text), {
+        "long_name": "True where the cell's run issued a MassDriftWarning: its total probability "
+                     "1^T x drifted beyond its budget while the solver reported success "
+                     "(mass_drift_warning says by how much)"})  # fmt: skip
+    cell["mass_drift_warning"] = ((), text, {"long_name": "the cell's MassDriftWarning ('' where none)"})
 
 
 # -- convergence ------------------------------------------------------------------------------
@@ -389,8 +433,8 @@ def _tasks() -> dict[str, Task]:
     return {
         "integrate": Task(
             "integrate", _integrate_options(), _run_integrate, group=_integrate_group,
-            batched=("seed", "eps", "P"), inner_dims=("time", "state", "slow"),
-            validate=_validate_integrate,
+            batched=("seed", "y0", "eps", "P"), inner_dims=("time", "state", "slow"),
+            validate=_validate_integrate, integrates=True,
             description="one trajectory per cell (seed: the initial condition of "
                         "`integrate --batch 1 --seed S`; none: the system's own)",
         ),
@@ -399,7 +443,7 @@ def _tasks() -> dict[str, Task]:
             {"system": _integrate_options()["system"],
              "eps": Option(str, "0.01,0.005,0.0025,0.00125", sweepable=False),
              "t_end": Option(float, 3.0, (_positive, "a positive finite time"))},
-            _run_convergence, inner_dims=("eps",), validate=_validate_convergence,
+            _run_convergence, inner_dims=("eps",), validate=_validate_convergence, integrates=True,
             description="errors to the slow manifold and their slopes in eps",
         ),
         "manifold": Task(
@@ -409,6 +453,7 @@ def _tasks() -> dict[str, Task]:
              "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
              "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
+            integrates=True,
             description="branches, folds and the gap to the linear identity",
         ),
         "train-network": Task(
@@ -584,10 +629,16 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
     return fixed
 
 
+# parameters added after stores were written: unset (None), they are left out of the key, so
+# that the cells written before them keep their keys (and a rerun finds them)
+_KEY_SKIPS_NONE = frozenset({"y0"})
+
+
 def cell_key(task: str, params: dict) -> str:
     """A stable name for a cell: the hash of the task and every parameter (not the folder)."""
-    text = json.dumps({"task": task, "params": {k: v for k, v in params.items() if k != "out"}},
-                      sort_keys=True, default=str)  # fmt: skip
+    params = {k: v for k, v in params.items()
+              if k != "out" and not (k in _KEY_SKIPS_NONE and v is None)}  # fmt: skip
+    text = json.dumps({"task": task, "params": params}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -706,6 +757,10 @@ def _write_cell(ds: xr.Dataset, cells_dir: Path, key: str) -> bool:
             os.link(tmp, final)
         except FileExistsError:
             return False
+        except FileNotFoundError:
+            if final.exists():  # another run finished the cell and `_remove_leftovers` took ours
+                return False
+            raise
         return True
     except OSError as err:  # a write or fsync names no file: the cell it was writing
         _named(err, tmp)
@@ -746,6 +801,17 @@ def _judged(result: xr.Dataset) -> tuple:
     return result, STATUS_DONE, ""
 
 
+def _record_drift(result: xr.Dataset, caught: list, category) -> None:
+    """A one-cell chunk's `MassDriftWarning`s (`caught`) as its `mass_drift_warned` and
+    `mass_drift_warning`, unless the task set them itself (integrate, per cell of a batch)."""
+    if "mass_drift_warned" in result:
+        return
+    texts = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, category)))
+    if len(texts) > 1:  # convergence integrates once per eps
+        texts = [f"{len(texts)} runs of the cell warned; the first: {texts[0]}"]
+    _drift_vars(result, texts[0] if texts else "")
+
+
 def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[tuple[str, str]]:
     """Run one chunk of cells `[(index, key, params)]` and write each; returns `[(key, status)]`
     with status "done", "failed" or "exists" (another attempt wrote it first, or before).
@@ -757,10 +823,13 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
     cells = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
     if not cells:
         return []
+    from .integrators import MassDriftWarning
+
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore")
+            warnings.simplefilter("always", MassDriftWarning)
             results = [_judged(r) for r in task.run([c[2] for c in cells])]
     except Exception as err:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
         if len(cells) > 1:
@@ -769,6 +838,9 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
                 out += run_cells(task_name, [c], cells_dir, run_id)
             return out
         results = [(None, STATUS_FAILED, _error_text(err))]
+    else:
+        if task.integrates and len(cells) == 1:
+            _record_drift(results[0][0], caught, MassDriftWarning)
     wall = (time.perf_counter() - start) / len(cells)
     out = []
     for (_, key, params), (res, status, message) in zip(cells, results):
@@ -1030,6 +1102,9 @@ def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=N
             data[c] = (tuple(grid) + (c,), arr, dict(ref.attrs))
     status = data["status"][1]
     counts = {s: int(np.count_nonzero(status == s)) for s in (STATUS_DONE, STATUS_FAILED, STATUS_PENDING)}
+    drift = {}
+    if "mass_drift_warned" in data:  # cells written before it was recorded count as not warned
+        drift = {"n_mass_drift": int(np.count_nonzero(data["mass_drift_warned"][1] == True))}  # noqa: E712
     out = xr.Dataset(data, coords=coord_vars, attrs={
         "title": f"fastslow-sim sweep of {task.name} over {', '.join(grid)}",
         "fastslow_sweep_format": FORMAT,
@@ -1039,7 +1114,7 @@ def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=N
         "options": json.dumps({k: v for k, v in fixed.items() if k not in grid}, default=str),
         "batched_axes": list(task.batched),
         "n_cells": len(cells), "n_done": counts[STATUS_DONE], "n_failed": counts[STATUS_FAILED],
-        "n_pending": counts[STATUS_PENDING],
+        "n_pending": counts[STATUS_PENDING], **drift,
         "layout": "one dimension per swept parameter, then the cell's own; status/message per "
                   "cell; cells/KEY.npz holds each finished cell",
         **_versions(), **(attrs or {}),
@@ -1238,10 +1313,54 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     ds = summary["dataset"]
     summary["n_failed"] = int(ds.attrs["n_failed"])
     summary["n_pending"] = int(ds.attrs["n_pending"])
+    summary["n_mass_drift"] = int(ds.attrs.get("n_mass_drift", 0))
+    summary["n_leftovers_removed"] = _remove_leftovers(cells_dir)
     return summary
 
 
 
+
+
+PART_STALE_S = 600.0  # `_remove_leftovers`: a temporary cell file untouched this long is left over
+_PART_NAME = re.compile(r"\.([0-9a-f]{20})\.[0-9a-f]{8}\.part")
+
+
+def _remove_leftovers(cells_dir: Path, now: float | None = None) -> int:
+    """Remove the temporary files (`.KEY.HEX.part`) that killed writers left in `cells_dir`,
+    and return how many went. Run as each sweep run finishes (a resumed run included).
+
+    The rule: a temporary file goes only when its cell is finished (`KEY.npz` exists) and it
+    was last modified more than `PART_STALE_S` (10 minutes) ago. A writer (`_write_cell`)
+    writes and fsyncs its temporary file in well under a second, then links it onto `KEY.npz`
+    and removes it; so one that is finished and untouched for ten minutes has no live writer.
+    Even a writer of a concurrent run that is still busy with it loses nothing: the cell is
+    written already, and `_write_cell` takes a temporary file that vanished under an existing
+    `KEY.npz` as "another run wrote it first". A temporary file whose cell is not finished is
+    kept, whatever its age (its writer may be stalled, not gone; the run that finishes the cell
+    later removes it). Nothing that is not named as `_write_cell` names its files is touched.
+    A file that cannot be removed (or listed) is left, silently: the run's own work is done."""
+    now = time.time() if now is None else now
+    removed = 0
+    try:
+        entries = list(os.scandir(cells_dir))
+    except OSError:
+        return 0
+    for entry in entries:
+        m = _PART_NAME.fullmatch(entry.name)
+        if m is None:
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if now - entry.stat(follow_symlinks=False).st_mtime <= PART_STALE_S:
+                continue
+            if not (Path(cells_dir) / f"{m.group(1)}{CELL_SUFFIX}").is_file():
+                continue
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _inside(name, store: Path) -> bool:

@@ -647,3 +647,45 @@ def test_integrate_prints_and_saves_a_drift_of_the_mass(tmp_path):
     assert warning == f"Warning: {summary['mass_drift_warning']}"
     saved = fs.load_dataset(tmp_path / "a.nc")
     assert saved.attrs["mass_drift_warning"] == summary["mass_drift_warning"]
+
+
+def _drifting(monkeypatch, module, name, text):
+    """`module.name` issuing a MassDriftWarning with `text` twice (a repeated warning) first."""
+    import warnings
+
+    real = getattr(module, name)
+
+    def f(*args, **kwargs):
+        for _ in range(2):
+            warnings.warn(text, fs.MassDriftWarning, stacklevel=2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, f)
+
+
+def test_manifold_and_figures_print_a_drift_of_the_mass_as_integrate_does(tmp_path, monkeypatch):
+    """The relaxation-oscillation run of `manifold` and the solves of `figures` warn as
+    `integrate` does: one line `Warning: ...` on stderr, once per text, never Python's
+    `file:line: MassDriftWarning: ...`."""
+    from fastslow_sim import gallery, nonlinear
+
+    text = "the total probability 1^T x drifted by up to 3e-07 (a test)"
+    _drifting(monkeypatch, nonlinear, "manifold_dataset", text)
+    res = CliRunner().invoke(main, ["manifold", "--kappa", "0", "--y-range", "0", "0.5",
+                                    "--no-plot", "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == f"Warning: {text}"
+    assert res.output.count(text) == 1 and "MassDriftWarning" not in res.output
+    assert res.output.splitlines()[1] == "birth-death, kappa = 0, y in [0, 0.5]"
+
+    def figures_that_drift(**kw):  # the gallery's solves warn; no figure is drawn
+        import warnings
+
+        for _ in range(2):
+            warnings.warn(text, fs.MassDriftWarning, stacklevel=2)
+        return []
+
+    monkeypatch.setattr(gallery, "make_figures", figures_that_drift)
+    res = CliRunner().invoke(main, ["figures", "--only", "ode", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == [f"Warning: {text}", "total 0.0 s"]

@@ -1115,3 +1115,128 @@ def test_a_failed_new_store_removes_only_the_cells_this_run_wrote(tmp_path):
     assert os.listdir(store) == [CELLS] and _cell_files(store) == [theirs]
     _remove_made(other, run_id, keys)  # none of these is this run's
     assert len(_cell_files(other)) == 2
+
+
+# -- the drift of the total probability, per cell -------------------------------------------------
+
+
+def test_sweep_keeps_each_cells_mass_drift_and_warns_once_at_the_end(tmp_path):
+    """radau from y0 = 150 at eps 1e-12 drifts 1^T x by 2.7e-7 against its budget 1.1e-7
+    (test_integrate); from y0 = 0.5 it does not. The sweep keeps, per cell, the drift, its
+    budget, whether it warned and integrate's own sentence; the command ends with one line in
+    integrate's form naming how many cells warned and the first, and no Python warning."""
+    store = tmp_path / "d.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "y0=150,0.5", "--eps", "1e-12",
+                                    "--t-end", "1", "--method", "radau", "--store", str(store),
+                                    "--workers", "0", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    warned = [ln for ln in lines if ln.startswith("Warning:")]
+    assert len(warned) == 1 and "MassDriftWarning" not in res.output
+    ds = xr.open_zarr(store).load()
+    text = str(ds["mass_drift_warning"].sel(y0=150.0).values)
+    assert warned[0] == (f"Warning: 1 cell of 2 warned of a drift of the total probability "
+                         f"(mass_drift_warned in the store); the first, y0=150: {text}")  # fmt: skip
+    assert text.startswith("the total probability 1^T x drifted by up to 2.7e-07, more than its "
+                           "budget 1.1e-07 (10 times the larger of rtol + sum(atol) = 1.1e-08 "
+                           "and the round-off of 5,732 evaluations of f)")  # fmt: skip
+    assert ds["mass_drift_warned"].values.tolist() == [True, False]
+    assert str(ds["mass_drift_warning"].sel(y0=0.5).values) == ""
+    assert 2.6e-7 < float(ds["mass_drift"].sel(y0=150.0)) < 2.8e-7
+    assert float(ds["mass_drift"].sel(y0=0.5)) < 1e-14
+    assert ds["mass_drift_budget"].values.tolist() == [pytest.approx(1.08e-7)] * 2
+    assert ds.attrs["n_mass_drift"] == 1 and (ds["status"].values == "done").all()
+    assert "MassDriftWarning" in ds["mass_drift_warned"].attrs["long_name"]
+    summary = json.loads(next(ln for ln in lines if ln.startswith("{")))
+    assert summary["n_mass_drift"] == 1
+    assert summary["mass_drift"] == [{"cell_key": str(ds["cell_key"].sel(y0=150.0).values),
+                                      "cell": {"y0": 150.0}, "warning": text}]  # fmt: skip
+
+
+def test_a_grid_with_y0_and_seed_is_refused_naming_the_cell(tmp_path):
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "y0=0.5", "--grid", "seed=3",
+                                    "--eps", "0.1", "--store", str(tmp_path / "s.zarr"),
+                                    "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output == ("Error: --grid y0=0.5, seed=3: y0 = 0.5 sets the initial slow state "
+                          "and seed = 3 draws a random one; expected one of them.\n")  # fmt: skip
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_manifold_cell_records_the_drift_warning_of_its_run(tmp_path, monkeypatch):
+    """A task that integrates one cell per call (manifold, convergence) keeps the
+    MassDriftWarning its run issued as the cell's own, and a cell without one says so."""
+    import warnings
+
+    from fastslow_sim import nonlinear
+
+    real = nonlinear.manifold_dataset
+
+    def drifting(family, y_range, **kw):
+        if family.kappa == 1.0:
+            warnings.warn("the total probability 1^T x drifted (test)", fs.MassDriftWarning,
+                          stacklevel=2)
+        return real(family, y_range, **kw)
+
+    monkeypatch.setattr(nonlinear, "manifold_dataset", drifting)
+    res = run_sweep("manifold", ["kappa=0,1"], {"y_min": "0", "y_max": "0.5"}, tmp_path / "m.zarr",
+                    workers=0, progress=False, log=lambda *a: None)  # fmt: skip
+    assert res["n_mass_drift"] == 1 and res["n_failed"] == 0
+    ds = res["dataset"]
+    assert ds["mass_drift_warned"].values.tolist() == [False, True]
+    assert ds["mass_drift_warning"].values.tolist() == ["", "the total probability 1^T x drifted (test)"]
+
+
+# -- temporary cell files that killed writers left ----------------------------------------------
+
+
+def test_a_finished_cells_stale_temporary_file_is_removed_and_nothing_else(tmp_path):
+    """`cells/.KEY.HEX.part` that a killed writer left: removed by the next run when its cell
+    is finished and it is older than PART_STALE_S; a fresh one (a live writer of a concurrent
+    run may hold it), one whose cell is not finished, and a file named otherwise are kept."""
+    from fastslow_sim.sweep import PART_STALE_S
+
+    store = tmp_path / "p.zarr"
+    grid, opts = ["seed=0:1"], {**FAST, "method": "lsoda"}  # not rodas4's first compile
+    first = run_sweep("integrate", grid, opts, store, workers=0, progress=False, log=lambda *a: None)
+    assert first["n_leftovers_removed"] == 0
+    cells = store / CELLS
+    key = str(first["dataset"]["cell_key"].values[0])
+    old = time.time() - PART_STALE_S - 60
+    stale = cells / f".{key}.0123abcd.part"  # its cell is finished: removed
+    fresh = cells / f".{key}.89abcdef.part"  # finished too, but written a moment ago: kept
+    unfinished = cells / f".{'e' * 20}.0123abcd.part"  # no cell e...e.npz: kept
+    other = cells / ".notes.part"  # not a name the sweep writes: kept
+    for p in (stale, fresh, unfinished, other):
+        p.write_bytes(b"partial")
+    for p in (stale, unfinished, other):
+        os.utime(p, (old, old))
+    again = run_sweep("integrate", grid, opts, store, workers=0, progress=False, log=lambda *a: None)
+    assert (again["n_skipped"], again["n_run"], again["n_leftovers_removed"]) == (2, 0, 1)
+    assert sorted(p.name for p in cells.iterdir() if p.name.startswith(".")) == sorted(
+        p.name for p in (fresh, unfinished, other))
+    assert len(_cell_files(store)) == 2
+
+
+def test_a_writer_whose_temporary_file_was_removed_under_a_finished_cell_loses_nothing(
+        tmp_path, monkeypatch):  # fmt: skip
+    """The race the rule allows: a concurrent run still writing the cell's temporary file when
+    another removes it. Its link then finds no file, and the cell is there: "exists", no error."""
+    import fastslow_sim.sweep as sw
+
+    res = run_sweep("integrate", ["seed=0"], {**FAST, "method": "lsoda"}, tmp_path / "r.zarr",
+                    workers=0, progress=False, log=lambda *a: None)  # fmt: skip
+    cells = tmp_path / "r.zarr" / CELLS
+    key = str(res["dataset"]["cell_key"].values[0])
+    cell = sw._load_cell(cells / f"{key}.npz")
+    link = os.link
+
+    def removed_first(src, dst):
+        os.unlink(src)  # `_remove_leftovers` of another run, between the write and the link
+        return link(src, dst)
+
+    monkeypatch.setattr(sw.os, "link", removed_first)
+    assert sw._write_cell(cell, cells, key) is False
+    with pytest.raises(FileNotFoundError):  # and where the cell is not there, it is an error
+        sw._write_cell(cell, cells, "f" * 20)
+    assert sorted(p.name for p in cells.iterdir()) == [f"{key}.npz"]

@@ -3,10 +3,12 @@ one-sentence errors, output paths, and the summary printing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -258,9 +260,36 @@ def check_cluster_options(workers, scheduler) -> None:
         )
 
 
+@contextlib.contextmanager
+def solver_warnings():
+    """The library's warnings about a run (`StiffnessWarning`, `IgnoredOptionWarning`,
+    `MassDriftWarning`) as one line each on stderr, `Warning: ...`, as they are issued (a
+    stiffness warning before the solve), each text once per command (a gallery that runs many
+    solves says a repeated warning once); any other warning is shown as Python shows it."""
+    from ..integrators import IgnoredOptionWarning, MassDriftWarning, StiffnessWarning
+
+    kinds = (StiffnessWarning, IgnoredOptionWarning, MassDriftWarning)
+    said = set()
+    with warnings.catch_warnings():
+        for kind in kinds:
+            warnings.simplefilter("always", kind)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, kinds):
+                return shown(message, category, filename, lineno, file, line)
+            if str(message) not in said:
+                said.add(str(message))
+                click.echo(f"Warning: {message}", err=True)
+
+        warnings.showwarning = show
+        yield
+
+
 def ode_command(f):
     """A solver or analysis failure (overflow, a stalled continuation, a singular matrix) ends in
-    one sentence and exit status 1, never a traceback; bad input stays exit status 2."""
+    one sentence and exit status 1, never a traceback; bad input stays exit status 2. The
+    solvers' warnings are one line each (`solver_warnings`)."""
     import functools
 
     from ..solvers import SOLVER_ERRORS
@@ -268,7 +297,8 @@ def ode_command(f):
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
-            return f(*args, **kwargs)
+            with solver_warnings():
+                return f(*args, **kwargs)
         except InputError:
             raise
         except SOLVER_ERRORS as err:

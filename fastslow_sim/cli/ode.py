@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 import click
 import numpy as np
@@ -165,9 +164,6 @@ def integrate(
       fastslow-sim integrate --eps 1e-4 --states 16 --batch 1024 --method rodas4
     """
     from ..integrators import (
-        IgnoredOptionWarning,
-        MassDriftWarning,
-        StiffnessWarning,
         check_eps_range,
         check_inputs,
         check_output_size,
@@ -263,19 +259,11 @@ def integrate(
                    f"this project's 2-core build machine); --n-eval sets how many states are "
                    f"saved.", err=True)  # fmt: skip
 
-    def show(message, category, *args, **kwargs):  # as it is issued: before the solve
-        if issubclass(category, (StiffnessWarning, IgnoredOptionWarning, MassDriftWarning)):
-            click.echo(f"Warning: {message}", err=True)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", StiffnessWarning)
-        warnings.simplefilter("always", IgnoredOptionWarning)
-        warnings.simplefilter("always", MassDriftWarning)
-        warnings.showwarning = show
-        ds = run_integrate(
-            system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
-            **kwargs,
-        )  # fmt: skip
+    # its warnings are one line each, as they are issued (`ode_command`: `solver_warnings`)
+    ds = run_integrate(
+        system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
+        **kwargs,
+    )  # fmt: skip
     if batch is not None:  # the initial conditions came from this seed: save it with them
         ds.attrs["seed"] = seed
 

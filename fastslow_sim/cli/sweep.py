@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 
 import click
+import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text
+from .common import check_cluster_options, in_runs, json_text, solver_warnings
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -41,9 +42,12 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     checked by the task's own checks before any runs: a bad value is one sentence naming the
     cell (exit status 2). Re-running the same command runs only the
     cells that are missing; a failed cell records its status and message and the sweep goes on
-    (exit status 1 at the end). Cells of integrate that differ only in seed and eps (or P) run
-    as one rodas4 batch; a cell with seed S integrates the initial condition of
-    `integrate --batch 1 --seed S` (no seed: the system's own).
+    (exit status 1 at the end). Cells of integrate that differ only in seed, y0 and eps (or P)
+    run as one rodas4 batch; a cell with seed S integrates the initial condition of
+    `integrate --batch 1 --seed S`, one with y0 Y that of `integrate --y0 Y` (neither: the
+    system's own). A cell whose run warns that the total probability drifted (integrate's
+    MassDriftWarning) keeps it (mass_drift_warned, mass_drift_warning), and the command ends
+    with one Warning line: how many cells warned, and the first.
 
     \b
     Examples:
@@ -70,16 +74,19 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         elif not eq:
             value = args.pop(0)
         options[name] = value
-    res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
-                    chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
-                    parents=in_runs(store),  # runs/ is made; other folders must exist
-                    progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
-                    attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
+    with solver_warnings():  # the cells' checks (a stiff explicit method): one line each
+        res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
+                        chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
+                        parents=in_runs(store),  # runs/ is made; other folders must exist
+                        progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
+                        attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
     ds = res.pop("dataset")
+    drifted = _drifted_cells(ds)
     failed = [(k, str(m)) for k, s, m in zip(ds["cell_key"].values.ravel(), ds["status"].values.ravel(),
                                              ds["message"].values.ravel()) if s == "failed"]  # fmt: skip
     if as_json:
-        click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20]}))
+        click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20],
+                              "mass_drift": drifted[:20]}))  # fmt: skip
     else:
         click.echo(f"{task}: {plural(res['n_cells'], 'cell')} over {', '.join(ds.attrs['swept'])}; "
                    f"{res['n_skipped']} already in the store, {res['n_run']} run, "
@@ -87,8 +94,33 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         for key, msg in failed[:5]:
             click.echo(f"failed      {key}: {msg}")
         click.echo(f"store       {res['store']} (xarray.open_zarr)")
+    if drifted:  # the cells' MassDriftWarning, in integrate's one-line form
+        first = drifted[0]
+        cell = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in first["cell"].items())  # fmt: skip
+        click.echo(f"Warning: {plural(res['n_mass_drift'], 'cell')} of {res['n_cells']:,} warned "
+                   f"of a drift of the total probability (mass_drift_warned in the store); the "
+                   f"first, {cell}: {first['warning']}", err=True)  # fmt: skip
     if res["n_failed"] or res["n_pending"]:
         sys.exit(1)
+
+
+def _drifted_cells(ds) -> list[dict]:
+    """`[{"cell_key", "cell" (its swept values), "warning"}]` of the cells that recorded a
+    `MassDriftWarning`, in the grid's order."""
+    if "mass_drift_warned" not in ds:
+        return []
+    warned = ds["mass_drift_warned"].values
+    out = []
+    for idx in zip(*np.nonzero(warned == True)):  # noqa: E712 - a boolean array
+        values = {k: _value(ds[k].values[i]) for k, i in zip(ds.attrs["swept"], idx)}
+        out.append({"cell_key": str(ds["cell_key"].values[idx]), "cell": values,
+                    "warning": str(ds["mass_drift_warning"].values[idx])})  # fmt: skip
+    return out
+
+
+def _value(v):
+    return v.item() if hasattr(v, "item") else v
 
 
 COMMANDS = [sweep]
