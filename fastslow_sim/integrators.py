@@ -186,6 +186,8 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
     chosen = _method(method, options)
     if "max_steps" in options:
         check_max_steps(options["max_steps"], names.get("max_steps", "max_steps"))
+    if options.get("device") is not None:
+        _check_device(options["device"])
     rtol = positive("rtol", rtol)
     atol = _check_atol(system, atol, chosen, names.get("atol", "atol"))
     t0, t1 = check_t_span(t_span)
@@ -209,7 +211,8 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
-              eps=None, names: dict | None = None, **options) -> xr.Dataset:  # fmt: skip
+              eps=None, names: dict | None = None, threads: int | None = None,
+              **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
@@ -217,7 +220,9 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
     saved at block ends, `t_eval` ignored; the span must be a whole number of blocks). `names`:
-    how a refusal calls the arguments (`check_inputs`).
+    how a refusal calls the arguments (`check_inputs`). `threads`: torch's intra-op threads
+    during the solve (restored after); `None` chooses (`small_problem_threads`: one for a
+    torch method's small problem on the CPU, else torch's own setting).
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -266,9 +271,14 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             f"{system.name!r} has none."
         )
 
+    if threads is None:
+        threads = small_problem_threads(chosen.backend, B, z0.shape[1], options.get("device"))
+    else:
+        threads = int(number("threads", threads, 1, integer=True))
     start = time.perf_counter()
     try:
-        sol = chosen.solve(system, z0, t_eval, solver_rtol, solver_atol, eps=eps, **options)
+        with torch_threads(threads):
+            sol = chosen.solve(system, z0, t_eval, solver_rtol, solver_atol, eps=eps, **options)
     except InputError:
         raise
     except SOLVER_ERRORS as err:  # a status, not an exception in the middle of a run
@@ -312,6 +322,44 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol)
+
+
+SMALL_PROBLEM_ELEMENTS = 2**18  # B (n + m) up to which a torch method runs on one thread
+
+
+def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) -> int | None:
+    """1 for a torch method's problem on the CPU with `B N <= 2^18` (`B` trajectories, `N = n + m`
+    unknowns), else `None` (torch's own setting). On such tensors a second thread saved nothing
+    even with the machine otherwise quiet, and when another process holds a core each parallel
+    operation waits up to a scheduler time slice for its second thread: 1.9-6x slower on two
+    cores (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
+    if backend not in ("torch", "torchdiffeq"):
+        return None  # scipy's solvers and the numba march do not run torch operations
+    if device is not None:
+        import torch
+
+        if torch.device(device).type != "cpu":  # (a valid device: `_check_device`)
+            return None
+    return 1 if batch * unknowns <= SMALL_PROBLEM_ELEMENTS else None
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None):
+    """torch's intra-op threads set to `threads` inside the block (`None`: unchanged), restored
+    after (the setting is the process's)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def trajectory_summary(ds: xr.Dataset) -> dict:
@@ -364,6 +412,21 @@ def _method(method, options):
         takes = f"its options are {sorted(allowed)}" if allowed else "it takes none"
         raise InputError(f"method {method!r} takes no option {unknown[0]!r}; {takes}.")
     return entry
+
+
+def _check_device(device) -> None:
+    """`InputError` unless `device` names a torch device that this machine has."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"device must be a torch device such as 'cpu' or 'cuda'; got {device!r}.") \
+            from None  # fmt: skip
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} was requested, but no CUDA device is available here.")
+    if kind not in ("cpu", "cuda"):
+        raise InputError(f"device must be 'cpu' or a CUDA device ('cuda', 'cuda:0'); got {device!r}.")
 
 
 def _check_atol(system, atol, method, name="atol"):

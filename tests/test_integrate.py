@@ -1,3 +1,4 @@
+import re
 import warnings
 
 import numpy as np
@@ -608,3 +609,66 @@ def test_mass_drift_warning_counts_the_drifting_trajectories(monkeypatch):
     with pytest.warns(fs.MassDriftWarning, match=r"up to 3e-05 in 1 of 4 trajectories"):
         ds = fs.integrate(system, (0, 1), x0=x0, method="rk45", rtol=1e-6, atol=1e-9)
     assert list(ds["status"].values) == ["success", "success", "success", "failed"]
+
+
+def test_small_problem_threads_rule():
+    """One torch thread for a torch method's problem of up to 2^18 state elements on the CPU;
+    scipy, CUDA and larger problems keep torch's setting (None)."""
+    from fastslow_sim.integrators import SMALL_PROBLEM_ELEMENTS, small_problem_threads
+
+    assert SMALL_PROBLEM_ELEMENTS == 2**18
+    assert small_problem_threads("torch", 1, 9) == 1
+    assert small_problem_threads("torchdiffeq", 4096, 64) == 1  # 2^18 exactly
+    assert small_problem_threads("torch", 4097, 64) is None
+    assert small_problem_threads("scipy", 1, 9) is None
+    assert small_problem_threads("multirate", 1, 9) is None
+    assert small_problem_threads("torch", 1, 9, device="cpu") == 1
+    assert small_problem_threads("torch", 1, 9, device="meta") is None
+
+
+@pytest.mark.parametrize("threads, inside", [(None, 1), (2, 2), (1, 1)])
+def test_integrate_sets_torch_threads_for_the_solve_and_restores_them(monkeypatch, threads,
+                                                                       inside):  # fmt: skip
+    import dataclasses
+
+    import torch
+
+    from fastslow_sim.solvers import METHODS
+
+    seen = []
+    entry = METHODS["dopri5"]
+
+    def solve(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return entry.solve(*args, **kwargs)
+
+    monkeypatch.setitem(METHODS, "dopri5", dataclasses.replace(entry, solve=solve))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        system = fs.make_system("two-state", eps=0.5)
+        ds = fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=threads)
+        ref = fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=2)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen[0] == inside and after == 2
+    # the same operations on one or two threads: the same numbers, bit for bit
+    np.testing.assert_array_equal(ds["x"].values, ref["x"].values)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "two", float("nan")])
+def test_bad_threads_are_refused(threads):
+    system = fs.make_system("two-state", eps=0.5)
+    with pytest.raises(fs.InputError, match=r"threads must be an integer >= 1; got"):
+        fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=threads)
+
+
+@pytest.mark.parametrize("device, text", [
+    ("gpu", "device must be a torch device such as 'cpu' or 'cuda'; got 'gpu'"),
+    ("meta", "device must be 'cpu' or a CUDA device"),
+])  # fmt: skip
+def test_bad_device_is_refused_before_any_work(device, text):
+    system = fs.make_system("birth-death", eps=1e-3)
+    with pytest.raises(fs.InputError, match=re.escape(text)):
+        fs.integrate(system, (0, 1), method="rodas4", n_eval=3, device=device)

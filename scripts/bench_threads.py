@@ -1,0 +1,121 @@
+"""Benchmark: torch's intra-op threads on the ODE core's small problems, with the machine idle
+and with one other busy process, side by side.
+
+Run: python scripts/bench_threads.py [--rounds 5] [--threads 2] [--cases all]
+
+Each case is one `fastslow_sim.integrate` call on the CPU whose work runs in torch operations
+on small tensors (the torch rodas4 march, torchdiffeq, the multirate map). It is timed with
+torch's intra-op threads set to `--threads` (the machine's default) and to 1, interleaved in
+rotating order, `--rounds` rounds; the table gives medians and the median of the per-round
+ratios. "busy" rounds run while a second process spins on one core, as a user's other job or
+a test run would: an OpenMP parallel region then waits for a thread that the scheduler has
+put behind that process, and each such wait costs up to a time slice (milliseconds) however
+small the tensor. `integrate` itself decides the threads (`integrators.small_problem_threads`);
+this script overrides that decision through its `threads=` option to measure both settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+import fastslow_sim as fs
+
+# name: (system, system options, method, integrate options, batch, t_end)
+CASES = {
+    "random-64, 1 trajectory, rodas4 (torch march, dense LU)":
+        ("random", {"states": 64}, "rodas4", {}, 1, 0.5),
+    "birth-death 8, 1 trajectory, rodas4 --march torch":
+        ("birth-death", {}, "rodas4", {"march": "torch"}, 1, 10.0),
+    "birth-death 16, 1,024 trajectories, rodas4 --march torch":
+        ("birth-death", {"states": 16}, "rodas4", {"march": "torch"}, 1024, 2.0),
+    "random-64, 64 trajectories, rodas4 (torch march, dense LU)":
+        ("random", {"states": 64}, "rodas4", {}, 64, 0.1),
+    "birth-death 32, 4,096 trajectories, rodas4 --march torch":
+        ("birth-death", {"states": 32}, "rodas4", {"march": "torch"}, 4096, 0.2),
+    "birth-death 64, 16,384 trajectories, rodas4 --march torch":
+        ("birth-death", {"states": 64}, "rodas4", {"march": "torch"}, 16384, 0.001),
+    "two-state, 1 trajectory, dopri5 (torchdiffeq)":
+        ("two-state", {}, "dopri5", {}, 1, 10.0),
+}
+
+
+def run_case(case, threads):
+    name, sys_opts, method, opts, batch, t_end = case
+    system = fs.make_system(name, eps=1e-4 if method != "dopri5" else 0.1, **sys_opts)
+    x0 = y0 = None
+    if batch > 1:
+        x0, y0 = fs.random_initial_conditions(system, batch, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        ds = fs.integrate(system, (0, t_end), x0, y0, method=method, rtol=1e-6, atol=1e-9,
+                          n_eval=3, threads=threads, **opts)  # fmt: skip
+        wall = time.perf_counter() - start
+    status = ds.attrs["status"]
+    return wall, status, np.concatenate([ds["x"].values, ds["y"].values], axis=-1)
+
+
+def spinner():
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="the many-thread setting compared with 1 (default: torch's)")
+    parser.add_argument("--cases", default="all", help="comma-separated case numbers (1-based)")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.threads < 2:
+        parser.error(f"--rounds must be >= 1 and --threads >= 2; got {args.rounds}, {args.threads}.")
+    keys = list(CASES)
+    if args.cases != "all":
+        try:
+            keys = [keys[int(i) - 1] for i in args.cases.split(",")]
+        except (ValueError, IndexError):
+            parser.error(f"--cases takes numbers from 1 to {len(CASES)}; got {args.cases!r}.")
+    print(f"# bench_threads: python {platform.python_version()}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds, medians")  # fmt: skip
+    print(f"| case | load | {args.threads} threads s | 1 thread s | {args.threads} threads / 1 "
+          f"(median of rounds) | same result |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---|")
+    for key in keys:
+        case = CASES[key]
+        run_case(case, 1)  # warm-up: imports, numba, first-call costs
+        for load in ("idle", "1 busy process"):
+            proc = spinner() if load != "idle" else None
+            try:
+                time.sleep(0.2 if proc else 0.0)
+                times = {args.threads: [], 1: []}
+                results = {}
+                for r in range(args.rounds):
+                    order = (args.threads, 1) if r % 2 == 0 else (1, args.threads)
+                    for th in order:
+                        wall, status, z = run_case(case, th)
+                        times[th].append(wall)
+                        results[th] = (status, z)
+            finally:
+                if proc:
+                    proc.kill()
+                    proc.wait()
+            ratios = [a / b for a, b in zip(times[args.threads], times[1])]
+            same = np.array_equal(results[1][1], results[args.threads][1])
+            agree = "bit for bit" if same else (
+                f"max diff {np.nanmax(np.abs(results[1][1] - results[args.threads][1])):.1e}")
+            print(f"| {key} | {load} | {statistics.median(times[args.threads]):.3f} | "
+                  f"{statistics.median(times[1]):.3f} | {statistics.median(ratios):.2f}x | "
+                  f"{agree} ({results[1][0]}) |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
