@@ -689,3 +689,38 @@ def test_manifold_and_figures_print_a_drift_of_the_mass_as_integrate_does(tmp_pa
     res = CliRunner().invoke(main, ["figures", "--only", "ode", "--out", str(tmp_path / "f")])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines() == [f"Warning: {text}", "total 0.0 s"]
+
+
+def test_integrate_prints_no_python_warning_lines(tmp_path, monkeypatch):
+    """radau overflowing at rates near the float range: numpy's floating-point warnings from
+    inside scipy (`radau.py:455: RuntimeWarning: overflow encountered ...` and its source line)
+    are not shown, the status says what came of them; another warning of the run, here one
+    the library issues (as when numba does not import), is one `Warning:` line, said once."""
+    res = CliRunner().invoke(main, ["integrate", "--method", "radau", "--y0", "176.9", "--eps",
+                                    "1", "--t-end", "0.5", "--n-eval", "5", "--no-plot", "--out",
+                                    str(tmp_path / "ovf.nc")])  # fmt: skip
+    assert "status      failed: radau stopped at t = 0: its Newton iteration overflowed" \
+        in res.output, res.output  # fmt: skip
+    assert "RuntimeWarning" not in res.output and ".py:" not in res.output, res.output
+    assert "Warning" not in res.output, res.output
+
+    from fastslow_sim import integrators
+
+    solve = integrators.METHODS["bdf"].solve
+    text = "fastslow-sim: the compiled CPU kernels are unavailable (a test)"
+
+    def solve_and_warn(*args, **kwargs):
+        import warnings
+
+        for _ in range(2):
+            warnings.warn(text, RuntimeWarning, stacklevel=1)
+        return solve(*args, **kwargs)
+
+    import dataclasses
+
+    monkeypatch.setitem(integrators.METHODS, "bdf",
+                        dataclasses.replace(integrators.METHODS["bdf"], solve=solve_and_warn))
+    res = CliRunner().invoke(main, ["integrate", "--method", "bdf", "--eps", "0.1", "--t-end", "1", "--n-eval",
+                                    "3", "--no-plot", "--out", str(tmp_path / "w.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.output.count(f"Warning: {text}") == 1 and ".py:" not in res.output, res.output

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -260,27 +261,31 @@ def check_cluster_options(workers, scheduler) -> None:
         )
 
 
+# numpy's floating-point warnings: the run's status and its non-finite checks say what came of them
+_FLOATING_POINT = re.compile(r"(overflow|underflow|invalid value|divide by zero) encountered")
+
+
 @contextlib.contextmanager
 def solver_warnings():
-    """The library's warnings about a run (`StiffnessWarning`, `IgnoredOptionWarning`,
-    `MassDriftWarning`) as one line each on stderr, `Warning: ...`, as they are issued (a
+    """Every warning of a command as one line on stderr, `Warning: ...`, as it is issued (a
     stiffness warning before the solve), each text once per command (a gallery that runs many
-    solves says a repeated warning once); any other warning is shown as Python shows it."""
+    solves says a repeated warning once); never Python's form with a file name and a source
+    line. numpy's floating-point warnings (overflow, invalid value, ...) are not shown: the
+    status of the run, or its error, says what they led to."""
     from ..integrators import IgnoredOptionWarning, MassDriftWarning, StiffnessWarning
 
-    kinds = (StiffnessWarning, IgnoredOptionWarning, MassDriftWarning)
     said = set()
     with warnings.catch_warnings():
-        for kind in kinds:
+        for kind in (StiffnessWarning, IgnoredOptionWarning, MassDriftWarning):
             warnings.simplefilter("always", kind)
-        shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if not issubclass(category, kinds):
-                return shown(message, category, filename, lineno, file, line)
-            if str(message) not in said:
-                said.add(str(message))
-                click.echo(f"Warning: {message}", err=True)
+            text = " ".join(str(message).split())
+            if issubclass(category, RuntimeWarning) and _FLOATING_POINT.match(text):
+                return
+            if text not in said:
+                said.add(text)
+                click.echo(f"Warning: {text}", err=True)
 
         warnings.showwarning = show
         yield
