@@ -331,7 +331,7 @@ def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) 
     """1 for a torch method's problem on the CPU with `B N <= 2^18` (`B` trajectories, `N = n + m`
     unknowns), else `None` (torch's own setting). On such tensors a second thread saved nothing
     even with the machine otherwise quiet, and when another process holds a core each parallel
-    operation waits up to a scheduler time slice for its second thread: 1.9-6x slower on two
+    operation waits up to a scheduler time slice for its second thread: 1.0-6.2x slower on two
     cores (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
     if backend not in ("torch", "torchdiffeq"):
         return None  # scipy's solvers and the numba march do not run torch operations
