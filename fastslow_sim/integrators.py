@@ -212,7 +212,7 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
               eps=None, names: dict | None = None, threads: int | None = None,
-              **options) -> xr.Dataset:  # fmt: skip
+              warn: bool = True, **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
@@ -222,7 +222,12 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     saved at block ends, `t_eval` ignored; the span must be a whole number of blocks). `names`:
     how a refusal calls the arguments (`check_inputs`). `threads`: torch's intra-op threads
     during the solve (restored after); `None` chooses (`small_problem_threads`: one for a
-    torch method's small problem on the CPU, else torch's own setting).
+    torch method's small problem on the CPU, else torch's own setting). `warn=False`: the
+    run issues no warning of its own (`StiffnessWarning`, `IgnoredOptionWarning`,
+    `MassDriftWarning`) and leaves the process's warning state alone; their sentences are in
+    the attributes either way (`stiffness_warning`, `ignored_options_warning`,
+    `mass_drift_warning`, present only where the run would warn), so that a caller running
+    several solves at once in threads (a sweep's cells) reads each run's own.
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
@@ -240,6 +245,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     first = system if eps is None else system.with_eps(eps[0])
 
     solver_rtol, solver_atol = rtol, atol
+    said = {}  # the warnings' sentences, also kept in the attributes
     if method == "auto":
         name, tighten = _auto_choice(system, stiffness, atol, batched)
         chosen = METHODS[name]
@@ -247,23 +253,21 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         # rodas4's options (the ones auto accepts) reach LSODA only where it takes them (max_steps)
         ignored = sorted(set(options) - set(chosen.options))
         if ignored:
-            warnings.warn(
+            said["ignored_options_warning"] = (
                 f"auto picked {name} (stiffness index {stiffness:.3g}), which takes none of the "
                 f"options {ignored}: they were ignored (they steer rodas4; pass "
-                f"method='rodas4' to use them).",
-                IgnoredOptionWarning,
-                stacklevel=2,
-            )
+                f"method='rodas4' to use them).")  # fmt: skip
+            if warn:
+                warnings.warn(said["ignored_options_warning"], IgnoredOptionWarning, stacklevel=2)
         options = {k: v for k, v in options.items() if k in chosen.options}
     elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:  # (step checked above)
         cost = estimate_explicit_nfev(chosen.name, stiffness)
-        warnings.warn(
+        said["stiffness_warning"] = (
             f"the problem is stiff (stiffness index {stiffness:.3g} at eps={first.eps:g}); the "
             f"explicit method {chosen.name!r} will need about {cost:.3g} function evaluations "
-            f"for stability alone. Use a stiff method (radau, bdf, lsoda) or method='auto'.",
-            StiffnessWarning,
-            stacklevel=2,
-        )
+            f"for stability alone. Use a stiff method (radau, bdf, lsoda) or method='auto'.")  # fmt: skip
+        if warn:
+            warnings.warn(said["stiffness_warning"], StiffnessWarning, stacklevel=2)
     if chosen.needs_torch_form and not system.has_torch_form():
         raise InputError(
             f"method {chosen.name!r} needs a system with a torch form (a master-equation system "
@@ -295,7 +299,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         "rtol": rtol, "atol": atol if np.ndim(atol) == 0 else atol.tolist(),
         "solver_rtol": solver_rtol,
         "solver_atol": solver_atol if np.ndim(solver_atol) == 0 else solver_atol.tolist(),
-        "t_start": t0, "t_end": t1, "stiffness_index": stiffness, **sol.attrs,
+        "t_start": t0, "t_end": t1, "stiffness_index": stiffness, **sol.attrs, **said,
     }  # fmt: skip
     if chosen.backend == "torchdiffeq":
         attrs["differentiable"] = int(system.has_torch_form())
@@ -305,7 +309,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             **attrs, **{k: int(v[0]) for k, v in sol.stats.items()},
             "status": sol.status[0], "message": sol.message[0], "wall_time_s": wall,
         })  # fmt: skip
-        return _mass_drift(_finite_or_failed(ds), system, rtol, atol)
+        return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
     n_failed = sum(s != "success" for s in sol.status)
     ds = _to_dataset(system, t_out, x, y, attrs={
         **attrs, "batch_size": B,
@@ -321,7 +325,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         ds[f"stat_{k}"] = ("batch", np.asarray(v), {"long_name": f"{k} per trajectory"})
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
-    return _mass_drift(_finite_or_failed(ds), system, rtol, atol)
+    return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
 
 
 SMALL_PROBLEM_ELEMENTS = 2**18  # B (n + m) up to which a torch method runs on one thread
@@ -584,8 +588,8 @@ def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:
 MASS_DRIFT_FACTOR = 10.0  # `_mass_drift`'s budget over the tolerance and the round-off
 
 
-def _mass_drift(ds: xr.Dataset, system, rtol: float, atol) -> xr.Dataset:
-    """Warn (`MassDriftWarning`, and the attribute `mass_drift_warning`) where a successful
+def _mass_drift(ds: xr.Dataset, system, rtol: float, atol, warn: bool = True) -> xr.Dataset:
+    """Warn (`MassDriftWarning` unless not `warn`, and the attribute `mass_drift_warning`) where a successful
     trajectory's drift of the total probability, `max_t |1^T x(t) - 1^T x(0)|`, exceeds its
     budget `10 max(rtol + sum_i atol_i, n u nfev)` (chain states `i`, `u` = 2^-52, `nfev` the
     trajectory's evaluations of f).
@@ -610,7 +614,8 @@ def _mass_drift(ds: xr.Dataset, system, rtol: float, atol) -> xr.Dataset:
              if batched else "")  # fmt: skip
     text = mass_drift_text(drift[worst], budget[worst], tol, nfev[worst], which)
     ds.attrs["mass_drift_warning"] = text
-    warnings.warn(text, MassDriftWarning, stacklevel=3)
+    if warn:
+        warnings.warn(text, MassDriftWarning, stacklevel=3)
     return ds
 
 

@@ -269,6 +269,7 @@ def convergence(
     rtol: float = 1e-11,
     atol: float = 1e-13,
     progress: bool = False,
+    warn: bool = True,
 ) -> xr.Dataset:
     """Errors of the full system against the slow-manifold approximations as `eps` shrinks.
 
@@ -286,6 +287,9 @@ def convergence(
     to the limit (birth-death 1.07, 2.11, 1.01 there); a slope whose errors
     reach within `CONVERGENCE_FLOOR_FACTOR` times their floor (`rtol * max|.| + atol` plus
     round-off) is NaN (null in the JSON), and `attrs["slope_notes"]` says why.
+
+    `attrs["mass_drift_warning"]` (present only where one warned) is the `MassDriftWarning` of
+    its runs, with the eps it came from; `warn=False` issues none (`integrate`'s `warn`).
     """
     from .integrators import integrate
 
@@ -295,6 +299,7 @@ def convergence(
     keep = t >= t_window
     y_red = integrate_reduced(system, t)[keep]
     errs = {"err_h0": [], "err_h1": [], "err_y": [], "nfev": []}
+    drifts = []  # (eps, MassDriftWarning sentence) of each run that drifted
     x_scale = y_scale = 0.0
     start = time.perf_counter()
     iterator = eps_values
@@ -304,7 +309,9 @@ def convergence(
         iterator = tqdm(iterator, desc="convergence", unit="eps", total=eps_values.size)
     for eps in iterator:
         s = system.with_eps(eps)
-        ds = integrate(s, (0.0, t_end), method="radau", rtol=rtol, atol=atol, t_eval=t)
+        ds = integrate(s, (0.0, t_end), method="radau", rtol=rtol, atol=atol, t_eval=t, warn=warn)
+        if "mass_drift_warning" in ds.attrs:
+            drifts.append((float(eps), ds.attrs["mass_drift_warning"]))
         if ds.attrs["status"] != "success":
             raise RuntimeError(f"the full system failed at eps={eps:g}: {ds.attrs['message']}")
         x, y = ds["x"].values[keep], ds["y"].values[keep]
@@ -325,6 +332,7 @@ def convergence(
     slopes, last, notes = _fit_slopes(eps_values, errs, floors)
     import json
 
+    drift = {"mass_drift_warning": drift_summary(drifts)} if drifts else {}
     return xr.Dataset(
         {
             "err_h0": (
@@ -370,8 +378,18 @@ def convergence(
             "expected_slopes": json.dumps({"err_h0": 1, "err_h1": 2, "err_y": 1}),
             "wall_time_s": time.perf_counter() - start,
             "fastslow_sim_version": __version__,
+            **drift,
         },
     )
+
+
+def drift_summary(drifts: list) -> str:
+    """One sentence of the `MassDriftWarning`s of several runs, `[(eps, sentence)]`: the one's
+    own, with its eps; of several, how many and the first."""
+    (eps, text), n = drifts[0], len(drifts)
+    if n == 1:
+        return f"at eps = {eps:g}, {text}"
+    return f"{n} runs warned; the first, at eps = {eps:g}: {text}"
 
 
 def manifold_curve(system, y_grid) -> xr.Dataset:

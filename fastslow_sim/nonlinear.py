@@ -1015,16 +1015,20 @@ def _oscillation_system(family, eps):
     return system
 
 
-def _oscillation_run(system, t_span, x0=None, y0=None, **kw):
+def _oscillation_run(system, t_span, x0=None, y0=None, warn=True, drifts=None, **kw):
     """`integrate` as the oscillation runs: integrate's automatic choice (LSODA here), the
     same oscillation as Radau to 6 digits at eps 0.01 and 0.001 in a fifth of the time, and at
-    eps 1e-9 in 3 s where Radau took > 5 min."""
+    eps 1e-9 in 3 s where Radau took > 5 min. `warn`: integrate's; the run's
+    `MassDriftWarning` sentence, if any, is appended to the list `drifts` (when given)."""
     from .integrators import integrate
 
-    return integrate(system, t_span, x0, y0, method="auto", rtol=1e-8, atol=1e-10, **kw)
+    run = integrate(system, t_span, x0, y0, method="auto", rtol=1e-8, atol=1e-10, warn=warn, **kw)
+    if drifts is not None and "mass_drift_warning" in run.attrs:
+        drifts.append(run.attrs["mass_drift_warning"])
+    return run
 
 
-def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101):
+def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101, **run_kw):
     """`(t*, y*)`: the extremum of `y` (`sign` +1 a maximum, -1 a minimum) next to the saved
     point `i`, a local extremum of the saved `y`. The saved points can miss it by up to
     `OSC_SPEED_MAX` times their spacing (a maximum at the fold 0.227106 was saved as 0.2270 at
@@ -1038,7 +1042,7 @@ def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101):
         grid = np.linspace(a, b, points)
         xa = np.clip(xa, 0.0, None)  # the saved state is a probability vector to the solver's
         xa = xa / xa.sum()  # atol (1e-10); integrate takes one to 1e-12
-        run = _oscillation_run(system, (a, b), xa, np.array([ya]), t_eval=grid)
+        run = _oscillation_run(system, (a, b), xa, np.array([ya]), t_eval=grid, **run_kw)
         if run.attrs["status"] != "success":
             return best  # the saved point: the run that saved it succeeded
         yv = run["y"].values[:, 0]
@@ -1051,12 +1055,12 @@ def _turning_point(system, t, x, y, i, sign, tol=1e-9, points=101):
         xa, ya = run["x"].values[j - 1], yv[j - 1]
 
 
-def oscillation_summary(system, osc, t_end):
+def oscillation_summary(system, osc, t_end, **run_kw):
     """The range of `y` of the oscillation run `osc` (`relaxation_oscillation`) over its last
     full cycle (between the last two maxima of `y` in the second half of the run) or, without
     one, over the second half, named so; each turning point of `y` located to 1e-9
     (`_turning_point`), not taken from the saved points. A dict of the `osc_*` attributes of
-    `manifold_dataset`, less `osc_eps`."""
+    `manifold_dataset`, less `osc_eps`. `run_kw`: `_oscillation_run`'s `warn` and `drifts`."""
     t = osc["time"].values
     x = osc["x"].values
     yv = osc["y"].values[:, 0]
@@ -1072,11 +1076,11 @@ def oscillation_summary(system, osc, t_end):
     for sign in (-1, 1):
         k = sel[np.argmax(sign * yv[sel])]
         if cycle and sign > 0:  # both ends of the cycle are maxima
-            turns = [_turning_point(system, t, x, yv, j, 1) for j in (up[-2], up[-1])]
+            turns = [_turning_point(system, t, x, yv, j, 1, **run_kw) for j in (up[-2], up[-1])]
             window = (turns[0][0], turns[1][0])
             ends.append(max(v for _, v in turns))
         elif sel[0] < k < sel[-1]:  # a turning point inside the window
-            ends.append(_turning_point(system, t, x, yv, k, sign)[1])
+            ends.append(_turning_point(system, t, x, yv, k, sign, **run_kw)[1])
         else:  # on the window's end: y there as saved
             ends.append(float(yv[k]))
     out = {
@@ -1114,9 +1118,12 @@ def family_for(system_name: str, kappa: float):
     return LinearFamily(make_system(system_name, eps=1.0).generator)
 
 
-def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: float = 20.0):
+def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: float = 20.0,
+                     warn: bool = True):  # fmt: skip
     """Branches, folds and gap of the critical manifold as a dataset; with folds and `osc_eps`,
-    also the relaxation oscillation of the full system with `g = 1/2 - c.x`."""
+    also the relaxation oscillation of the full system with `g = 1/2 - c.x`.
+    `attrs["mass_drift_warning"]` (present only where one warned): the `MassDriftWarning` of
+    the oscillation's runs; `warn=False` issues none (`integrate`'s `warn`)."""
     import json
     import time
 
@@ -1154,13 +1161,18 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
     }
     if osc_eps is not None and curve["folds"]:
         system = _oscillation_system(family, osc_eps)
-        osc = _oscillation_run(system, (0.0, osc_t_end), n_eval=4001)
+        drifts = []
+        osc = _oscillation_run(system, (0.0, osc_t_end), n_eval=4001, warn=warn, drifts=drifts)
         yv = osc["y"].values[:, 0]
         data["osc_y"] = ("osc_time", yv, {"long_name": "y(t) of the full system"})
         data["osc_mean"] = ("osc_time", osc["x"].values @ c, {"long_name": "c.x(t)"})
-        summary = oscillation_summary(system, osc, osc_t_end)
+        summary = oscillation_summary(system, osc, osc_t_end, warn=warn, drifts=drifts)
         attrs["osc_eps"] = float(osc_eps)
         attrs.update({f"osc_{k}": v for k, v in summary.items()})
+        if drifts:
+            n = len(drifts)
+            attrs["mass_drift_warning"] = (drifts[0] if n == 1 else f"{n} runs of the oscillation "
+                                           f"warned; the first: {drifts[0]}")  # fmt: skip
         coords = {"osc_time": osc["time"].values}
     else:
         coords = {}

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -109,7 +110,6 @@ class Task:
     needs_out: bool = False
     validate: Callable[[dict], None] | None = None  # the task's own checks of a cell, no work
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
-    integrates: bool = False  # its cells integrate the ODE: each records a MassDriftWarning
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -172,6 +172,13 @@ def _validate_integrate(cell):
     if y0 is not None and system.n_slow != 1:
         raise InputError(f"y0 sets the one slow variable, and {cell['system']} has "
                          f"{system.n_slow}; expected no y0 with it.")  # fmt: skip
+    gen = getattr(system, "generator", None)
+    if y0 is not None and gen is not None:  # check_inputs says it of a vector, `y0=[200.0]`
+        from .generators import domain_text
+
+        lo, hi = gen.domain()
+        if not lo <= y0 <= hi:
+            raise InputError(f"y0 = {y0:g} is outside {domain_text(gen)}.")
     if cell["method"] == "multirate":
         check_block_count(cell["t_end"])
     check_inputs(system, (0.0, cell["t_end"]), y0=None if y0 is None else [y0],
@@ -191,7 +198,8 @@ def _run_integrate(cells):
     condition is what `fastslow-sim integrate --batch 1 --seed S` integrates; a y0: the
     system's x0 with that slow state; neither: the system's own), one eps per trajectory where
     the chunk mixes them. Each cell keeps its own drift of the total probability against its
-    budget (`integrators.mass_drift_budget`, the rule of `MassDriftWarning`)."""
+    budget (`integrators.mass_drift_budget`, the rule of `MassDriftWarning`) and the chunk's
+    `StiffnessWarning` (`stiffness_warning`); the run issues no warning (`warn=False`)."""
     from .integrators import (
         integrate,
         integrate_batch,
@@ -217,7 +225,7 @@ def _run_integrate(cells):
             x0.append(a)
             y0.append(b)
     x0, y0 = np.concatenate(x0), np.concatenate(y0)
-    kw = dict(method=c0["method"], rtol=c0["rtol"], atol=c0["atol"], n_eval=c0["n_eval"])
+    kw = dict(method=c0["method"], rtol=c0["rtol"], atol=c0["atol"], n_eval=c0["n_eval"], warn=False)
     if len(set(eps)) > 1:
         ds = integrate_batch(system, (0.0, c0["t_end"]), x0, y0, eps=eps, **kw)
     else:
@@ -236,6 +244,9 @@ def _run_integrate(cells):
         cell["solver_message"] = ((), str(ds["message"].values[b]), {"long_name": "solver message"})
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
         cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
+        cell["stiffness_warning"] = ((), str(ds.attrs.get("stiffness_warning", "")), {
+            "long_name": "the StiffnessWarning of the cell's run, an explicit method on a stiff "
+                         "problem ('' where none; cells written before it was kept: '' too)"})
         if "mass_error" in ds:
             cell["mass_drift"] = ((), float(drift[b]), {
                 "long_name": "drift of the total probability, max_t |1^T x(t) - 1^T x(0)|"})
@@ -247,13 +258,25 @@ def _run_integrate(cells):
     return out
 
 
+UNRECORDED_NOTE = ("where mass_drift_checked is False (cells written before the drift was "
+                   "recorded, failed cells without data), False here means unknown, not "
+                   "checked; so do '' in mass_drift_warning and NaN in mass_drift")
+
+
 def _drift_vars(cell: xr.Dataset, text: str) -> None:
     """The cell's `mass_drift_warned` (a boolean) and `mass_drift_warning` (the warning's
-    sentence, "" where none): whether its run issued a `MassDriftWarning`, and what it said."""
+    sentence, "" where none): whether its run would issue a `MassDriftWarning` (the
+    `mass_drift_warning` attribute of its result: the run issues none, `warn=False`), and
+    what it says; `mass_drift_checked` True (False, the store's fill, in cells without it)."""
+    cell["mass_drift_checked"] = ((), True, {
+        "long_name": "True where the cell recorded its drift check (mass_drift_warned); False: "
+                     "not recorded (a cell written before it was, or failed without data)"})  # fmt: skip
     cell["mass_drift_warned"] = ((), bool(text), {
-        "long_name": "True where the cell's run issued a MassDriftWarning: its total probability "
+        "long_name": "True where the cell's run warned (MassDriftWarning): its total probability "
                      "1^T x drifted beyond its budget while the solver reported success "
-                     "(mass_drift_warning says by how much)"})  # fmt: skip
+                     "(mass_drift_warning says by how much); False where it did not, or was "
+                     "not recorded (see note)",
+        "note": UNRECORDED_NOTE})  # fmt: skip
     cell["mass_drift_warning"] = ((), text, {"long_name": "the cell's MassDriftWarning ('' where none)"})
 
 
@@ -284,12 +307,13 @@ def _run_convergence(cells):
 
     (c,) = cells
     system, values = _convergence_args(c)
-    ds = convergence(system, values, t_end=c["t_end"], progress=False)
+    ds = convergence(system, values, t_end=c["t_end"], progress=False, warn=False)
     notes = json.loads(ds.attrs["slope_notes"])
     for k in ("err_h0", "err_h1", "err_y"):
         ds[f"slope_{k}"] = ((), float(ds.attrs[f"slope_{k}"]), {"long_name": f"log-log slope of {k}"})
         # NaN above where the errors sit at the solver's floor; the reason ('' if determined)
         ds[f"slope_{k}_note"] = ((), notes.get(k, ""), {"long_name": f"why slope_{k} is NaN"})
+    _drift_vars(ds, ds.attrs.get("mass_drift_warning", ""))
     return [ds[[v for v in ds.data_vars]]]
 
 
@@ -323,7 +347,7 @@ def _run_manifold(cells):
 
     (c,) = cells
     family, (a, b) = _manifold_args(c)
-    ds = manifold_dataset(family, (a, b), osc_eps=c["osc_eps"])
+    ds = manifold_dataset(family, (a, b), osc_eps=c["osc_eps"], warn=False)
     check = identity_check(make_system(c["system"], eps=0.1), np.linspace(a, b, 101))
     folds = json.loads(ds.attrs["folds"])
     cell = ds[[v for v in ds.data_vars if not v.startswith("osc_")]]
@@ -338,6 +362,7 @@ def _run_manifold(cells):
     cell["osc_period"] = ((), float(ds.attrs.get("osc_period", np.nan)),
                           {"long_name": "period of the relaxation oscillation (NaN: no fold, or fewer "
                                          "than two maxima of y in the run's second half)"})  # fmt: skip
+    _drift_vars(cell, ds.attrs.get("mass_drift_warning", ""))
     return [cell]
 
 
@@ -434,16 +459,17 @@ def _tasks() -> dict[str, Task]:
         "integrate": Task(
             "integrate", _integrate_options(), _run_integrate, group=_integrate_group,
             batched=("seed", "y0", "eps", "P"), inner_dims=("time", "state", "slow"),
-            validate=_validate_integrate, integrates=True,
+            validate=_validate_integrate,
             description="one trajectory per cell (seed: the initial condition of "
-                        "`integrate --batch 1 --seed S`; none: the system's own)",
+                        "`integrate --batch 1 --seed S`; y0: the system's x0 with that slow "
+                        "state; neither: the system's own)",
         ),
         "convergence": Task(
             "convergence",
             {"system": _integrate_options()["system"],
              "eps": Option(str, "0.01,0.005,0.0025,0.00125", sweepable=False),
              "t_end": Option(float, 3.0, (_positive, "a positive finite time"))},
-            _run_convergence, inner_dims=("eps",), validate=_validate_convergence, integrates=True,
+            _run_convergence, inner_dims=("eps",), validate=_validate_convergence,
             description="errors to the slow manifold and their slopes in eps",
         ),
         "manifold": Task(
@@ -453,7 +479,6 @@ def _tasks() -> dict[str, Task]:
              "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
              "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
-            integrates=True,
             description="branches, folds and the gap to the linear identity",
         ),
         "train-network": Task(
@@ -801,15 +826,32 @@ def _judged(result: xr.Dataset) -> tuple:
     return result, STATUS_DONE, ""
 
 
-def _record_drift(result: xr.Dataset, caught: list, category) -> None:
-    """A one-cell chunk's `MassDriftWarning`s (`caught`) as its `mass_drift_warned` and
-    `mass_drift_warning`, unless the task set them itself (integrate, per cell of a batch)."""
-    if "mass_drift_warned" in result:
+def _one_cell_at_a_time() -> bool:
+    """Whether this process runs one cell at a time, so that `run_cells` may silence the
+    process's warnings while its cell runs (`warnings.catch_warnings` changes and restores
+    process-wide state: two threads inside it at once leave each other's filters wrong):
+    the main thread (`run_sweep`'s own process, `workers=0`) or a dask worker of one thread
+    (`run_sweep`'s local cluster). A worker of several threads (`dask worker`, which
+    `--scheduler` may reach) is left alone."""
+    if threading.current_thread() is threading.main_thread():
+        return True
+    try:
+        from distributed import get_worker
+
+        return get_worker().state.nthreads == 1
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_if_alone():
+    """Warnings silenced inside the block where `_one_cell_at_a_time`, else left alone."""
+    if not _one_cell_at_a_time():
+        yield
         return
-    texts = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, category)))
-    if len(texts) > 1:  # convergence integrates once per eps
-        texts = [f"{len(texts)} runs of the cell warned; the first: {texts[0]}"]
-    _drift_vars(result, texts[0] if texts else "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[tuple[str, str]]:
@@ -823,13 +865,12 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
     cells = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()]
     if not cells:
         return []
-    from .integrators import MassDriftWarning
-
+    # the tasks' own warnings (MassDriftWarning, StiffnessWarning) are not issued but kept on
+    # their results (`warn=False`), so each cell reads its own; others (numpy's, a solver's
+    # notes) are silenced only where no other cell shares the process's warning state
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("ignore")
-            warnings.simplefilter("always", MassDriftWarning)
+        with _quiet_if_alone():
             results = [_judged(r) for r in task.run([c[2] for c in cells])]
     except Exception as err:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
         if len(cells) > 1:
@@ -838,9 +879,6 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
                 out += run_cells(task_name, [c], cells_dir, run_id)
             return out
         results = [(None, STATUS_FAILED, _error_text(err))]
-    else:
-        if task.integrates and len(cells) == 1:
-            _record_drift(results[0][0], caught, MassDriftWarning)
     wall = (time.perf_counter() - start) / len(cells)
     out = []
     for (_, key, params), (res, status, message) in zip(cells, results):

@@ -240,6 +240,18 @@ def _chain_parts(n, B, seed, decay=0.0):
     return (up, down, du, v, d, x / x.sum(0)), (sub, diag, sup, u)
 
 
+def _solve_and_dense(J, s, seed, kernels):
+    """`(got, want, M)`: `J.shifted_solver(s)` and `torch.linalg.solve` of `M = s I - J` (per
+    batch entry) on the same random right-hand side of generator seed `seed`."""
+    n1, B = J.dense().shape[-1], s.numel()
+    r = torch.randn(n1, B, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    M = torch.diag_embed(s[:, None].expand(-1, n1)) - J.dense()
+    want = torch.linalg.solve(M, r.T).T
+    with torch.no_grad():
+        got = J.shifted_solver(s, kernels=kernels)(r.clone())
+    return got, want, M
+
+
 def test_a_hand_built_chain_state_is_refused(kernels):
     """The mass-keeping solve takes `diag_i = -(sub_{i+1} + sup_{i-1})` and `sum_i u_i = 0` as
     given without reading them: a hand-built matrix with `chain_state` and a decay term on the
@@ -254,12 +266,7 @@ def test_a_hand_built_chain_state_is_refused(kernels):
     with pytest.raises(fs.InputError, match="with chain_state is a master equation's Jacobian"):
         ArrowTridiagonal(sub, consistent, sup, u, v, d, chain_state=x)
     J = ArrowTridiagonal(sub, diag, sup, u, v, d)
-    s = torch.logspace(-1, 2, B, dtype=torch.float64)
-    r = torch.randn(n + 1, B, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    M = torch.diag_embed(s[:, None].expand(-1, n + 1)) - J.dense()
-    want = torch.linalg.solve(M, r.T).T
-    with torch.no_grad():
-        got = J.shifted_solver(s, kernels=kernels)(r.clone())
+    got, want, _ = _solve_and_dense(J, torch.logspace(-1, 2, B, dtype=torch.float64), 1, kernels)
     # well conditioned (rates and decay of order 1, s >= 0.1): a few units of round-off
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-13)
 
@@ -280,12 +287,7 @@ def test_master_equation_is_consistent_and_matches_a_dense_solve(kernels, n):
     # most one rounded sum of two rates, whose error is an ulp of the exit rate
     cols = J.dense()[:, :n, :].sum(1)
     assert (cols.abs() <= 2 * torch.finfo(torch.float64).eps).all()
-    s = torch.logspace(-2, 3, B, dtype=torch.float64)
-    r = torch.randn(n + 1, B, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    M = torch.diag_embed(s[:, None].expand(-1, n + 1)) - J.dense()
-    want = torch.linalg.solve(M, r.T).T
-    with torch.no_grad():
-        got = J.shifted_solver(s, kernels=kernels)(r.clone())
+    got, want, M = _solve_and_dense(J, torch.logspace(-2, 3, B, dtype=torch.float64), 2, kernels)
     # both backward stable (a few units of 1.1e-16): the forward difference is at most about
     # 1e-15 times the condition number of s I - J (up to 1e4 here, at s = 1e-2)
     cond = torch.linalg.cond(M, p=np.inf)

@@ -1163,28 +1163,205 @@ def test_a_grid_with_y0_and_seed_is_refused_naming_the_cell(tmp_path):
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_a_manifold_cell_records_the_drift_warning_of_its_run(tmp_path, monkeypatch):
-    """A task that integrates one cell per call (manifold, convergence) keeps the
-    MassDriftWarning its run issued as the cell's own, and a cell without one says so."""
+def _drifting_manifold(monkeypatch, text, before=None):
+    """`nonlinear.manifold_dataset` as if the kappa = 1 cell's oscillation drifted: the real
+    dataset with `text` as its `mass_drift_warning`, and the `MassDriftWarning` issued unless
+    `warn=False`, as integrate does. `before(kappa)` runs first (the threads' rendezvous)."""
     import warnings
 
     from fastslow_sim import nonlinear
 
     real = nonlinear.manifold_dataset
 
-    def drifting(family, y_range, **kw):
+    def drifting(family, y_range, warn=True, **kw):
+        if before is not None:
+            before(family.kappa)
+        ds = real(family, y_range, warn=warn, **kw)
         if family.kappa == 1.0:
-            warnings.warn("the total probability 1^T x drifted (test)", fs.MassDriftWarning,
-                          stacklevel=2)
-        return real(family, y_range, **kw)
+            ds.attrs["mass_drift_warning"] = text
+            if warn:
+                warnings.warn(text, fs.MassDriftWarning, stacklevel=2)
+        return ds
 
     monkeypatch.setattr(nonlinear, "manifold_dataset", drifting)
+
+
+def test_a_manifold_cell_records_the_drift_warning_of_its_run(tmp_path, monkeypatch):
+    """A task that integrates one cell per call (manifold, convergence) keeps the drift its
+    run reported (the result's `mass_drift_warning`) as the cell's own, and a cell without
+    one says so."""
+    _drifting_manifold(monkeypatch, "the total probability 1^T x drifted (test)")
     res = run_sweep("manifold", ["kappa=0,1"], {"y_min": "0", "y_max": "0.5"}, tmp_path / "m.zarr",
                     workers=0, progress=False, log=lambda *a: None)  # fmt: skip
     assert res["n_mass_drift"] == 1 and res["n_failed"] == 0
     ds = res["dataset"]
     assert ds["mass_drift_warned"].values.tolist() == [False, True]
     assert ds["mass_drift_warning"].values.tolist() == ["", "the total probability 1^T x drifted (test)"]
+    assert "unknown, not checked" in ds["mass_drift_warned"].attrs["note"]
+
+
+def test_cells_running_at_once_in_threads_each_keep_their_own_drift(tmp_path, monkeypatch):
+    """A multi-threaded `dask worker` (`--scheduler`) runs cells at once in one process. The
+    kappa = 1 cell warns while the kappa = 0 cell runs: each cell gets its own flag, and the
+    process's warning filters are as they were. (Recording the warnings with
+    `warnings.catch_warnings(record=True)`, process-wide, put kappa = 1's warning on the
+    kappa = 0 cell, which had entered its block last, and left the filters altered.)"""
+    import threading
+    import warnings
+
+    import fastslow_sim.sweep as sw
+
+    inside = {0.0: threading.Event(), 1.0: threading.Event()}
+    warned = threading.Event()
+
+    def rendezvous(kappa):
+        inside[kappa].set()
+        if kappa == 1.0:  # warn while the other cell is inside its own run
+            assert inside[0.0].wait(30)
+        else:  # and return only after that
+            assert warned.wait(30)
+
+    text = "the total probability 1^T x drifted (kappa = 1)"
+    _drifting_manifold(monkeypatch, text, before=rendezvous)
+    cells = {}
+    for kappa in (0.0, 1.0):
+        params = {**sw.parse_options("manifold", {"y_min": "0", "y_max": "0.5"}), "kappa": kappa}
+        cells[kappa] = (kappa, sw.cell_key("manifold", params), params)
+    out, errors = {}, []
+
+    def run(kappa):
+        try:
+            out[kappa] = sw.run_cells("manifold", [cells[kappa]], tmp_path)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+        finally:
+            if kappa == 1.0:
+                warned.set()
+
+    filters = list(warnings.filters)
+    one = threading.Thread(target=run, args=(1.0,))
+    one.start()
+    assert inside[1.0].wait(60)  # the kappa = 1 cell is inside its run first
+    zero = threading.Thread(target=run, args=(0.0,))
+    zero.start()
+    one.join(60)
+    zero.join(60)
+    assert not errors and out == {k: [(cells[k][1], "done")] for k in (0.0, 1.0)}
+    got = {k: sw._load_cell(tmp_path / f"{cells[k][1]}.npz") for k in (0.0, 1.0)}
+    assert bool(got[1.0]["mass_drift_warned"]) is True and bool(got[0.0]["mass_drift_warned"]) is False
+    assert str(got[1.0]["mass_drift_warning"].values) == text
+    assert str(got[0.0]["mass_drift_warning"].values) == ""
+    assert warnings.filters == filters
+
+
+def test_convergence_reports_the_drift_of_its_runs_with_their_eps(monkeypatch):
+    """`convergence` integrates once per eps: its `mass_drift_warning` names the eps of the
+    run that drifted (of several: how many, and the first), and `warn=False` issues none."""
+    import warnings
+
+    from fastslow_sim import integrators
+    from fastslow_sim.manifold import convergence
+
+    real = integrators.integrate
+    drifting = set()
+
+    def integrate(system, *a, **kw):
+        ds = real(system, *a, **kw)
+        if system.eps in drifting:
+            ds.attrs["mass_drift_warning"] = f"drifted at {system.eps:g} (test)"
+        return ds
+
+    monkeypatch.setattr(integrators, "integrate", integrate)
+    system = fs.make_system("birth-death", eps=0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warn=False: none issued
+        clean = convergence(system, [0.02, 0.01], t_end=2.0, n_eval=201, warn=False)
+        drifting.add(0.01)
+        one = convergence(system, [0.02, 0.01], t_end=2.0, n_eval=201, warn=False)
+        drifting.add(0.02)
+        two = convergence(system, [0.02, 0.01], t_end=2.0, n_eval=201, warn=False)
+    assert "mass_drift_warning" not in clean.attrs
+    assert one.attrs["mass_drift_warning"] == "at eps = 0.01, drifted at 0.01 (test)"
+    assert two.attrs["mass_drift_warning"] == ("2 runs warned; the first, at eps = 0.02: "
+                                               "drifted at 0.02 (test)")  # fmt: skip
+
+
+def test_integrate_without_warnings_keeps_their_sentences_in_the_attributes():
+    """`integrate(warn=False)` issues no warning and leaves the sentence it would have issued
+    in the attributes, the same as `warn=True` issues."""
+    import warnings
+
+    s = fs.make_system("birth-death", eps=0.01)
+    with pytest.warns(fs.StiffnessWarning) as caught:
+        loud = fs.integrate(s, (0.0, 1.0), method="rk45", n_eval=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = fs.integrate(s, (0.0, 1.0), method="rk45", n_eval=5, warn=False)
+    assert quiet.attrs["stiffness_warning"] == loud.attrs["stiffness_warning"] == str(caught[0].message)
+    assert quiet.attrs["stiffness_warning"].startswith("the problem is stiff (stiffness index 1.01e+03 "
+                                                       "at eps=0.01); the explicit method 'rk45'")  # fmt: skip
+    assert "stiffness_warning" not in fs.integrate(s, (0.0, 1.0), method="radau", n_eval=5).attrs
+
+
+def test_sweep_keeps_each_cells_stiffness_warning_and_says_it_once(tmp_path):
+    """rk45 at eps 0.01 is stiff (integrate's StiffnessWarning), at 0.1 not: the cell keeps the
+    sentence, and the command ends with one line for it, no Python warning."""
+    store = tmp_path / "k.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.01,0.1", "--method", "rk45",
+                                    "--t-end", "1", "--n-eval", "5", "--store", str(store),
+                                    "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store).load()
+    text = str(ds["stiffness_warning"].sel(eps=0.01).values)
+    assert text.startswith("the problem is stiff (stiffness index 1.01e+03 at eps=0.01)")
+    assert str(ds["stiffness_warning"].sel(eps=0.1).values) == ""
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("Warning:")]
+    assert warned == [f"Warning: 1 cell of 2 warned that the problem is stiff for its explicit "
+                      f"method (stiffness_warning in the store); the first, eps=0.01: {text}"]  # fmt: skip
+    assert "StiffnessWarning" not in res.output
+
+
+def test_cell_keys_of_integrate_without_y0_are_those_before_y0(tmp_path):
+    """Keys computed by the code before y0 was added (commit 5ecf7de, run on these cells):
+    unset y0 leaves the key as it was, so stores written then resume."""
+    opts = {"t_end": "1", "method": "lsoda", "n_eval": "5"}
+    seeded = run_sweep("integrate", ["seed=3"], {**opts, "eps": "0.1"}, tmp_path / "a.zarr",
+                       workers=0, progress=False, log=lambda *a: None)  # fmt: skip
+    assert seeded["dataset"]["cell_key"].values.tolist() == ["94bb77d3c3de56d29632"]
+    own = run_sweep("integrate", ["eps=0.1,0.05"], opts, tmp_path / "b.zarr", workers=0,
+                    progress=False, log=lambda *a: None)  # fmt: skip
+    assert own["dataset"]["cell_key"].values.tolist() == ["4c58e82728ad602e79de", "058e3427cb04596486c0"]
+
+
+def test_a_cell_written_before_the_drift_was_recorded_reads_not_checked(tmp_path):
+    """A cell without the drift variables (written before they were) reads
+    `mass_drift_warned = False` like a clean cell, and `mass_drift_checked = False` where every
+    cell that recorded it reads True."""
+    import fastslow_sim.sweep as sw
+
+    store, grid = tmp_path / "o.zarr", ["seed=3:4"]
+    opts = {"t_end": "1", "method": "lsoda", "n_eval": "5", "eps": "0.1"}
+    first = run_sweep("integrate", grid, opts, store, workers=0, progress=False, log=lambda *a: None)
+    key = str(first["dataset"]["cell_key"].values[0])
+    path = store / CELLS / f"{key}.npz"
+    old = sw._load_cell(path).drop_vars(["mass_drift_checked", "mass_drift_warned", "mass_drift_warning",
+                                         "mass_drift", "mass_drift_budget", "stiffness_warning"])  # fmt: skip
+    path.unlink()
+    assert sw._write_cell(old, store / CELLS, key)
+    ds = run_sweep("integrate", grid, opts, store, workers=0, progress=False, log=lambda *a: None)["dataset"]
+    assert ds["mass_drift_checked"].values.tolist() == [False, True]
+    assert ds["mass_drift_warned"].values.tolist() == [False, False]
+    assert np.isnan(ds["mass_drift"].values[0]) and 0 <= ds["mass_drift"].values[1] < 1e-12
+    assert ds["mass_drift_warned"].attrs["note"].startswith("where mass_drift_checked is False")
+
+
+def test_a_y0_outside_the_generators_domain_is_one_number(tmp_path):
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "y0=0.5,2000", "--system", "cycle",
+                                    "--eps", "0.1", "--store", str(tmp_path / "y.zarr"),
+                                    "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output.startswith("Error: --grid y0=2000: y0 = 2000 is outside the cycle "
+                                 "generator's domain [-1415.17, 1415.17]")  # fmt: skip
 
 
 # -- temporary cell files that killed writers left ----------------------------------------------

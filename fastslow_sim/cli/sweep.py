@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, solver_warnings
+from .common import check_cluster_options, in_runs, json_text
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -45,9 +45,11 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     (exit status 1 at the end). Cells of integrate that differ only in seed, y0 and eps (or P)
     run as one rodas4 batch; a cell with seed S integrates the initial condition of
     `integrate --batch 1 --seed S`, one with y0 Y that of `integrate --y0 Y` (neither: the
-    system's own). A cell whose run warns that the total probability drifted (integrate's
-    MassDriftWarning) keeps it (mass_drift_warned, mass_drift_warning), and the command ends
-    with one Warning line: how many cells warned, and the first.
+    system's own). A cell of integrate, convergence or manifold whose run drifted in its total
+    probability (a MassDriftWarning, of any of its solves) keeps it (mass_drift_warned,
+    mass_drift_warning), an integrate cell of an explicit method on a stiff problem its
+    StiffnessWarning (stiffness_warning), and the command ends with one Warning line for
+    each kind: how many cells warned, and the first.
 
     \b
     Examples:
@@ -74,19 +76,20 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         elif not eq:
             value = args.pop(0)
         options[name] = value
-    with solver_warnings():  # the cells' checks (a stiff explicit method): one line each
-        res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
-                        chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
-                        parents=in_runs(store),  # runs/ is made; other folders must exist
-                        progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
-                        attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
+    # the cells issue no warning: each keeps its own in the store, said below from there
+    res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
+                    chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
+                    parents=in_runs(store),  # runs/ is made; other folders must exist
+                    progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
+                    attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
     ds = res.pop("dataset")
-    drifted = _drifted_cells(ds)
+    drifted = _warned_cells(ds, "mass_drift_warning")
+    stiff = _warned_cells(ds, "stiffness_warning")
     failed = [(k, str(m)) for k, s, m in zip(ds["cell_key"].values.ravel(), ds["status"].values.ravel(),
                                              ds["message"].values.ravel()) if s == "failed"]  # fmt: skip
     if as_json:
         click.echo(json_text({**res, "dims": dict(ds.sizes), "failed": failed[:20],
-                              "mass_drift": drifted[:20]}))  # fmt: skip
+                              "mass_drift": drifted[:20], "stiffness": stiff[:20]}))  # fmt: skip
     else:
         click.echo(f"{task}: {plural(res['n_cells'], 'cell')} over {', '.join(ds.attrs['swept'])}; "
                    f"{res['n_skipped']} already in the store, {res['n_run']} run, "
@@ -94,29 +97,36 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         for key, msg in failed[:5]:
             click.echo(f"failed      {key}: {msg}")
         click.echo(f"store       {res['store']} (xarray.open_zarr)")
+    if stiff:  # the cells' StiffnessWarning, in integrate's one-line form
+        click.echo(f"Warning: {plural(len(stiff), 'cell')} of {res['n_cells']:,} warned that "
+                   f"the problem is stiff for its explicit method (stiffness_warning in the "
+                   f"store); the first, {_cell_text(stiff[0])}: {stiff[0]['warning']}", err=True)  # fmt: skip
     if drifted:  # the cells' MassDriftWarning, in integrate's one-line form
-        first = drifted[0]
-        cell = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in first["cell"].items())  # fmt: skip
         click.echo(f"Warning: {plural(res['n_mass_drift'], 'cell')} of {res['n_cells']:,} warned "
                    f"of a drift of the total probability (mass_drift_warned in the store); the "
-                   f"first, {cell}: {first['warning']}", err=True)  # fmt: skip
+                   f"first, {_cell_text(drifted[0])}: {drifted[0]['warning']}", err=True)  # fmt: skip
     if res["n_failed"] or res["n_pending"]:
         sys.exit(1)
 
 
-def _drifted_cells(ds) -> list[dict]:
-    """`[{"cell_key", "cell" (its swept values), "warning"}]` of the cells that recorded a
-    `MassDriftWarning`, in the grid's order."""
-    if "mass_drift_warned" not in ds:
+def _warned_cells(ds, var: str) -> list[dict]:
+    """`[{"cell_key", "cell" (its swept values), "warning"}]` of the cells whose warning text
+    `var` (`mass_drift_warning`, `stiffness_warning`) is not empty, in the grid's order."""
+    if var not in ds:
         return []
-    warned = ds["mass_drift_warned"].values
+    texts = ds[var].values
     out = []
-    for idx in zip(*np.nonzero(warned == True)):  # noqa: E712 - a boolean array
+    for idx in zip(*np.nonzero(texts != "")):
         values = {k: _value(ds[k].values[i]) for k, i in zip(ds.attrs["swept"], idx)}
         out.append({"cell_key": str(ds["cell_key"].values[idx]), "cell": values,
-                    "warning": str(ds["mass_drift_warning"].values[idx])})  # fmt: skip
+                    "warning": str(texts[idx])})  # fmt: skip
     return out
+
+
+def _cell_text(warned: dict) -> str:
+    """`y0=150, seed=3`: a cell's swept values."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in warned["cell"].items())  # fmt: skip
 
 
 def _value(v):
