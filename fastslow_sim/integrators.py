@@ -236,6 +236,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     A failed solve does not raise: `status` says why.
     """
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
+    if threads is not None:
+        threads = _check_threads(threads)
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
         eps=eps, names=names, **options,
@@ -277,8 +279,6 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
 
     if threads is None:
         threads = small_problem_threads(chosen.backend, B, z0.shape[1], options.get("device"))
-    else:
-        threads = int(number("threads", threads, 1, integer=True))
     start = time.perf_counter()
     try:
         with torch_threads(threads):
@@ -333,10 +333,10 @@ SMALL_PROBLEM_ELEMENTS = 2**18  # B (n + m) up to which a torch method runs on o
 
 def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) -> int | None:
     """1 for a torch method's problem on the CPU with `B N <= 2^18` (`B` trajectories, `N = n + m`
-    unknowns), else `None` (torch's own setting). On such tensors a second thread saved nothing
-    even with the machine otherwise quiet, and when another process holds a core each parallel
-    operation waits up to a scheduler time slice for its second thread: 1.0-6.2x slower on two
-    cores (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
+    unknowns), else `None` (torch's own setting). On such tensors a second thread saved at most
+    5% without a competing process, and with one busy process on the other core, each parallel
+    operation waiting up to a scheduler time slice for its second thread, the solve was 1.0-6.2x
+    slower on two cores (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
     if backend not in ("torch", "torchdiffeq"):
         return None  # scipy's solvers and the numba march do not run torch operations
     if device is not None:
@@ -347,10 +347,27 @@ def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) 
     return 1 if batch * unknowns <= SMALL_PROBLEM_ELEMENTS else None
 
 
+def _check_threads(threads) -> int:
+    """`threads` as an int from 1 to the CPUs here, or `InputError`."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    try:
+        if isinstance(threads, bool):
+            raise InputError("a bool")
+        return int(number("threads", threads, 1, cpus, integer=True))
+    except InputError:
+        raise InputError(f"threads must be an integer from 1 to {cpus} (the CPUs here); got "
+                         f"{threads!r}.") from None  # fmt: skip
+
+
 @contextlib.contextmanager
 def torch_threads(threads: int | None):
     """torch's intra-op threads set to `threads` inside the block (`None`: unchanged), restored
-    after (the setting is the process's)."""
+    after. With OpenMP torch keeps the setting per OS thread, so this is the calling thread's;
+    a thread that first uses torch while the block runs elsewhere may start with `threads`
+    (torch's default for new threads is the last value set), which changes its speed, never
+    its numbers."""
     if threads is None:
         yield
         return

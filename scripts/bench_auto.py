@@ -37,7 +37,8 @@ def main():
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--atol", type=float, default=1e-10)
     parser.add_argument("--compare", default="", help="comma-separated fixed methods")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (small systems: 1)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of the timed solves (small systems: 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     methods = ["auto"] + [m for m in args.compare.split(",") if m]
@@ -60,7 +61,7 @@ def main():
                 warnings.simplefilter("ignore")
                 start = time.perf_counter()
                 ds = fs.integrate(system, (0, args.t_end), method=m, rtol=args.rtol,
-                                  atol=args.atol)  # fmt: skip
+                                  atol=args.atol, threads=args.threads)  # fmt: skip
                 wall = time.perf_counter() - start
             z = stacked(ds)
             err = np.max(np.abs(z - ref) / (args.atol + args.rtol * np.abs(ref)))

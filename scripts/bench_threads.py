@@ -1,12 +1,14 @@
-"""Benchmark: torch's intra-op threads on the ODE core's small problems, with the machine idle
-and with one other busy process, side by side.
+"""Benchmark: torch's intra-op threads on the ODE core's problems, one or many, side by side.
+
+Each case runs with no process of ours competing ("idle": whatever else runs on the machine
+still runs) and with one other busy process.
 
 Run: python scripts/bench_threads.py [--rounds 5] [--threads 2] [--cases all]
 
 Each case is one `fastslow_sim.integrate` call on the CPU whose work runs in torch operations
-on small tensors (the torch rodas4 march, torchdiffeq, the multirate map). It is timed with
-torch's intra-op threads set to `--threads` (the machine's default) and to 1, interleaved in
-rotating order, `--rounds` rounds; the table gives medians and the median of the per-round
+(the torch rodas4 march, torchdiffeq; case 6 is above the rule's 2^18 state elements). It is
+timed with torch's intra-op threads set to `--threads` (the machine's default) and to 1,
+interleaved in rotating order, `--rounds` rounds; the table gives medians and the median of the per-round
 ratios. "busy" rounds run while a second process spins on one core, as a user's other job or
 a test run would: an OpenMP parallel region then waits for a thread that the scheduler has
 put behind that process, and each such wait costs up to a time slice (milliseconds) however
@@ -72,7 +74,7 @@ def spinner():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+    parser.add_argument("--threads", type=int, default=max(2, torch.get_num_threads()),
                         help="the many-thread setting compared with 1 (default: torch's)")
     parser.add_argument("--cases", default="all", help="comma-separated case numbers (1-based)")
     args = parser.parse_args()
@@ -81,8 +83,11 @@ def main():
     keys = list(CASES)
     if args.cases != "all":
         try:
-            keys = [keys[int(i) - 1] for i in args.cases.split(",")]
-        except (ValueError, IndexError):
+            picked = [int(i) for i in args.cases.split(",")]
+            if not all(1 <= i <= len(CASES) for i in picked):
+                raise ValueError(args.cases)
+            keys = [keys[i - 1] for i in picked]
+        except ValueError:
             parser.error(f"--cases takes numbers from 1 to {len(CASES)}; got {args.cases!r}.")
     print(f"# bench_threads: python {platform.python_version()}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds, medians")  # fmt: skip

@@ -178,3 +178,18 @@ def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert int(cells[1]) == 401  # small chains: every point of a default dataset
         assert float(cells[7]) < 1e-12 and float(cells[8]) < 1e-12  # the two paths agree
+
+
+def test_bench_threads_refuses_bad_arguments_and_runs_a_case():
+    script = str(ROOT / "scripts" / "bench_threads.py")
+    for args in (["--cases", "0"], ["--cases", "8"], ["--cases", "x"], ["--rounds", "0"],
+                 ["--threads", "1"]):  # fmt: skip
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, args
+    r = subprocess.run([sys.executable, script, "--cases", "2", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| birth-death 8")]
+    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
+    assert all("bit for bit (success)" in row for row in rows), rows

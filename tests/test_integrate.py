@@ -1,3 +1,4 @@
+import os
 import re
 import warnings
 
@@ -626,6 +627,7 @@ def test_small_problem_threads_rule():
     assert small_problem_threads("torch", 1, 9, device="meta") is None
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU here: threads=2 is refused")
 @pytest.mark.parametrize("threads, inside", [(None, 1), (2, 2), (1, 1)])
 def test_integrate_sets_torch_threads_for_the_solve_and_restores_them(monkeypatch, threads,
                                                                        inside):  # fmt: skip
@@ -657,11 +659,54 @@ def test_integrate_sets_torch_threads_for_the_solve_and_restores_them(monkeypatc
     np.testing.assert_array_equal(ds["x"].values, ref["x"].values)
 
 
-@pytest.mark.parametrize("threads", [0, -1, 1.5, "two", float("nan")])
-def test_bad_threads_are_refused(threads):
-    system = fs.make_system("two-state", eps=0.5)
-    with pytest.raises(fs.InputError, match=r"threads must be an integer >= 1; got"):
-        fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=threads)
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "two", float("nan"), True, 100_000])
+def test_bad_threads_are_refused_before_any_work(threads):
+    """Refused before the stiffness check warns (a stiff problem for dopri5 here); 100,000
+    threads crashed libgomp (out of memory, then a segmentation fault) before the bound."""
+    system = fs.make_system("two-state", eps=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(fs.InputError, match=re.escape(
+                f"threads must be an integer from 1 to {os.cpu_count()} (the CPUs here); got "
+                f"{threads!r}.")):  # fmt: skip
+            fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=threads)
+
+
+def test_threads_are_restored_when_the_solve_raises(monkeypatch):
+    import dataclasses
+
+    import torch
+
+    from fastslow_sim.solvers import METHODS
+
+    def solve(*args, **kwargs):
+        assert torch.get_num_threads() == 1
+        raise fs.InputError("refused inside the solve (a test)")
+
+    monkeypatch.setitem(METHODS, "dopri5", dataclasses.replace(METHODS["dopri5"], solve=solve))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(fs.InputError, match="inside the solve"):
+            fs.integrate(fs.make_system("two-state", eps=0.5), (0, 1), method="dopri5", n_eval=3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU here: threads=2 is refused")
+def test_one_or_two_threads_give_the_same_numbers_where_torch_splits_the_work():
+    """A 64-state random chain under rodas4: its rates are `exp` on 64 x 64 tensors, which
+    torch splits over two threads (the operation that stalled behind a busy process): the same
+    operations element by element, so the same numbers, bit for bit."""
+    system = fs.make_system("random", eps=1e-4, states=64)
+    one = fs.integrate(system, (0, 0.05), method="rodas4", n_eval=3, rtol=1e-6, atol=1e-9,
+                       threads=1)  # fmt: skip
+    two = fs.integrate(system, (0, 0.05), method="rodas4", n_eval=3, rtol=1e-6, atol=1e-9,
+                       threads=2)  # fmt: skip
+    assert one.attrs["status"] == two.attrs["status"] == "success" and one.attrs["nfev"] > 20
+    np.testing.assert_array_equal(one["x"].values, two["x"].values)
+    np.testing.assert_array_equal(one["y"].values, two["y"].values)
 
 
 @pytest.mark.parametrize("device, text", [

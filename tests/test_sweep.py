@@ -1321,6 +1321,24 @@ def test_sweep_keeps_each_cells_stiffness_warning_and_says_it_once(tmp_path):
     assert "StiffnessWarning" not in res.output
 
 
+@pytest.mark.parametrize("order", [("0.5", "5"), ("5", "0.5")])
+def test_a_cells_stiffness_warning_is_its_own_in_any_grid_order(tmp_path, order):
+    """rk45 on the cycle at eps 0.02 is stiff from y0 = 5 (stiffness index 635), not from
+    y0 = 0.5, as `integrate --y0` says; with both cells in one batch call, whose stiffness is
+    judged at its first row, one order missed the stiff cell and the other flagged both."""
+    store = tmp_path / "o.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", f"y0={','.join(order)}",
+                                    "--system", "cycle", "--eps", "0.02", "--method", "rk45",
+                                    "--t-end", "1", "--n-eval", "5", "--store", str(store),
+                                    "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store).load()
+    assert str(ds["stiffness_warning"].sel(y0=0.5).values) == ""
+    assert str(ds["stiffness_warning"].sel(y0=5.0).values).startswith(
+        "the problem is stiff (stiffness index 635 ")
+    assert sum(ln.startswith("Warning: 1 cell of 2 warned") for ln in res.output.splitlines()) == 1
+
+
 def test_cell_keys_of_integrate_without_y0_are_those_before_y0(tmp_path):
     """Keys computed by the code before y0 was added (commit 5ecf7de, run on these cells):
     unset y0 leaves the key as it was, so stores written then resume."""
