@@ -278,7 +278,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         )
 
     if threads is None:
-        threads = small_problem_threads(chosen.backend, B, z0.shape[1], options.get("device"))
+        threads = small_problem_threads(chosen.backend, step_elements(system, B),
+                                        options.get("device"))  # fmt: skip
     start = time.perf_counter()
     try:
         with torch_threads(threads):
@@ -328,15 +329,27 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
 
 
-SMALL_PROBLEM_ELEMENTS = 2**18  # B (n + m) up to which a torch method runs on one thread
+SMALL_PROBLEM_ELEMENTS = 2**16  # a step's largest tensor up to which torch runs on one thread
 
 
-def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) -> int | None:
-    """1 for a torch method's problem on the CPU with `B N <= 2^18` (`B` trajectories, `N = n + m`
-    unknowns), else `None` (torch's own setting). On such tensors a second thread saved at most
-    5% without a competing process, and with one busy process on the other core, each parallel
-    operation waiting up to a scheduler time slice for its second thread, the solve was 1.0-6.2x
-    slower on two cores (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
+def step_elements(system, batch: int) -> int:
+    """The largest tensor of a torch step, in elements: `B n^2` for a generator that is not a
+    neighbour chain (its rates and Jacobian are `(B, n, n)`), else `B (n + m)`."""
+    from .generators import Generator
+
+    gen = getattr(system, "generator", None)
+    chain = gen is None or type(gen).chain_rates is not Generator.chain_rates
+    n, m = system.n_fast, system.n_slow
+    return batch * (n + m if chain else (n + m) ** 2)
+
+
+def small_problem_threads(backend: str, elements: int, device=None) -> int | None:
+    """1 for a torch method on the CPU whose steps' largest tensor has at most 2^16 elements
+    (`step_elements`), else `None` (torch's own setting). On two cores, idle, such problems ran
+    as fast on one thread as on two (0.98-1.03x); with one busy process on the other core, each
+    parallel operation waiting up to a scheduler time slice for its second thread, two threads
+    were 1.06-5.7x slower. Above it two threads gained up to 1.47x idle, and lost 2.3-2.5x
+    busy (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
     if backend not in ("torch", "torchdiffeq"):
         return None  # scipy's solvers and the numba march do not run torch operations
     if device is not None:
@@ -344,7 +357,7 @@ def small_problem_threads(backend: str, batch: int, unknowns: int, device=None) 
 
         if torch.device(device).type != "cpu":  # (a valid device: `_check_device`)
             return None
-    return 1 if batch * unknowns <= SMALL_PROBLEM_ELEMENTS else None
+    return 1 if elements <= SMALL_PROBLEM_ELEMENTS else None
 
 
 def _check_threads(threads) -> int:

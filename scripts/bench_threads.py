@@ -6,7 +6,7 @@ still runs) and with one other busy process.
 Run: python scripts/bench_threads.py [--rounds 5] [--threads 2] [--cases all]
 
 Each case is one `fastslow_sim.integrate` call on the CPU whose work runs in torch operations
-(the torch rodas4 march, torchdiffeq; case 6 is above the rule's 2^18 state elements). It is
+(the torch rodas4 march, torchdiffeq; cases 4-6 are above the rule's 2^16 elements). It is
 timed with torch's intra-op threads set to `--threads` (the machine's default) and to 1,
 interleaved in rotating order, `--rounds` rounds; the table gives medians and the median of the per-round
 ratios. "busy" rounds run while a second process spins on one core, as a user's other job or

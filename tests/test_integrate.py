@@ -613,18 +613,27 @@ def test_mass_drift_warning_counts_the_drifting_trajectories(monkeypatch):
 
 
 def test_small_problem_threads_rule():
-    """One torch thread for a torch method's problem of up to 2^18 state elements on the CPU;
-    scipy, CUDA and larger problems keep torch's setting (None)."""
-    from fastslow_sim.integrators import SMALL_PROBLEM_ELEMENTS, small_problem_threads
+    """One torch thread where a torch method's largest step tensor has at most 2^16 elements on
+    the CPU: `B (n + m)` for a neighbour chain, `B n^2`-sized (`(n + m)^2` per row) for a
+    generator that is not one; scipy, CUDA and larger problems keep torch's setting (None)."""
+    from fastslow_sim.integrators import SMALL_PROBLEM_ELEMENTS as LIMIT
+    from fastslow_sim.integrators import small_problem_threads, step_elements
 
-    assert SMALL_PROBLEM_ELEMENTS == 2**18
-    assert small_problem_threads("torch", 1, 9) == 1
-    assert small_problem_threads("torchdiffeq", 4096, 64) == 1  # 2^18 exactly
-    assert small_problem_threads("torch", 4097, 64) is None
-    assert small_problem_threads("scipy", 1, 9) is None
-    assert small_problem_threads("multirate", 1, 9) is None
-    assert small_problem_threads("torch", 1, 9, device="cpu") == 1
-    assert small_problem_threads("torch", 1, 9, device="meta") is None
+    assert LIMIT == 2**16
+    chain = fs.make_system("birth-death", eps=1e-3, states=16)
+    dense = fs.make_system("random", eps=1e-3, states=64)
+    assert step_elements(chain, 1024) == 1024 * 17
+    assert step_elements(dense, 1) == 65**2 and step_elements(dense, 64) == 64 * 65**2
+    assert small_problem_threads("torch", step_elements(chain, 1024)) == 1
+    assert small_problem_threads("torch", step_elements(chain, 4096)) is None  # 69,632
+    assert small_problem_threads("torch", step_elements(dense, 1)) == 1
+    assert small_problem_threads("torch", step_elements(dense, 64)) is None
+    assert small_problem_threads("torchdiffeq", 2**16) == 1
+    assert small_problem_threads("torchdiffeq", 2**16 + 1) is None
+    assert small_problem_threads("scipy", 9) is None
+    assert small_problem_threads("multirate", 9) is None
+    assert small_problem_threads("torch", 9, device="cpu") == 1
+    assert small_problem_threads("torch", 9, device="meta") is None
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU here: threads=2 is refused")
