@@ -365,13 +365,11 @@ def _check_threads(threads) -> int:
     import os
 
     cpus = os.cpu_count() or 1
-    try:
-        if isinstance(threads, bool):
-            raise InputError("a bool")
-        return int(number("threads", threads, 1, cpus, integer=True))
-    except InputError:
-        raise InputError(f"threads must be an integer from 1 to {cpus} (the CPUs here); got "
-                         f"{threads!r}.") from None  # fmt: skip
+    if not isinstance(threads, bool):
+        with contextlib.suppress(InputError):
+            return int(number("threads", threads, 1, cpus, integer=True))
+    raise InputError(f"threads must be an integer from 1 to {cpus} (the CPUs here); got "
+                     f"{threads!r}.")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -455,12 +453,14 @@ def _check_device(device) -> None:
     try:
         kind = torch.device(device).type
     except (RuntimeError, TypeError, ValueError):
-        raise InputError(f"device must be a torch device such as 'cpu' or 'cuda'; got {device!r}.") \
-            from None  # fmt: skip
+        raise InputError(f"device must be a torch device such as 'cpu' or 'cuda'; got "
+                         f"{device!r}.") from None  # fmt: skip
     if kind == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} was requested, but no CUDA device is available here.")
+        raise InputError(f"device {device!r} was requested, but no CUDA device is available "
+                         f"here.")  # fmt: skip
     if kind not in ("cpu", "cuda"):
-        raise InputError(f"device must be 'cpu' or a CUDA device ('cuda', 'cuda:0'); got {device!r}.")
+        raise InputError(f"device must be 'cpu' or a CUDA device ('cuda', 'cuda:0'); got "
+                         f"{device!r}.")  # fmt: skip
 
 
 def _check_atol(system, atol, method, name="atol"):
@@ -619,8 +619,8 @@ MASS_DRIFT_FACTOR = 10.0  # `_mass_drift`'s budget over the tolerance and the ro
 
 
 def _mass_drift(ds: xr.Dataset, system, rtol: float, atol, warn: bool = True) -> xr.Dataset:
-    """Warn (`MassDriftWarning` unless not `warn`, and the attribute `mass_drift_warning`) where a successful
-    trajectory's drift of the total probability, `max_t |1^T x(t) - 1^T x(0)|`, exceeds its
+    """Warn (`MassDriftWarning`, unless not `warn`; the attribute `mass_drift_warning` either
+    way) where a successful trajectory's drift of the total probability, `max_t |1^T x(t) - 1^T x(0)|`, exceeds its
     budget `10 max(rtol + sum_i atol_i, n u nfev)` (chain states `i`, `u` = 2^-52, `nfev` the
     trajectory's evaluations of f).
 

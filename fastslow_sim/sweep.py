@@ -191,9 +191,7 @@ def _integrate_group(cell):
     initial condition) and eps (one march). Any other method solves a batch row by row and
     judges its stiffness (`stiffness_warning`) at the first row only, so each of its cells is
     its own call: a cell's warning is then its own, whatever the grid's order."""
-    if cell["method"] not in ("auto", "rodas4"):
-        return tuple(sorted((k, repr(v)) for k, v in cell.items()))
-    batched = {"seed", "y0", "eps", "P"}
+    batched = {"seed", "y0", "eps", "P"} if cell["method"] in ("auto", "rodas4") else set()
     return tuple(sorted((k, repr(v)) for k, v in cell.items() if k not in batched))
 
 
@@ -895,7 +893,8 @@ def run_cells(task_name: str, cells: list, cells_dir, run_id: str = "") -> list[
 # the store
 
 
-_CELL_NAME = re.compile(r"[0-9a-f]{20}\.npz|\.[0-9a-f]{20}\.[0-9a-f]{8}\.part")
+_PART_NAME = re.compile(r"\.([0-9a-f]{20})\.[0-9a-f]{8}\.part")  # `_write_cell`'s temporary file
+_CELL_NAME = re.compile(rf"[0-9a-f]{{20}}\.npz|{_PART_NAME.pattern}")
 _ZARR_META = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")  # what to_zarr puts at the root
 
 
@@ -1360,11 +1359,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     return summary
 
 
-
-
-
 PART_STALE_S = 600.0  # `_remove_leftovers`: a temporary cell file untouched this long is left over
-_PART_NAME = re.compile(r"\.([0-9a-f]{20})\.[0-9a-f]{8}\.part")
 
 
 def _remove_leftovers(cells_dir: Path, now: float | None = None) -> int:
