@@ -56,6 +56,7 @@ from ._version import __version__
 from .errors import InputError
 from .generators import domain_text
 from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
+from .threads import check_threads, small_problem_threads, torch_threads
 from .validation import number, positive
 from .validation import t_span as check_t_span
 from .wording import bytes_text, count_text, plural
@@ -237,7 +238,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     """
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     if threads is not None:
-        threads = _check_threads(threads)
+        threads = check_threads(threads)
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
         eps=eps, names=names, **options,
@@ -329,9 +330,6 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
 
 
-SMALL_PROBLEM_ELEMENTS = 2**16  # a step's largest tensor up to which torch runs on one thread
-
-
 def step_elements(system, batch: int) -> int:
     """The largest tensor of a torch step, in elements: `B n^2` for a generator that is not a
     neighbour chain (its rates and Jacobian are `(B, n, n)`), else `B (n + m)`."""
@@ -341,57 +339,6 @@ def step_elements(system, batch: int) -> int:
     chain = gen is None or type(gen).chain_rates is not Generator.chain_rates
     n, m = system.n_fast, system.n_slow
     return batch * (n + m if chain else (n + m) ** 2)
-
-
-def small_problem_threads(backend: str, elements: int, device=None) -> int | None:
-    """1 for a torch method on the CPU whose steps' largest tensor has at most 2^16 elements
-    (`step_elements`), else `None` (torch's own setting). On two cores, idle, such problems ran
-    as fast on one thread as on two (0.98-1.03x); with one busy process on the other core, each
-    parallel operation waiting up to a scheduler time slice for its second thread, two threads
-    were 1.06-5.7x slower. Above it two threads gained up to 1.47x idle, and lost 2.3-2.5x
-    busy (`scripts/bench_threads.py`, scripts/BENCHMARKS.md)."""
-    if backend not in ("torch", "torchdiffeq"):
-        return None  # scipy's solvers and the numba march do not run torch operations
-    if device is not None:
-        import torch
-
-        if torch.device(device).type != "cpu":  # (a valid device: `_check_device`)
-            return None
-    return 1 if elements <= SMALL_PROBLEM_ELEMENTS else None
-
-
-def _check_threads(threads) -> int:
-    """`threads` as an int from 1 to the CPUs here, or `InputError`."""
-    import os
-
-    cpus = os.cpu_count() or 1
-    if not isinstance(threads, bool):
-        with contextlib.suppress(InputError):
-            return int(number("threads", threads, 1, cpus, integer=True))
-    raise InputError(f"threads must be an integer from 1 to {cpus} (the CPUs here); got "
-                     f"{threads!r}.")  # fmt: skip
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None):
-    """torch's intra-op threads set to `threads` inside the block (`None`: unchanged), restored
-    after. With OpenMP torch keeps the setting per OS thread, so this is the calling thread's;
-    a thread that first uses torch while the block runs elsewhere may start with `threads`
-    (torch's default for new threads is the last value set), which changes its speed, never
-    its numbers."""
-    if threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    if threads != before:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
 
 
 def trajectory_summary(ds: xr.Dataset) -> dict:

@@ -31,6 +31,7 @@ from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
+from .threads import check_threads, torch_threads
 from .validation import count_text
 from .wording import bytes_text, plural
 
@@ -67,7 +68,8 @@ ACTIVATION_BYTES = 40
 ACTIVATION_BYTES_MEASURED = 102
 
 # fields that may differ between a checkpoint and the run that resumes it
-_RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress"}
+_RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress",
+                "threads"}  # fmt: skip
 
 
 class TrainingDivergedError(RuntimeError):
@@ -136,6 +138,7 @@ class TrainConfig:
     resume: bool = False
     stop_after_steps: int | None = None  # for tests and for splitting a run: stop early
     progress: bool = True
+    threads: int | None = None  # torch's intra-op threads; None: torch's own setting
 
     def model_config(self, vocab_size: int) -> BridgeConfig:
         return BridgeConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
@@ -455,7 +458,8 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
     (a full disk at its first checkpoint) removes the folders it made while they are empty."""
     made = _missing_folders(Path(cfg.out)) if _dist()[0] == 0 else []
     try:
-        return _train(cfg, corpus, log, names=names, parents=parents)
+        with torch_threads(_threads(cfg, names)):
+            return _train(cfg, corpus, log, names=names, parents=parents)
     except BaseException:
         for folder in made:  # the run folder first, then those made above it
             try:
@@ -463,6 +467,17 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
             except OSError:
                 break
         raise
+
+
+def _threads(cfg: TrainConfig, names: dict | None) -> int | None:
+    """torch's intra-op threads for the run: `cfg.threads`, checked, or `None` (torch's own
+    setting). Unlike the ODE solvers' small problems, a small network gains from a second
+    thread on an idle machine (one thread took 1.16-1.39x as long on two cores, batch 2-8 x
+    context 64-256), so the choice is the user's: on a machine shared with other work one
+    thread ran them 2.2-2.5x faster (`scripts/bench_threads.py`, cases 8-11)."""
+    if cfg.threads is None:
+        return None
+    return check_threads(cfg.threads, (names or {}).get("threads", "threads"))
 
 
 def _missing_folders(out: Path) -> list[Path]:
@@ -661,6 +676,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "seed": cfg.seed,
         "P": cfg.P,
         "device": str(device),
+        "torch_threads": torch.get_num_threads() if device.type == "cpu" else None,
         "world_size": world,
         "flops_per_token_train": flops_per_token(mcfg, cfg.block_size)["train"],
         "n_layer": cfg.n_layer,

@@ -1,24 +1,28 @@
-"""Benchmark: torch's intra-op threads on the ODE core's problems, one or many, side by side.
+"""Benchmark: torch's intra-op threads on the ODE core's problems and on network training, side by side.
 
 Each case runs with no process of ours competing ("idle": whatever else runs on the machine
 still runs) and with one other busy process.
 
 Run: python scripts/bench_threads.py [--rounds 5] [--threads 2] [--cases all]
 
-Each case is one `fastslow_sim.integrate` call on the CPU whose work runs in torch operations
-(the torch rodas4 march, torchdiffeq; cases 4-6 are above the rule's 2^16 elements). It is
-timed with torch's intra-op threads set to `--threads` (the machine's default) and to 1,
+Cases 1-7 are one `fastslow_sim.integrate` call on the CPU whose work runs in torch operations
+(the torch rodas4 march, torchdiffeq; cases 4-6 are above the rule's 2^16 elements); cases 8-11
+a short `fastslow_sim.training.train` run (coupled network, me corpus), which keeps torch's
+setting unless told (`--threads`).
+Each is timed with torch's intra-op threads set to `--threads` (the machine's default) and to 1,
 interleaved in rotating order, `--rounds` rounds; the table gives medians and the median of the per-round
 ratios. "busy" rounds run while a second process spins on one core, as a user's other job or
 a test run would: an OpenMP parallel region then waits for a thread that the scheduler has
 put behind that process, and each such wait costs up to a time slice (milliseconds) however
-small the tensor. `integrate` itself decides the threads (`integrators.small_problem_threads`);
-this script overrides that decision through its `threads=` option to measure both settings.
+small the tensor. `integrate` decides the threads itself (`threads.small_problem_threads`);
+this script overrides that decision, and `train`'s default, through their `threads` option to
+measure both settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -48,10 +52,52 @@ CASES = {
         ("birth-death", {"states": 64}, "rodas4", {"march": "torch"}, 16384, 0.001),
     "two-state, 1 trajectory, dopri5 (torchdiffeq)":
         ("two-state", {}, "dopri5", {}, 1, 10.0),
+    # training runs (`fastslow_sim.training.train`, coupled variant, me corpus of 60k tokens):
+    # ("train", TrainConfig fields, steps); step_elements = batch x context x 4 n_embd
+    "network, tiny-gate example (batch 8, context 64, n_embd 32, 2 layers; 65,536), 16 steps":
+        ("train", {"batch_size": 8, "block_size": 64, "n_layer": 2, "n_head": 2, "n_embd": 32},
+         16),
+    "network, batch 2, context 64, n_embd 128, 4 layers (65,536), 16 steps":
+        ("train", {"batch_size": 2, "block_size": 64}, 16),
+    "network, batch 8, context 64, n_embd 128, 4 layers (262,144), 8 steps":
+        ("train", {"batch_size": 8, "block_size": 64}, 8),
+    "network, reproduce defaults (batch 8, context 256, n_embd 128, 4 layers; 1,048,576), 4 steps":
+        ("train", {"batch_size": 8, "block_size": 256}, 4),
 }
+TRAIN_CORPUS = "me:tokens=60000"
+
+
+@functools.lru_cache
+def train_corpus(context: int):
+    """The cases' corpus, made once per context (about 4 s), outside the timed runs."""
+    from fastslow_sim.corpora import load_corpus
+
+    return load_corpus(TRAIN_CORPUS, P=8, context=context)
+
+
+def run_training(fields, steps, threads):
+    """One short training run on `threads` torch threads; `(wall, status, losses per step)`."""
+    import tempfile
+
+    from fastslow_sim.io import load_dataset
+    from fastslow_sim.training import TrainConfig, train
+
+    corpus = train_corpus(fields["block_size"])
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = TrainConfig(corpus=TRAIN_CORPUS, seed=0, out=f"{tmp}/run", progress=False,
+                          tokens=steps * fields["batch_size"] * fields["block_size"],
+                          eval_interval=10**6, eval_batches=1, warmup_steps=2, threads=threads,
+                          **fields)  # fmt: skip
+        start = time.perf_counter()
+        summary = train(cfg, corpus, log=lambda *a: None)
+        wall = time.perf_counter() - start
+        losses = load_dataset(f"{cfg.out}/train.nc")["loss"].values
+    return wall, f"{summary['steps']} steps", losses
 
 
 def run_case(case, threads):
+    if case[0] == "train":
+        return run_training(case[1], case[2], threads)
     name, sys_opts, method, opts, batch, t_end = case
     system = fs.make_system(name, eps=1e-4 if method != "dopri5" else 0.1, **sys_opts)
     x0 = y0 = None

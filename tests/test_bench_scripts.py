@@ -180,16 +180,24 @@ def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):
         assert float(cells[7]) < 1e-12 and float(cells[8]) < 1e-12  # the two paths agree
 
 
-def test_bench_threads_refuses_bad_arguments_and_runs_a_case():
-    script = str(ROOT / "scripts" / "bench_threads.py")
-    for args in (["--cases", "0"], ["--cases", "8"], ["--cases", "x"], ["--rounds", "0"],
-                 ["--threads", "1"]):  # fmt: skip
-        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                           timeout=120)  # fmt: skip
-        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr, args
-    r = subprocess.run([sys.executable, script, "--cases", "2", "--rounds", "1"],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys):
+    bench = load_script("bench_threads")
+    n_cases = len(bench.CASES)
+    for args in (["--cases", "0"], ["--cases", str(n_cases + 1)], ["--cases", "x"],
+                 ["--rounds", "0"], ["--threads", "1"]):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", ["bench_threads.py", *args])
+        with pytest.raises(SystemExit) as exit_:
+            bench.main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "error:" in err and "Traceback" not in err, args
+    train_case = next(i for i, v in enumerate(bench.CASES.values(), 1) if v[0] == "train")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_threads.py"), "--cases",
+                        f"2,{train_case}", "--rounds", "1"], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| birth-death 8")]
     assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
     assert all("bit for bit (success)" in row for row in rows), rows
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| network, tiny-gate")]
+    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
+    assert all("(16 steps) |" in row for row in rows), rows  # both settings trained 16 steps

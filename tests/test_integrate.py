@@ -616,8 +616,9 @@ def test_small_problem_threads_rule():
     """One torch thread where a torch method's largest step tensor has at most 2^16 elements on
     the CPU: `B (n + m)` for a neighbour chain, `B n^2`-sized (`(n + m)^2` per row) for a
     generator that is not one; scipy, CUDA and larger problems keep torch's setting (None)."""
-    from fastslow_sim.integrators import SMALL_PROBLEM_ELEMENTS as LIMIT
-    from fastslow_sim.integrators import small_problem_threads, step_elements
+    from fastslow_sim.integrators import step_elements
+    from fastslow_sim.threads import SMALL_PROBLEM_ELEMENTS as LIMIT
+    from fastslow_sim.threads import small_problem_threads
 
     assert LIMIT == 2**16
     chain = fs.make_system("birth-death", eps=1e-3, states=16)

@@ -582,3 +582,49 @@ def test_batches_whose_activations_cannot_fit_are_refused_before_any_work(tmp_pa
                                                  rf"GiB of memory; expected batch_size at most {gpu_fits} "):  # fmt: skip
             training._validate(big, world=2)
     training._validate(TrainConfig(device="cpu", batch_size=most, tokens=most * 256))  # 1 GiB here
+
+
+def test_threads_run_the_training_on_that_many_torch_threads_and_restore_them(
+        tmp_path, text_file, monkeypatch):  # fmt: skip
+    """`threads=1` trains on one torch thread (seen inside the optimiser step), records it in
+    the summary, restores the caller's setting, and may differ from the checkpoint it resumes;
+    the default keeps torch's own setting."""
+    corpus = text_corpus(text_file)
+    spec = f"text:{text_file}"
+    seen = []
+    step = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    before = torch.get_num_threads()
+    s1 = train(_cfg(tmp_path, "one", spec, tokens=2000, threads=1, stop_after_steps=3), corpus)
+    assert seen == [1, 1, 1] and s1["torch_threads"] == 1
+    assert torch.get_num_threads() == before
+    seen.clear()
+    s2 = train(_cfg(tmp_path, "one", spec, tokens=2000, resume=True), corpus)  # default threads
+    assert s2["finished"] and set(seen) == {before} and s2["torch_threads"] == before
+    assert "threads" not in s2["train_config"]  # a setting of the run, not of its numbers
+
+
+@pytest.mark.parametrize("threads", [0, True, 1.5, "x", 10**6])
+def test_bad_threads_are_refused_before_any_folder_is_made(tmp_path, text_file, threads):
+    with pytest.raises(fs.InputError, match=r"^threads must be an integer from 1 to \d+"):
+        train(_cfg(tmp_path, "run", f"text:{text_file}", tokens=2000, threads=threads),
+              text_corpus(text_file))  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(main, ["train-network", "--tokens", "2048", "--batch-size", "2",
+                               "--context", "64", "--out", str(tmp_path / "a"), "--threads", "0"])
+    assert bad.exit_code == 2 and "--threads must be an integer from 1 to" in bad.output
+    assert not (tmp_path / "a").exists()
+    ok = runner.invoke(main, ["train-network", "--tokens", "2048", "--batch-size", "2",
+                              "--context", "64", "--out", str(tmp_path / "b"), "--threads", "1",
+                              "--json"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["torch_threads"] == 1
