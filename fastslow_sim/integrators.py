@@ -35,7 +35,10 @@ stability alone (the real stability interval of dopri5), so asking for one when 
 a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about 290,000 evaluations
 at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is below ten float64
 spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
-never reach it and is refused (`InputError`).
+never reach it and is refused (`InputError`). On a batch, both judge the stiffest trajectory
+(`S` of every one, named in the sentence; the dataset's `stiffness_index` is then the largest,
+each one's in `stiffness_index_batch`); `auto` and the implicit methods, which need no such
+judgement, compute the first trajectory's `S` only (the dataset's `stiffness_index`).
 
 A failed solve does not raise: the dataset's `status` and `message` attributes say why, and the
 states after the failure are NaN.
@@ -92,34 +95,69 @@ class MassDriftWarning(UserWarning):
     """A trajectory's total probability `1^T x` drifted by more than the tolerance asked for."""
 
 
-def stiffness_index(system, z0, t_span) -> float:
+def stiffness_index(system, z0, t_span, eps=None):
     """`max |Re lambda(J(z0))| * (t1 - t0)`: how many unit-stability steps an explicit method
     needs. Above `EIG_MAX` unknowns, where the eigenvalues cost O(n^3) (42 s at 4,097), it is
     Gershgorin's bound `min(max_i sum_j |B_ij|, max_j sum_i |B_ij|) >= max |Re lambda|` on the
     balanced Jacobian `B = D^-1 J D` (same eigenvalues; the balancing keeps the slow row and
     column from inflating the bound), in O(n^2): 1.42 times the eigenvalue's on the default
-    birth-death chain of 1,024 states. The rate of the last Jacobian is kept, keyed on its
+    birth-death chain of 1,024 states. `z0 (B, n+m)` (with `eps (B,)`, one per row, or None:
+    the system's) gives every row's, an array `(B,)`, from stacked Jacobians (16,384 of 17
+    unknowns in about 1 s). The rates of the last Jacobian (or stack) are kept, keyed on its
     bytes, so that checking the inputs and then integrating them (`check_inputs` and
-    `integrate`, as the CLI does) solves the eigenvalue problem once (1 s at 1,024 unknowns)."""
-    jac = np.ascontiguousarray(system.jacobian(t_span[0], z0), dtype=np.float64)
-    key = (jac.shape, jac.shape[-1] > EIG_MAX, hashlib.blake2b(jac.tobytes()).digest())
+    `integrate`, as the CLI does) solves the eigenvalue problems once (1 s at 1,024 unknowns)."""
+    z0 = np.asarray(z0, dtype=np.float64)
+    N = z0.shape[-1]
+    rows = max(1, JACOBIAN_CHUNK_BYTES // (8 * N * N))  # stacked Jacobians held at once
+
+    def jacobians():  # (N, N) for one trajectory; chunks (k, N, N) of a stack
+        if z0.ndim == 1:
+            yield np.ascontiguousarray(system.jacobian(t_span[0], z0), dtype=np.float64)
+            return
+        for a in range(0, len(z0), rows):
+            z = z0[a : a + rows]
+            if eps is None:
+                yield np.ascontiguousarray(system.jacobian(t_span[0], z), dtype=np.float64)
+                continue
+            e = np.asarray(eps, dtype=np.float64)[a : a + rows]
+            jac = np.empty((len(z), N, N))
+            for value in np.unique(e):  # the top block is f's Jacobian over each row's eps
+                jac[e == value] = system.with_eps(float(value)).jacobian(t_span[0], z[e == value])
+            yield jac
+
+    digest = hashlib.blake2b()
+    for jac in jacobians():
+        digest.update(jac.tobytes())
+    key = (z0.shape, N > EIG_MAX, digest.digest())
     last = _LAST_RATE[0]  # one read of the (key, rate) pair: another thread may replace it
     if last is not None and last[0] == key:
         rate = last[1]
     else:
-        if jac.shape[-1] > EIG_MAX:
-            import scipy.linalg
-
-            a = np.abs(scipy.linalg.matrix_balance(jac, permute=False)[0])
-            rate = float(min(a.sum(-1).max(), a.sum(-2).max()))
-        else:
-            rate = float(np.max(np.abs(np.linalg.eigvals(jac).real)))
+        rate = np.concatenate([_max_rates(jac) for jac in jacobians()])
         _LAST_RATE[0] = (key, rate)
-    return float(rate * (t_span[1] - t_span[0]))
+    if z0.ndim == 1:
+        return float(rate[0] * (t_span[1] - t_span[0]))
+    return rate * (t_span[1] - t_span[0])
 
 
-_LAST_RATE = [None]  # the (key, max |Re lambda|) of the last Jacobian, see stiffness_index
+def _max_rates(jac):
+    """`max |Re lambda|` of each Jacobian of `jac (N, N)` or `(k, N, N)` (Gershgorin's bound on
+    the balanced one above `EIG_MAX` unknowns, `stiffness_index`), an array `(k,)`."""
+    jac = jac.reshape(-1, *jac.shape[-2:])
+    if jac.shape[-1] <= EIG_MAX:
+        return np.max(np.abs(np.linalg.eigvals(jac).real), axis=-1)
+    import scipy.linalg
+
+    out = np.empty(len(jac))
+    for k, one in enumerate(jac):
+        a = np.abs(scipy.linalg.matrix_balance(one, permute=False)[0])
+        out[k] = min(a.sum(-1).max(), a.sum(-2).max())
+    return out
+
+
+_LAST_RATE = [None]  # (key, max |Re lambda| per Jacobian) of the last call, see stiffness_index
 EIG_MAX = 1024
+JACOBIAN_CHUNK_BYTES = 64 * 2**20  # stacked Jacobians per eigvals call, stiffness_index
 
 
 def estimate_explicit_nfev(method: str, stiffness: float) -> int:
@@ -128,21 +166,32 @@ def estimate_explicit_nfev(method: str, stiffness: float) -> int:
     return int(stages * stiffness / interval)
 
 
-def _check_explicit_step(method, stiffness, t0, t1) -> None:
+def _stiffest(system, stiffness, eps) -> tuple[float, str]:
+    """`(S, where)`: the largest of the stiffness indices (one, or one per trajectory) and where
+    it is, `"eps=0.02"` or `"trajectory 2 of 8, the stiffest (batch index 1, eps=0.02)"`."""
+    s = np.atleast_1d(stiffness)
+    b = int(np.argmax(s))
+    e = system.eps if eps is None else eps[b]
+    if s.size == 1:
+        return float(s[0]), f"eps={e:g}"
+    return float(s[b]), f"trajectory {b + 1} of {s.size}, the stiffest (batch index {b}, eps={e:g})"
+
+
+def _check_explicit_step(method, stiffness, where, t0, t1) -> None:
     """`InputError` where the largest stable step of the explicit `method`, `interval (t1 - t0)
     / S`, is below ten float64 spacings of the times near `t_end`, the smallest step a solver
     takes there: it could never reach `t_end` (the birth-death chain at y0 = 100, rates 1e174:
     a stable step of 1e-174; scipy's RK45 marched at t ~ 1e-170 for ever, DOP853 and
-    torchdiffeq stopped)."""
+    torchdiffeq stopped). `where`: its eps, or which trajectory of a batch (`_stiffest`)."""
     interval = method.explicit_stability[0]
     step = interval * (t1 - t0) / stiffness
     floor = 10 * np.spacing(max(abs(t0), abs(t1)))
     if step < floor:
         raise InputError(
             f"the explicit method {method.name!r} is stable only with steps up to about "
-            f"{step:.3g} (stiffness index {stiffness:.3g} over [{t0:g}, {t1:g}]), below ten "
-            f"float64 spacings of the times near t_end ({floor:.3g}), so it cannot reach t_end; "
-            f"expected a stiff method (rodas4, lsoda, bdf) or method='auto'."
+            f"{step:.3g} (stiffness index {stiffness:.3g} over [{t0:g}, {t1:g}] at {where}), "
+            f"below ten float64 spacings of the times near t_end ({floor:.3g}), so it cannot "
+            f"reach t_end; expected a stiff method (rodas4, lsoda, bdf) or method='auto'."
         )
 
 
@@ -180,9 +229,10 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
     """What `integrate` refuses before any work, refused the same way (one `InputError`), so that
     a caller can check before it creates anything (the CLI's default output folder). Returns the
     inputs as `integrate` reads them: `(method entry, rtol, atol, (t0, t1), x0 (B, n), y0 (B, m),
-    eps (B,) or None, t_eval, stiffness index of the first trajectory)`. `names`: how a message
-    calls an argument (`x0`, `y0`, `n_eval`, `max_steps`; the command line passes its option
-    names, `{"y0": "--y0", ...}`)."""
+    eps (B,) or None, t_eval, S)`: `S` the stiffness index of the first trajectory, or of every
+    one, an array `(B,)`, for an explicit method on a batch (whose stiffest one is judged).
+    `names`: how a message calls an argument (`x0`, `y0`, `n_eval`, `max_steps`; the command
+    line passes its option names, `{"y0": "--y0", ...}`)."""
     names = names or {}
     chosen = _method(method, options)
     if "max_steps" in options:
@@ -203,10 +253,15 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
         from .solvers.multirate import DEFAULT_H, whole_blocks
 
         whole_blocks(t0, t1, options.get("H", DEFAULT_H))
-    first = system if eps is None else system.with_eps(eps[0])
-    stiffness = stiffness_index(first, np.concatenate([x0[0], y0[0]]), (t0, t1))
-    if method != "auto" and chosen.explicit_stability and stiffness > STIFF_THRESHOLD:
-        _check_explicit_step(chosen, stiffness, t0, t1)
+    z0 = np.concatenate([x0, y0], axis=1)
+    explicit = method != "auto" and chosen.explicit_stability
+    if explicit and len(z0) > 1:  # its stable step is the stiffest trajectory's
+        stiffness = stiffness_index(system, z0, (t0, t1), eps)
+    else:  # auto and the implicit methods read the first trajectory's only
+        first = system if eps is None else system.with_eps(eps[0])
+        stiffness = stiffness_index(first, z0[0], (t0, t1))
+    if explicit and np.max(stiffness) > STIFF_THRESHOLD:
+        _check_explicit_step(chosen, *_stiffest(system, stiffness, eps), t0, t1)
     return chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness
 
 
@@ -234,6 +289,9 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
     and `mass_error(time)` = `1^T x - 1`; the attributes hold the system, its parameters, `eps`,
     `P`, method, tolerances, solver statistics (`nfev`, `njev`, `nlu`), status and wall time.
+    `stiffness_index` is `S = max |Re lambda(J(z0))| (t1 - t0)` of the first trajectory; for an
+    explicit method on a batch, the largest over the trajectories (the attribute
+    `stiffness_index_of` says which; each one's in the variable `stiffness_index_batch(batch)`).
     A failed solve does not raise: `status` says why.
     """
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
@@ -245,7 +303,6 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     )  # fmt: skip
     B = x0.shape[0]
     z0 = np.concatenate([x0, y0], axis=1)
-    first = system if eps is None else system.with_eps(eps[0])
 
     solver_rtol, solver_atol = rtol, atol
     said = {}  # the warnings' sentences, also kept in the attributes
@@ -263,10 +320,11 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             if warn:
                 warnings.warn(said["ignored_options_warning"], IgnoredOptionWarning, stacklevel=2)
         options = {k: v for k, v in options.items() if k in chosen.options}
-    elif chosen.explicit_stability and stiffness > STIFF_THRESHOLD:  # (step checked above)
-        cost = estimate_explicit_nfev(chosen.name, stiffness)
+    elif chosen.explicit_stability and np.max(stiffness) > STIFF_THRESHOLD:  # (step checked)
+        worst, where = _stiffest(system, stiffness, eps)
+        cost = estimate_explicit_nfev(chosen.name, worst)
         said["stiffness_warning"] = (
-            f"the problem is stiff (stiffness index {stiffness:.3g} at eps={first.eps:g}); the "
+            f"the problem is stiff (stiffness index {worst:.3g} at {where}); the "
             f"explicit method {chosen.name!r} will need about {cost:.3g} function evaluations "
             f"for stability alone. Use a stiff method (radau, bdf, lsoda) or method='auto'.")  # fmt: skip
         if warn:
@@ -301,7 +359,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         "rtol": rtol, "atol": atol if np.ndim(atol) == 0 else atol.tolist(),
         "solver_rtol": solver_rtol,
         "solver_atol": solver_atol if np.ndim(solver_atol) == 0 else solver_atol.tolist(),
-        "t_start": t0, "t_end": t1, "stiffness_index": stiffness, **sol.attrs, **said,
+        "t_start": t0, "t_end": t1, "stiffness_index": float(np.max(stiffness)),
+        **sol.attrs, **said,
     }  # fmt: skip
     if chosen.backend == "torchdiffeq":
         attrs["differentiable"] = int(system.has_torch_form())
@@ -325,6 +384,12 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
                      {"long_name": "solver message per trajectory"})  # fmt: skip
     for k, v in sol.stats.items():
         ds[f"stat_{k}"] = ("batch", np.asarray(v), {"long_name": f"{k} per trajectory"})
+    if np.ndim(stiffness):
+        ds.attrs["stiffness_index_of"] = (
+            f"{_stiffest(system, stiffness, eps)[1]}: every trajectory was judged for the "
+            f"explicit method, each one's index in the variable stiffness_index_batch")
+        ds["stiffness_index_batch"] = ("batch", stiffness, {
+            "long_name": "stiffness index max |Re lambda(J(z0))| (t1 - t0) of each trajectory"})
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
@@ -365,6 +430,8 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
         out["mass_error_max"] = float(np.max(np.abs(ds["mass_error"].values)))
     if "mass_drift_warning" in a:
         out["mass_drift_warning"] = a["mass_drift_warning"]
+    if "stiffness_index_of" in a:  # an explicit method's batch: the stiffest trajectory's
+        out["stiffness_index_of"] = a["stiffness_index_of"]
     if "batch" in ds.dims:
         statuses = ds["status"].values.tolist()
         out["batch"] = len(statuses)

@@ -153,6 +153,24 @@ def test_explicit_method_warning_comes_before_the_solve(tmp_path, monkeypatch):
     assert res.output.startswith("Warning: the problem is stiff (stiffness index")
 
 
+def test_integrate_batch_warns_of_a_stiff_row_that_is_not_the_first(tmp_path):
+    """`--batch 4 --seed 1` at eps 0.02 draws y0 = 0.61, 0.92, 0.04, 0.53: rk45's stiffness
+    indices 244, 528, 95, 204; judged at the first row, no warning was said. The stiffest row
+    is named, the summary says its index is the largest, the file keeps each row's."""
+    import xarray as xr
+
+    out = tmp_path / "b.nc"
+    res = run(["integrate", "--eps", "0.02", "--t-end", "1", "--batch", "4", "--seed", "1",
+               "--method", "rk45", "--n-eval", "5", "--no-plot", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert ("Warning: the problem is stiff (stiffness index 528 at trajectory 2 of 4, the "
+            "stiffest (batch index 1, eps=0.02)); the explicit method 'rk45'") in res.output
+    assert "(requested rk45; largest stiffness index 528)" in res.output
+    with xr.open_dataset(out) as ds:
+        index = ds["stiffness_index_batch"].values
+        assert ds.attrs["stiffness_index"] == index[1] == index.max() > 500 > index[0]
+
+
 def test_a_P_that_is_no_integer_is_not_printed(tmp_path):
     """1/1.5e-9 = 666,666,666.67: 'P = 666666667' was printed and saved."""
     res = run(["integrate", "--eps", "1.5e-9", "--t-end", "0.01", "--n-eval", "3", "--no-plot",

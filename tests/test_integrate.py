@@ -727,3 +727,87 @@ def test_bad_device_is_refused_before_any_work(device, text):
     system = fs.make_system("birth-death", eps=1e-3)
     with pytest.raises(fs.InputError, match=re.escape(text)):
         fs.integrate(system, (0, 1), method="rodas4", n_eval=3, device=device)
+
+
+def _direct_stiffness(system, z0, span):
+    """`max |Re lambda(J(z0))| (t1 - t0)` as stiffness_index computed it for one trajectory."""
+    return float(np.max(np.abs(np.linalg.eigvals(system.jacobian(0.0, z0)).real))) * span
+
+
+@pytest.mark.parametrize("system, rows, batch", [
+    # the cycle at eps 0.02: stiff from y0 = 5 (stiffness index 635), not from y0 = 0.5
+    ("cycle", [0.5, 5.0], {"y0": [[0.5], [5.0]]}),
+    ("cycle", [5.0, 0.5], {"y0": [[5.0], [0.5]]}),
+    # the birth-death chain from its y0: stiff at eps 0.01 (1.01e3), not at 0.5
+    ("birth-death", [0.5, 0.01], {"eps": [0.5, 0.01]}),
+    ("birth-death", [0.01, 0.5], {"eps": [0.01, 0.5]}),
+])  # fmt: skip
+def test_an_explicit_batch_is_judged_at_its_stiffest_trajectory_in_either_order(system, rows,
+                                                                                batch):  # fmt: skip
+    """The StiffnessWarning was judged at the first row only: a mild first row hid a stiff
+    second one, and a stiff first row was not named. Every row is judged now: the warning names
+    the stiffest, the attribute is its index, and each row's is kept."""
+    s = fs.make_system(system, eps=0.02)
+    stiff = 1 if rows[1] in (5.0, 0.01) else 0
+    one = {"y0": [rows[stiff]]} if "y0" in batch else {}
+    alone = s if "y0" in batch else s.with_eps(rows[stiff])
+    expected = fs.integrate(alone, (0, 1), method="rk45", n_eval=5, **one, warn=False)
+    with pytest.warns(fs.StiffnessWarning) as caught:
+        ds = fs.integrate(s, (0, 1), method="rk45", n_eval=5, **batch)
+    eps = 0.02 if "y0" in batch else rows[stiff]
+    where = f"trajectory {stiff + 1} of 2, the stiffest (batch index {stiff}, eps={eps:g})"
+    assert str(caught[0].message) == ds.attrs["stiffness_warning"]
+    assert ds.attrs["stiffness_warning"].startswith(
+        f"the problem is stiff (stiffness index {expected.attrs['stiffness_index']:.3g} at "
+        f"{where}); the explicit method 'rk45' will need about")
+    assert ds.attrs["stiffness_index"] == expected.attrs["stiffness_index"] > STIFF_THRESHOLD
+    assert ds.attrs["stiffness_index_of"].startswith(where + ": every trajectory was judged")
+    index = ds["stiffness_index_batch"].values
+    assert index[stiff] == ds.attrs["stiffness_index"] and index[1 - stiff] < STIFF_THRESHOLD
+
+
+@pytest.mark.parametrize("y0", [[[0.5], [100.0]], [[100.0], [0.5]]])
+def test_an_explicit_batch_is_refused_where_any_trajectory_cannot_reach_t_end(y0):
+    """At y0 = 100 the birth-death rates are 1e174, so rk45's stable step is 1e-174: refused
+    (check_inputs, as the CLI checks, and integrate) whichever row it is; it ran, and failed,
+    as the second row."""
+    from fastslow_sim.integrators import check_inputs
+
+    s = fs.make_system("birth-death", eps=0.125)
+    b = [row[0] for row in y0].index(100.0)
+    text = (f"at trajectory {b + 1} of 2, the stiffest (batch index {b}, eps=0.125)), below ten "
+            f"float64 spacings of the times near t_end")
+    with pytest.raises(fs.InputError, match=re.escape(text)):
+        check_inputs(s, (0, 1), y0=y0, method="rk45", n_eval=5)
+    with pytest.raises(fs.InputError, match=re.escape(text)):
+        fs.integrate(s, (0, 1), y0=y0, method="dop853", n_eval=5)
+
+
+@pytest.mark.parametrize("method", ["radau", "rodas4", "auto", "rk45"])
+def test_one_trajectory_and_implicit_batches_judge_the_first_trajectory_only(method,
+                                                                               monkeypatch):
+    """Unchanged: one trajectory, and a batch under auto or an implicit method, compute the
+    first trajectory's stiffness index only (the same number as before), with no per-row
+    variable; a batch of one under an explicit method too."""
+    import fastslow_sim.integrators as integ
+
+    s = fs.make_system("birth-death", eps=0.02)
+    z0 = np.concatenate([s.x0, [0.5]])
+    before = _direct_stiffness(s, z0, 0.1)
+    assert before == pytest.approx(19.239079756699783, rel=1e-12)
+    shapes = []
+    index = integ.stiffness_index
+    monkeypatch.setattr(integ, "stiffness_index",
+                        lambda system, z, *a: shapes.append(np.shape(z)) or index(system, z, *a))
+    single = fs.integrate(s, (0, 0.1), y0=[0.5], method=method, n_eval=3)
+    assert single.attrs["stiffness_index"] == before and "stiffness_index_of" not in single.attrs
+    if method == "rk45":  # the explicit batch of one; larger ones are judged at every row
+        runs = [fs.integrate(s, (0, 0.1), y0=[[0.5]], method=method, n_eval=3)]
+    else:
+        runs = [fs.integrate(s, (0, 0.1), y0=[[0.5], [5.0]], method=method, n_eval=3),
+                fs.integrate(s, (0, 0.1), y0=[[0.5], [0.5]], eps=[0.02, 1e-4], method=method,
+                             n_eval=3)]  # fmt: skip
+    for ds in runs:
+        assert ds.attrs["stiffness_index"] == before and "stiffness_index_batch" not in ds
+        assert "stiffness_index_of" not in ds.attrs and "stiffness_warning" not in ds.attrs
+    assert set(shapes) == {(9,)}

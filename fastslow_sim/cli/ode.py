@@ -286,7 +286,8 @@ def _integrate_lines(r: dict) -> list:
     y = np.asarray(r["y_final"], dtype=float)
     lines = [
         f"{r['system']}: eps = {r['eps']:g}{P_text}, t in [{r['t_start']:g}, {r['t_end']:g}]",
-        f"method      {r['method']} (requested {r['method_requested']}; stiffness index "
+        f"method      {r['method']} (requested {r['method_requested']}; "
+        f"{'largest ' if 'stiffness_index_of' in r else ''}stiffness index "
         f"{r['stiffness_index']:.3g}), rtol {r['rtol']:g}, atol {r['atol']:g}"
         + (f", {r['march']} march" if "march" in r else ""),
         f"status      {r['status']}: {r['message']}",
