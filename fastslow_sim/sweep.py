@@ -189,8 +189,8 @@ def _validate_integrate(cell):
 def _integrate_group(cell):
     """Cells that one batch call can run: for rodas4 and auto, the same except in seed, y0 (the
     initial condition) and eps (one march). Any other method solves a batch row by row and
-    judges its stiffness (`stiffness_warning`) at the first row only, so each of its cells is
-    its own call: a cell's warning is then its own, whatever the grid's order."""
+    words one `stiffness_warning` for the whole batch (its stiffest row), so each of its cells
+    is its own call: a cell's warning is then its own, whatever the grid's order."""
     batched = {"seed", "y0", "eps", "P"} if cell["method"] in ("auto", "rodas4") else set()
     return tuple(sorted((k, repr(v)) for k, v in cell.items() if k not in batched))
 
