@@ -37,8 +37,10 @@ at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is belo
 spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
 never reach it and is refused (`InputError`). On a batch, both judge the stiffest trajectory
 (`S` of every one, named in the sentence; the dataset's `stiffness_index` is then the largest,
-each one's in `stiffness_index_batch`); `auto` and the implicit methods, which need no such
-judgement, compute the first trajectory's `S` only (the dataset's `stiffness_index`).
+each one's in `stiffness_index_batch`) while `B N^3 <= 2^28` (`N = n + m`; 16,384 trajectories
+of 17 unknowns take about 1.3 s), else the first only (the attribute `stiffness_judged` says
+so); `auto` and the implicit methods, which need no such judgement, compute the first
+trajectory's `S` only (the dataset's `stiffness_index`).
 
 A failed solve does not raise: the dataset's `status` and `message` attributes say why, and the
 states after the failure are NaN.
@@ -117,12 +119,13 @@ def stiffness_index(system, z0, t_span, eps=None):
         for a in range(0, len(z0), rows):
             z = z0[a : a + rows]
             if eps is None:
-                yield np.ascontiguousarray(system.jacobian(t_span[0], z), dtype=np.float64)
+                yield _stacked_jacobian(system, t_span[0], z)
                 continue
             e = np.asarray(eps, dtype=np.float64)[a : a + rows]
             jac = np.empty((len(z), N, N))
             for value in np.unique(e):  # the top block is f's Jacobian over each row's eps
-                jac[e == value] = system.with_eps(float(value)).jacobian(t_span[0], z[e == value])
+                jac[e == value] = _stacked_jacobian(system.with_eps(float(value)), t_span[0],
+                                                    z[e == value])  # fmt: skip
             yield jac
 
     digest = hashlib.blake2b()
@@ -138,6 +141,22 @@ def stiffness_index(system, z0, t_span, eps=None):
     if z0.ndim == 1:
         return float(rate[0] * (t_span[1] - t_span[0]))
     return rate * (t_span[1] - t_span[0])
+
+
+def _stacked_jacobian(system, t, z):
+    """`J(z_b)` of every row of `z (k, N)`, `(k, N, N)`: one stacked call where the system has
+    all four Jacobian blocks, else (finite differences, whose step would depend on the other
+    rows) or where that call fails or returns another shape (a user's blocks written for one
+    state), row by row."""
+    k, N = z.shape
+    if all(getattr(system, b, None) is not None for b in ("f_x", "f_y", "g_x", "g_y")):
+        try:
+            jac = np.asarray(system.jacobian(t, z), dtype=np.float64)
+        except (ValueError, IndexError, TypeError):
+            jac = None
+        if jac is not None and jac.shape == (k, N, N):
+            return np.ascontiguousarray(jac)
+    return np.stack([np.asarray(system.jacobian(t, row), dtype=np.float64) for row in z])
 
 
 def _max_rates(jac):
@@ -158,6 +177,11 @@ def _max_rates(jac):
 _LAST_RATE = [None]  # (key, max |Re lambda| per Jacobian) of the last call, see stiffness_index
 EIG_MAX = 1024
 JACOBIAN_CHUNK_BYTES = 64 * 2**20  # stacked Jacobians per eigvals call, stiffness_index
+# an explicit method's batch is judged at every trajectory while B N^3 (the eigenvalue problems'
+# operations, up to a constant) stays below this (16,384 x 17 unknowns: about 1.3 s here), else
+# at its first trajectory only, as `auto` and the implicit methods are (a batch of 32 x 4,097
+# unknowns took 90 s more to judge every row than its solve took)
+STIFFNESS_BATCH_WORK = 2**28
 
 
 def estimate_explicit_nfev(method: str, stiffness: float) -> int:
@@ -255,7 +279,8 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
         whole_blocks(t0, t1, options.get("H", DEFAULT_H))
     z0 = np.concatenate([x0, y0], axis=1)
     explicit = method != "auto" and chosen.explicit_stability
-    if explicit and len(z0) > 1:  # its stable step is the stiffest trajectory's
+    if explicit and 1 < len(z0) and len(z0) * z0.shape[1] ** 3 <= STIFFNESS_BATCH_WORK:
+        # its stable step is the stiffest trajectory's
         stiffness = stiffness_index(system, z0, (t0, t1), eps)
     else:  # auto and the implicit methods read the first trajectory's only
         first = system if eps is None else system.with_eps(eps[0])
@@ -291,8 +316,9 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     `P`, method, tolerances, solver statistics (`nfev`, `njev`, `nlu`), status and wall time.
     `stiffness_index` is `S = max |Re lambda(J(z0))| (t1 - t0)` of the first trajectory; for an
     explicit method on a batch, the largest over the trajectories (the attribute
-    `stiffness_index_of` says which; each one's in the variable `stiffness_index_batch(batch)`).
-    A failed solve does not raise: `status` says why.
+    `stiffness_index_of` says which; each one's in the variable `stiffness_index_batch(batch)`)
+    while `B N^3 <= STIFFNESS_BATCH_WORK`, else the first one's (the attribute
+    `stiffness_judged` says so). A failed solve does not raise: `status` says why.
     """
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     if threads is not None:
@@ -390,6 +416,12 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             f"explicit method, each one's index in the variable stiffness_index_batch")
         ds["stiffness_index_batch"] = ("batch", stiffness, {
             "long_name": "stiffness index max |Re lambda(J(z0))| (t1 - t0) of each trajectory"})
+    elif chosen.explicit_stability and method != "auto" and B > 1:
+        N = z0.shape[1]
+        ds.attrs["stiffness_judged"] = (
+            f"at the first trajectory only (all {B:,} would take eigenvalue problems of about "
+            f"B N^3 = {B * N**3:.3g} operations, above {STIFFNESS_BATCH_WORK:.3g}); a stiffer "
+            f"later trajectory is not warned of")  # fmt: skip
     if eps is not None:
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
@@ -430,8 +462,9 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
         out["mass_error_max"] = float(np.max(np.abs(ds["mass_error"].values)))
     if "mass_drift_warning" in a:
         out["mass_drift_warning"] = a["mass_drift_warning"]
-    if "stiffness_index_of" in a:  # an explicit method's batch: the stiffest trajectory's
-        out["stiffness_index_of"] = a["stiffness_index_of"]
+    for k in ("stiffness_index_of", "stiffness_judged"):  # an explicit method's batch
+        if k in a:
+            out[k] = a[k]
     if "batch" in ds.dims:
         statuses = ds["status"].values.tolist()
         out["batch"] = len(statuses)

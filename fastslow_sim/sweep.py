@@ -386,7 +386,8 @@ def _train_options():
         if f.name in skip:
             continue
         typ = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str,
-                                                         "bool": bool}.get(str(f.type), str)  # fmt: skip
+                                                         "bool": bool, "int | None": int,
+                                                         }.get(str(f.type), str)  # fmt: skip
         opts[f.name] = Option(typ, f.default)
     opts["variant"] = Option(str, "coupled", choices=("dense", "coupled", "frozen-gate", "frozen-slow"))
     opts["device"] = Option(str, "auto")

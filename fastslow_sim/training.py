@@ -286,6 +286,8 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
     v = cfg.weight_decay
     if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
         raise InputError(f"weight_decay must be a non-negative number; got {v!r}.")
+    if cfg.threads is not None:  # (here too so that reproduce and sweeps refuse it before work)
+        check_threads(cfg.threads, called("threads"))
     check_activation_memory(cfg, names, world)
 
 
@@ -676,7 +678,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "seed": cfg.seed,
         "P": cfg.P,
         "device": str(device),
-        "torch_threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "torch_threads": torch.get_num_threads(),  # the CPU's, also set on a CUDA run
         "world_size": world,
         "flops_per_token_train": flops_per_token(mcfg, cfg.block_size)["train"],
         "n_layer": cfg.n_layer,

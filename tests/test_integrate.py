@@ -811,3 +811,61 @@ def test_one_trajectory_and_implicit_batches_judge_the_first_trajectory_only(met
         assert ds.attrs["stiffness_index"] == before and "stiffness_index_batch" not in ds
         assert "stiffness_index_of" not in ds.attrs and "stiffness_warning" not in ds.attrs
     assert set(shapes) == {(9,)}
+
+
+def _one_state_system(blocks: bool):
+    """eps dx/dt = -x sin(10 x) - y, dy/dt = x - y, written for one state at a time (`x[0]`), as
+    a user may write it; with or without analytic Jacobian blocks."""
+    def f(x, y):
+        return np.array([-x[0] * np.sin(10 * x[0]) - y[0]])
+
+    def g(x, y):
+        return np.array([x[0] - y[0]])
+
+    jac = {}
+    if blocks:
+        jac = dict(f_x=lambda x, y: np.array([[-np.sin(10 * x[0]) - 10 * x[0] * np.cos(10 * x[0])]]),
+                   f_y=lambda x, y: np.array([[-1.0]]), g_x=lambda x, y: np.array([[1.0]]),
+                   g_y=lambda x, y: np.array([[-1.0]]))  # fmt: skip
+    return fs.FastSlowSystem(f=f, g=g, n_fast=1, n_slow=1, eps=0.01, **jac)
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_an_explicit_batch_of_a_one_state_users_system_is_judged_row_by_row(blocks):
+    """Blocks written for one state fail (or mislead) on a stack: each row's index is then its
+    own Jacobian's, the same as alone, and the batch runs as it did before the batch was judged;
+    finite differences too (their step came from the largest |x| over the whole stack, so a
+    partner row at x = 1e6 moved row 0's index from 282.53 to about 242)."""
+    from fastslow_sim.integrators import stiffness_index
+
+    s = _one_state_system(blocks)
+    z0 = np.array([[0.3, 0.0], [1e6, 0.0]])
+    alone = [stiffness_index(s, z, (0, 1)) for z in z0]
+    a = (-np.sin(3.0) - 3.0 * np.cos(3.0)) / 0.01  # J = [[a, -1/eps], [1, -1]] at x = 0.3
+    tr, det = a - 1.0, -a + 100.0
+    exact = (tr + np.sqrt(tr**2 - 4 * det)) / 2  # its largest real eigenvalue, 282.533
+    assert alone[0] == pytest.approx(exact, rel=1e-12 if blocks else 1e-7)  # (central differences)
+    assert np.array_equal(stiffness_index(s, z0, (0, 1)), alone)
+    ds = fs.integrate(s, (0, 0.01), x0=[[0.3], [0.2]], y0=[[0.0], [0.0]], method="rk45",
+                      n_eval=3)  # fmt: skip
+    assert list(ds["status"].values) == ["success", "success"]
+    assert ds["stiffness_index_batch"].values == pytest.approx(
+        [stiffness_index(s, np.array([x, 0.0]), (0, 0.01)) for x in (0.3, 0.2)], rel=0)
+
+
+def test_an_explicit_batch_above_the_work_budget_is_judged_at_its_first_row_and_says_so(
+        monkeypatch):  # fmt: skip
+    import fastslow_sim.integrators as integ
+
+    s = fs.make_system("birth-death", eps=0.02)
+    y0 = [[0.5], [0.5], [2.5]]  # the third row is stiff: S = 1,734 over the span, the first 1.9
+    monkeypatch.setattr(integ, "STIFFNESS_BATCH_WORK", 3 * 9**3 - 1)  # N = 9 unknowns
+    ds = fs.integrate(s, (0, 0.01), y0=y0, method="rk45", n_eval=3, warn=False)
+    first = integ.stiffness_index(s, np.concatenate([s.x0, [0.5]]), (0, 0.01))
+    assert ds.attrs["stiffness_index"] == first and "stiffness_index_batch" not in ds
+    assert ds.attrs["stiffness_judged"].startswith("at the first trajectory only (all 3 would")
+    assert "stiffness_warning" not in ds.attrs  # the stiff third row is not judged, as it says
+    monkeypatch.setattr(integ, "STIFFNESS_BATCH_WORK", 3 * 9**3)
+    ds = fs.integrate(s, (0, 0.01), y0=y0, method="rk45", n_eval=3, warn=False)
+    assert "trajectory 3 of 3" in ds.attrs["stiffness_index_of"] and "stiffness_judged" not in ds.attrs
+    assert "trajectory 3 of 3" in ds.attrs["stiffness_warning"]

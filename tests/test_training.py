@@ -628,3 +628,21 @@ def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
                               "--json"])  # fmt: skip
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["torch_threads"] == 1
+
+
+@pytest.mark.parametrize("command", [
+    ["reproduce", "--corpus", "me", "--tokens", "2048", "--seeds", "2", "--arms", "dense",
+     "--batch-size", "2", "--context", "64", "--threads", "0", "--out", "{tmp}/r"],
+    ["sweep", "train-network", "--threads", "0", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
+     "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
+    ["sweep", "train-network", "--threads", "x", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
+     "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
+])  # fmt: skip
+def test_reproduce_and_sweeps_refuse_bad_threads_before_any_work(tmp_path, command):
+    """Checked with the other settings, before a folder or store exists (they were created,
+    and every cell failed with exit status 1, when only the run checked it)."""
+    res = CliRunner().invoke(main, [a.format(tmp=tmp_path) for a in command])
+    assert res.exit_code == 2, res.output
+    bad = command[command.index("--threads") + 1]
+    assert re.search(rf"threads must be an integer.*got '?{bad}'?\.", res.output), res.output
+    assert "Traceback" not in res.output and list(tmp_path.iterdir()) == []

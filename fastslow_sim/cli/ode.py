@@ -292,6 +292,8 @@ def _integrate_lines(r: dict) -> list:
         + (f", {r['march']} march" if "march" in r else ""),
         f"status      {r['status']}: {r['message']}",
     ]
+    if "stiffness_judged" in r:
+        lines.append(f"stiffness   judged {r['stiffness_judged']}")
     if batched:
         lines += [f"batch       {plural(r['batch'], 'trajectory')}: {r['status_counts']}",
                   f"y(t_end)    from {np.nanmin(y):.6g} to {np.nanmax(y):.6g}"]  # fmt: skip
