@@ -103,7 +103,9 @@ def test_a_zero_pivot_gives_non_finite_values_not_an_exception():
 def test_rodas4_with_kernels_and_with_torch_operations_agree():
     system = fs.make_system("birth-death", eps=1e-4)
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 24, seed=11), axis=1))
-    t = torch.tensor([0.0, 0.5, 3.0])
+    # to t = 1 (830 steps a trajectory on average; to 3 before, 1540, for the same agreement:
+    # measured 1.5e-13 and equal step counts at t = 1, 2.5e-13 and equal at t = 3)
+    t = torch.tensor([0.0, 0.5, 1.0])
     results = {}
     field = system.torch_functions()
     for kind in ("numba", "torch"):

@@ -43,6 +43,13 @@ def test_jacobian_of_torch_functions_against_finite_differences(structured):
     assert kinds == ({"ArrowTridiagonal", "Tensor"} if structured else {"Tensor"})
 
 
+# the reference solution of the batch, multirate and dense-output tests below: LSODA (Fortran,
+# BDF/Adams, independent of the Rosenbrock and multirate code) at rtol 1e-13; on each of their runs
+# within 5e-13 of the Radau references used before (rtol 1e-11 to 1e-12; measured), at a twentieth
+# to a fiftieth of Radau's time
+_REFERENCE = {"method": "lsoda", "rtol": 1e-13, "atol": 1e-15}
+
+
 def test_batch_of_initial_conditions_and_of_eps():
     system = fs.make_system("birth-death", eps=1e-3)
     rng = np.random.default_rng(0)
@@ -54,18 +61,14 @@ def test_batch_of_initial_conditions_and_of_eps():
     for k in ("stat_nfev", "stat_njev", "stat_nlu", "stat_nsolve", "stat_naccept", "stat_nreject"):
         assert ds[k].dims == ("batch",) and np.all(ds[k].values >= 0)
     for b in [0, 3]:
-        one = fs.integrate(
-            system, (0, 1), x0[b], y0[b], method="radau", rtol=1e-12, atol=1e-14, n_eval=11
-        )
+        one = fs.integrate(system, (0, 1), x0[b], y0[b], **_REFERENCE, n_eval=11)
         np.testing.assert_allclose(ds["x"].values[b], one["x"].values, atol=1e-7)
     eps = np.array([1e-1, 1e-2, 1e-3, 1e-4, 1e-5])
     de = fs.integrate_batch(
         system, (0, 1), system.x0, system.y0, eps=eps, rtol=1e-9, atol=1e-12, n_eval=3
     )
     for b, e in enumerate(eps):
-        one = fs.integrate(
-            system.with_eps(e), (0, 1), method="radau", rtol=1e-12, atol=1e-14, n_eval=3
-        )
+        one = fs.integrate(system.with_eps(e), (0, 1), **_REFERENCE, n_eval=3)
         np.testing.assert_allclose(de["y"].values[b], one["y"].values, atol=1e-7)
     # and a scipy method over the same batch gives the same answers
     dl = fs.integrate(
@@ -148,11 +151,14 @@ def test_gradient_with_respect_to_generator_parameters():
         zf = out[-1, 0]
         return zf[-1] + (zf[:n] * torch.arange(n, dtype=torch.float64)).sum() / n
 
+    # the recorded solve at rtol 1e-9 (354 steps; the backward pass through them is most of the
+    # test's time) and the differences at rtol 1e-11 (1,123 steps): measured 0.92431198590 and
+    # 0.92431197875, 7.7e-9 apart as at rtol 1e-10 and 1e-12 (631 and 1,999 steps)
     up = torch.tensor(1.3, dtype=torch.float64, requires_grad=True)
-    final_loss(up, True, 1e-10).backward()
+    final_loss(up, True, 1e-9).backward()
     d = 1e-4
-    fd = (final_loss(torch.tensor(1.3 + d, dtype=torch.float64), False, 1e-12)
-          - final_loss(torch.tensor(1.3 - d, dtype=torch.float64), False, 1e-12)) / (2 * d)  # fmt: skip
+    fd = (final_loss(torch.tensor(1.3 + d, dtype=torch.float64), False, 1e-11)
+          - final_loss(torch.tensor(1.3 - d, dtype=torch.float64), False, 1e-11)) / (2 * d)  # fmt: skip
     assert abs(up.grad.item() - fd.item()) <= 1e-6 * abs(fd.item())
 
 
@@ -187,9 +193,7 @@ def test_batch_bad_input(kwargs, fragment):
 def _map_error(eps, H, T=2.0):
     system = fs.make_system("birth-death", eps=eps)
     run = multirate_map(system, H, int(round(T / H)), P=8)
-    ref = fs.integrate(
-        system, (0, T), method="radau", rtol=1e-11, atol=1e-13, t_eval=run["t_blocks"]
-    )
+    ref = fs.integrate(system, (0, T), **_REFERENCE, t_eval=run["t_blocks"])
     assert run["x_tokens"].shape == (int(round(T / H)) * 8 + 1, 8)  # cost: P/H tokens per unit time
     np.testing.assert_allclose(run["x_tokens"].sum(-1), 1.0, rtol=0, atol=1e-12)
     return np.max(np.abs(run["y_blocks"][:, 0] - ref["y"].values[:, 0]))
@@ -248,15 +252,12 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
     system = fs.make_system("birth-death", eps=1e-3)
     rng = np.random.default_rng(2)
     x0, y0 = rng.dirichlet(np.ones(8), 4), rng.uniform(0, 1, (4, 1))
-    ref = [
-        fs.integrate(
-            system, (0, 2), x0[b], y0[b], method="radau", rtol=1e-12, atol=1e-14, n_eval=201
-        )  # fmt: skip
-        for b in range(4)
-    ]
+    # over (0, 1), 1,400-2,000 steps a trajectory (to 2 before: the same largest errors, from the
+    # first half, at two thirds of the cost)
+    ref = [fs.integrate(system, (0, 1), x0[b], y0[b], **_REFERENCE, n_eval=101) for b in range(4)]
     field = system.torch_functions()
     z0 = torch.tensor(np.concatenate([x0, y0], 1))
-    t = torch.linspace(0, 2, 201, dtype=torch.float64)
+    t = torch.linspace(0, 1, 101, dtype=torch.float64)
     runs = {}
     for dense in (True, False):
         out, status, stats = solve(
@@ -272,7 +273,7 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
     # with dense output the steps do not depend on the output times
     _, _, two = solve(field, z0, t[[0, -1]], rtol=1e-9, atol=1e-12)
     assert torch.equal(runs[True], two["naccept"] + two["nreject"])
-    assert (runs[True] < runs[False]).all()  # landing on 200 output times costs steps
+    assert (runs[True] < runs[False]).all()  # landing on 100 output times costs steps
 
 
 @pytest.mark.parametrize(
