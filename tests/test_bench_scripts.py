@@ -41,12 +41,21 @@ def test_diffrax_configs_parse_and_bad_ones_name_the_item(bench):
             bench.parse_diffrax_configs(bad)
 
 
-def test_bad_arguments_exit_2_with_one_sentence():
-    for args in (["--diffrax-configs", "Kvaerno3:a:b"], ["--gpu-batch", "0"],
-                 ["--accelerator-device", "tpu"]):  # fmt: skip
-        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_integrators.py"), *args],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+def test_bad_arguments_exit_2_with_one_sentence(bench, monkeypatch, capsys):
+    # refused in main()'s argument checks, before any work: checked in process (a subprocess
+    # per case cost about 4 s of imports each); one subprocess below checks the script's own exit
+    for args, words in ((["--diffrax-configs", "Kvaerno3:a:b"], "--diffrax-configs: 'Kvaerno3:a:b'"),
+                        (["--gpu-batch", "0"], "--gpu-batch must be a positive integer"),
+                        (["--accelerator-device", "tpu"], "--accelerator-device must be cuda")):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", ["bench_integrators.py", *args])
+        with pytest.raises(SystemExit) as exit_:
+            bench.main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"error: {words}" in err and "Traceback" not in err, args
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_integrators.py"),
+                        "--gpu-batch", "0"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "error: --gpu-batch must be" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_jax_vector_field_is_the_systems_rhs(bench):

@@ -32,6 +32,22 @@ def run(args, **kw):
     return CliRunner().invoke(main, args, catch_exceptions=False, **kw)
 
 
+@pytest.fixture(scope="module")
+def manifold_run(tmp_path_factory):
+    """`manifold *ARGS --no-plot --out DIR/m.nc` run once per ARGS in this module and its result
+    kept: several tests read the text or the JSON of the same run (the default run, and the
+    cycle's on [1, 100], took 2-4 s each time)."""
+    done = {}
+
+    def get(*args):
+        if args not in done:
+            out = tmp_path_factory.mktemp("manifold") / "m.nc"
+            done[args] = run(["manifold", *args, "--no-plot", "--out", str(out)])
+        return done[args]
+
+    return get
+
+
 def test_integrate_default_writes_dataset_and_plot(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = run(["integrate", "--eps", "0.125"])
@@ -330,8 +346,8 @@ def test_manifold_period_not_determined(tmp_path, args):
     assert "fewer than two maxima of y" in data["oscillation"]["period_note"]
 
 
-def test_manifold_period_is_printed(tmp_path):
-    res = run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"), "--json"])
+def test_manifold_period_is_printed(manifold_run):
+    res = manifold_run("--json")
     osc = json.loads(res.output)["oscillation"]
     assert osc["period"] == pytest.approx(1.6, abs=1e-6) and "period_note" not in osc
 
@@ -531,16 +547,15 @@ def test_default_output_folder_that_is_not_a_folder(tmp_path, monkeypatch, kind,
         assert results.is_symlink() and not results.exists()
 
 
-def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
+def test_manifold_linear_cycle_at_large_y_is_stable(manifold_run):
     """A linear generator's manifold attracts; `--system cycle --kappa 0 --y-range 1 100`
     printed "repelling (max Re lambda 8.99e+05)", round-off of the full matrix's eigenvalues.
     Re lambda is -0.19999999959 at y = 100 (mpmath): the maximum over the range is above it."""
-    args = ["manifold", "--system", "cycle", "--kappa", "0", "--y-range", "1", "100", "--no-plot",
-            "--out", str(tmp_path / "m.nc")]  # fmt: skip
-    res = run(args)
+    args = ["--system", "cycle", "--kappa", "0", "--y-range", "1", "100"]
+    res = manifold_run(*args)
     assert res.exit_code == 0, res.output
     assert "repelling" not in res.output and "branch 0: y in [1.0000, 100.0000]" in res.output
-    (branch,) = json.loads(run([*args, "--json"]).output)["branches"]
+    (branch,) = json.loads(manifold_run(*args, "--json").output)["branches"]
     assert branch["stable"] is True and branch["unresolved_points"] == 0
     assert -0.19999999959 < branch["max_real_eigenvalue"] < 0
 
@@ -549,19 +564,17 @@ def test_manifold_linear_cycle_at_large_y_is_stable(tmp_path):
     (("1", "100"), "branch 0: y in [1.0000, 100.0000], mean c.x in [0.000, 0.382], stable"),
     (("-0.00001", "1"), "branch 0: y in [0.0000, 1.0000], mean c.x in [0.382, 0.500], stable"),
 ])  # fmt: skip
-def test_manifold_prints_no_signed_zero(tmp_path, y_range, line):
+def test_manifold_prints_no_signed_zero(manifold_run, y_range, line):
     """`--system cycle --kappa 0 --y-range 1 100` printed "mean c.x in [-0.000, 0.382]": the
     continuation's point at y = 95 had entries of -5e-20 (its points are now p_st by GTH,
     every entry >= 0), and a number that rounds to zero was printed with its sign (now without,
     in every manifold line: the range's end -1e-05 is "0.0000" at 4 decimals)."""
-    res = run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range", *y_range,
-               "--no-plot", "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    args = ["--system", "cycle", "--kappa", "0", "--y-range", *y_range]
+    res = manifold_run(*args)  # the run on [1, 100] is the one of the test above
     assert res.exit_code == 0, res.output
     assert line in res.output
     assert not re.search(r"-0\.?0*(?![0-9.])", res.output), res.output
-    (branch,) = json.loads(run(["manifold", "--system", "cycle", "--kappa", "0", "--y-range",
-                                *y_range, "--no-plot", "--out", str(tmp_path / "m.nc"),
-                                "--json"]).output)["branches"]  # fmt: skip
+    (branch,) = json.loads(manifold_run(*args, "--json").output)["branches"]
     assert branch["mean_min"] >= 0
 
 
@@ -577,11 +590,11 @@ def test_numbers_that_round_to_zero_have_no_sign():
     assert fmt_vec([-0.0, -2e-20, 0.5]) == "[0, -2e-20, 0.5]"
 
 
-def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
+def test_manifold_default_run_prints_the_supremum_of_the_gap(manifold_run):
     """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
     supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a
     closed form on 2,000,001 points). The branches, folds and period are unchanged."""
-    res = run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc")])
+    res = manifold_run()
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert "gap = sup over the curve of max_i |phi_i(y) - p_st,i(Q(x_ref, y))| = 0.6200" in lines
@@ -591,12 +604,11 @@ def test_manifold_default_run_prints_the_supremum_of_the_gap(tmp_path):
                  "fold at y = 0.227106, mean c.x = 0.1752", "fold at y = 0.022894, mean c.x = 0.8248",
                  "period 1.600"]:  # fmt: skip
         assert part in res.output
-    data = json.loads(run(["manifold", "--no-plot", "--out", str(tmp_path / "m.nc"),
-                           "--json"]).output)  # fmt: skip
+    data = json.loads(manifold_run("--json").output)
     assert data["gap"] == pytest.approx(0.61995, abs=1e-5) and data["gap_kind"] == "sup"
 
 
-def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
+def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path, manifold_run):
     """`--kappa 30` printed "relaxation oscillation ...: y in [-6.3648, -2.7877]", y over
     t in [10, 20], a stretch of the upper branch's way down (the cycle, period ~25, runs up to
     y ~ -0.11 past the fold at -0.162): now named as such. The default run's range is over its
@@ -605,18 +617,25 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path):
     res = run(["manifold", "--kappa", "30", "--no-plot", "--out", out])
     assert res.exit_code == 0, res.output
     assert "y in [-6.3648, -2.7877] over t in [10, 20], not a full cycle" in res.output
-    osc = json.loads(run(["manifold", "--no-plot", "--out", out, "--json"]).output)["oscillation"]
+    osc = json.loads(manifold_run("--json").output)["oscillation"]  # the default run
     a, b = osc["y_window"]
     assert osc["y_window_kind"] == "last cycle" and 10 <= a < b <= 20
     assert b - a == pytest.approx(osc["period"], abs=0.011)  # maxima on a grid of 0.005
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
 
 
-def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path):
+def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path, monkeypatch):
     """`--osc-eps 1e-6` printed "y in [0.0229, 0.2270]" with the folds at 0.022894 and
     0.227106: the saved points' range, short of the turning points (y moves 0.0016 between
     saved points; the trajectory leaves a fold 2 eps^(2/3) = 2e-4 past it). The turning points
     are located now: the printed range holds both folds, to the digits printed."""
+    from fastslow_sim import nonlinear
+
+    # the oscillation to t = 4 (2.5 cycles), not 20: its last cycle's range is the same to 1e-11
+    # (measured: y in [0.0227574337, 0.2272999803] either way) in a third of the time (2.0 s, 5.8 s)
+    real = nonlinear.manifold_dataset
+    monkeypatch.setattr(nonlinear, "manifold_dataset",
+                        lambda *a, **kw: real(*a, **{**kw, "osc_t_end": 4.0}))  # fmt: skip
     out = tmp_path / "m.nc"
     res = run(["manifold", "--osc-eps", "1e-6", "--no-plot", "--out", str(out)])
     assert res.exit_code == 0, res.output

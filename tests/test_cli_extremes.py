@@ -819,7 +819,8 @@ def test_free_space_is_checked_where_a_link_points(full_disk, tmp_path):
 
 
 def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(full_disk,
-                                                                                 tmp_path):
+                                                                                 tmp_path,
+                                                                                 monkeypatch):
     """`sweep` onto a disk that filled as it wrote the store's root said "a file operation
     failed: No space left on device." (no path, exit 1) and left a root cut short that read as
     finished: status "done" in every cell, curve_x all NaN (its chunks were never written),
@@ -828,11 +829,12 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     import xarray as xr
 
     store = full_disk / "s.zarr"
-    args = ["-m", "fastslow_sim", "sweep", "manifold", "--grid", "kappa=0,1", "--store",
-            str(store), "--workers", "0"]  # fmt: skip
+    args = ["sweep", "manifold", "--grid", "kappa=0,1", "--store", str(store), "--workers", "0"]
+    # in process (the command's own error handling, `Group.main`, runs under CliRunner too; a
+    # subprocess per run cost about 4 s of imports): --workers 0 starts no process of its own
     _fill_leaving(full_disk, 100 * 1024)  # the two cells (16 KiB each) fit, the root does not
-    r = _run_here(args, tmp_path)
-    assert r.returncode == 1, r.stderr[-2000:]
+    r = invoke(args, tmp_path, monkeypatch)
+    assert r.exit_code == 1, r.output[-2000:]
     assert r.stderr.splitlines()[-1] == (
         f"Error: a file operation failed on {str(store)!r}: No space left on device (2 finished "
         f"cells kept in the store; free space, then rerun the same command: it resumes from the "
@@ -840,8 +842,8 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     )  # fmt: skip
     assert sorted(os.listdir(store)) == ["cells"] and len(os.listdir(store / "cells")) == 2
     (full_disk / "filler").unlink()
-    r = _run_here(args, tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = invoke(args, tmp_path, monkeypatch)
+    assert r.exit_code == 0, r.output[-2000:]
     assert "2 already in the store, 0 run" in r.stdout
     ds = xr.open_zarr(store)
     assert (ds["status"].values == "done").all() and np.isfinite(ds["curve_x"].values).any()

@@ -576,44 +576,63 @@ def cycle_p_st(gen, y):
     total weight of the spanning trees directed into `i`; on a ring each drops one edge, so
     the states `i+1..i+k` step back towards `i` (rate `backward`) and `i+k+1..i+n-1` forward
     (rate `forward e^(y s_j)`), `k = 0..n-1`. Sums of products of positive rates, in logs: no
-    cancellation, relative accuracy about `|y| 1e-16` at any `y`."""
+    cancellation, relative accuracy about `|y| 1e-16` at any `y`.
+    `y` may be an array: `p` along a new last axis, every y at once (one y at a time, in
+    Python loops, took as long as the continuation it checks), each sum in the same order as
+    for one y (the same numbers, bit for bit)."""
     from scipy.special import logsumexp
 
+    y = np.asarray(y, dtype=float)
     n = gen.n_states
-    log_f = np.log(gen.forward) + y * (np.arange(n) / (n - 1) - 0.5)
+    log_f = np.log(gen.forward) + y[..., None] * (np.arange(n) / (n - 1) - 0.5)
     log_b = np.log(gen.backward)
-    log_w = [logsumexp([k * log_b + sum(log_f[(i + j) % n] for j in range(k + 1, n))
-                        for k in range(n)]) for i in range(n)]  # fmt: skip
-    return np.exp(np.array(log_w) - logsumexp(log_w))
+    terms = np.empty((*y.shape, n, n))  # [..., i, k]: the trees into i that drop edge i+k
+    for i in range(n):
+        for k in range(n):
+            total = 0
+            for j in range(k + 1, n):
+                total = total + log_f[..., (i + j) % n]
+            terms[..., i, k] = k * log_b + total
+    log_w = logsumexp(terms, axis=-1)
+    return np.exp(log_w - logsumexp(log_w, axis=-1, keepdims=True))
+
+
+@pytest.fixture(scope="module")
+def cycle_curve():
+    """The cycle's manifold on y in [1, 1000] and its closed form there (two tests check it)."""
+    fam = family_for("cycle", 0.0)
+    curve = critical_branches(fam, (1.0, 1000.0))
+    return fam, curve, cycle_p_st(fam.generator, curve["y"])
 
 
 @pytest.mark.parametrize("y_range", [(1.0, 1000.0), "domain"])
-def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range):
+def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range, cycle_curve):
     """`manifold --system cycle --kappa 0 --y-range 1 1000` stalled at y = 151.8 (rates e^(+-76)):
     the tangent, the SVD's null vector of the continuation's Jacobian, was accurate only to
     round-off of its largest entry (y part 0.17 for 1), so the corrector's hyperplane met the
     curve far from the predictor. The whole range is traced now, on the closed form of
     `p_st` (to the corrector's tolerance, 1e-13 in each entry)."""
-    fam = family_for("cycle", 0.0)
-    a, b = fam.domain() if y_range == "domain" else y_range
-    curve = critical_branches(fam, (a, b))
+    if y_range == "domain":
+        fam = family_for("cycle", 0.0)
+        a, b = fam.domain()
+        curve = critical_branches(fam, (a, b))
+        exact = cycle_p_st(fam.generator, curve["y"])
+    else:
+        (a, b), (fam, curve, exact) = y_range, cycle_curve
     (branch,) = curve["branches"]
     assert branch["y_min"] == a and branch["y_max"] == b and branch["stable"]
     assert np.all(np.diff(curve["y"]) > 0)
-    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
     np.testing.assert_allclose(curve["x"], exact, rtol=0, atol=1e-13)
 
 
-def test_a_linear_familys_points_are_its_p_st():
+def test_a_linear_familys_points_are_its_p_st(cycle_curve):
     """A linear family's manifold is `p_st(y)` (DESIGN 3.2), which GTH gives to relative
     accuracy; the continuation's points resolved the tiniest entries only in absolute terms
     (the cycle at y = 95: -5e-20, and mean c.x -2e-20). Every point is now GTH's `p_st`: no
     negative entry, and each entry above 1e-290 within 2e-12 of the tree theorem's closed form
     (GTH's 1e-12, plus the closed form's round-off of logs up to 500 in size: about 3e-13)."""
-    fam = family_for("cycle", 0.0)
-    curve = critical_branches(fam, (1.0, 1000.0))
+    fam, curve, exact = cycle_curve
     assert curve["x"].min() >= 0
-    exact = np.array([cycle_p_st(fam.generator, y) for y in curve["y"]])
     big = exact > 1e-290
     np.testing.assert_allclose(curve["x"][big], exact[big], rtol=2e-12, atol=0)
 
