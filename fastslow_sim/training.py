@@ -474,9 +474,9 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
 def _threads(cfg: TrainConfig, names: dict | None) -> int | None:
     """torch's intra-op threads for the run: `cfg.threads`, checked, or `None` (torch's own
     setting). Unlike the ODE solvers' small problems, a small network gains from a second
-    thread on an idle machine (one thread took 1.16-1.39x as long on two cores, batch 2-8 x
+    thread on an idle machine (one thread took 1.04-1.54x as long on two cores, batch 2-8 x
     context 64-256), so the choice is the user's: on a machine shared with other work one
-    thread ran them 2.2-2.5x faster (`scripts/bench_threads.py`, cases 8-11)."""
+    thread ran them 2.0-3.0x faster (`scripts/bench_threads.py`, cases 8-11)."""
     if cfg.threads is None:
         return None
     return check_threads(cfg.threads, (names or {}).get("threads", "threads"))

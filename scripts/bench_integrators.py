@@ -289,13 +289,23 @@ def parse_diffrax_configs(text: str) -> list:
     return out
 
 
+def compile_text(first: float, warm: float) -> str:
+    """The compile time as `first call - warm call`, where that difference resolves it: a warm
+    call may take longer than the first (one round, the machine's speed drifting: Kvaerno5's
+    first call 103.9 s and its warm one 107.2 s on one run), and a negative time is no estimate."""
+    if first > warm:
+        return f"so compile about {first - warm:.1f} s"
+    return (f"compile time not resolved (the warm call took {warm:.1f} s, no less: the run's "
+            f"spread is larger than the compile time)")
+
+
 def print_diffrax_rows(dfx_rows, B, baseline):
     """Rows in the main table's format; walls scaled to `B` trajectories where a subset ran."""
     for name, warm, first, err, acc, rej, ok, n, _ in dfx_rows:
         wall = warm * B / n
         label = name if n == B else f"{name} (wall scaled from {n} trajectories)"
         print(f"| {label} | {wall:.2f} | {baseline / wall:.2f}x | {err:.2e} | first call (compile "
-              f"+ solve) {first:.1f} s, so compile about {first - warm:.1f} s; steps {acc:,} "
+              f"+ solve) {first:.1f} s, {compile_text(first, warm)}; steps {acc:,} "
               f"accepted, {rej:,} rejected on {n}; {ok}/{n} success |")  # fmt: skip
 
 

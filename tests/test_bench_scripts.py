@@ -83,6 +83,15 @@ def test_judge_diffrax_uses_per_trajectory_walls_and_the_error(bench, capsys):
     assert "NOT met (160.0x" in capsys.readouterr().out  # faster, but a larger error than a's
 
 
+def test_diffrax_rows_never_print_a_negative_compile_time(bench, capsys):
+    # (name, warm s, first s, ...): Kvaerno5's warm call once took 107.2 s after a 103.9 s first
+    rows = [("k3", 36.1, 40.2, 2e-8, 1, 0, 8, 8, {}), ("k5", 107.2, 103.9, 6e-9, 1, 0, 8, 8, {})]
+    bench.print_diffrax_rows(rows, B=8, baseline=8.0)
+    k3, k5 = capsys.readouterr().out.splitlines()
+    assert "so compile about 4.1 s" in k3
+    assert "compile time not resolved (the warm call took 107.2 s" in k5 and "-3.3" not in k5
+
+
 @pytest.mark.slow
 def test_device_check_runs_every_step_on_the_cpu(tmp_path):
     """scripts/device_check.sh with DEVICE_CHECK_CPU=1: the GPU rows' code (rodas4 and diffrax on

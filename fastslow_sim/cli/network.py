@@ -83,8 +83,8 @@ def _train_options(f):
         click.option("--compile", "use_compile", is_flag=True, help="Use torch.compile."),
         click.option("--threads", default=None, type=int, metavar="N",
                      help="torch's CPU threads [default: torch's own]. On a machine shared with "
-                          "other work, 1 ran small networks 2.2-2.5x faster (two cores, batch "
-                          "2-8 x context 64-256); idle, it took 1.16-1.39x as long."),
+                          "other work, 1 ran small networks 2.0-3.0x faster (two cores, batch "
+                          "2-8 x context 64-256); idle, it took 1.04-1.54x as long."),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
