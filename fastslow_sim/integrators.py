@@ -469,7 +469,8 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
         statuses = ds["status"].values.tolist()
         out["batch"] = len(statuses)
         out["status_counts"] = {k: statuses.count(k) for k in sorted(set(statuses))}
-    return out
+    # a dataset read back from a file holds numpy scalars and arrays in its attributes
+    return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in out.items()}
 
 
 def integrate_batch(system, t_span, x0=None, y0=None, **kwargs) -> xr.Dataset:

@@ -878,3 +878,18 @@ def test_an_explicit_batch_above_the_work_budget_is_judged_at_its_first_row_and_
     ds = fs.integrate(s, (0, 0.01), y0=y0, method="rk45", n_eval=3, warn=False)
     assert "trajectory 3 of 3" in ds.attrs["stiffness_index_of"] and "stiffness_judged" not in ds.attrs
     assert "trajectory 3 of 3" in ds.attrs["stiffness_warning"]
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_the_summary_of_a_saved_and_reloaded_run_is_json(tmp_path, batch):
+    """`trajectory_summary` promises JSON-able values; a dataset read back from netCDF holds
+    numpy scalars in its attributes (json.dumps refused `nfev`, an int64), so it converts them,
+    with the values unchanged."""
+    import json
+
+    s = fs.make_system("birth-death", eps=0.125)
+    y0 = [[0.5], [0.7]] if batch else None
+    ds = fs.integrate(s, (0, 1), y0=y0, method="rk45", n_eval=5)
+    fs.save_dataset(ds, tmp_path / "run.nc")
+    back = trajectory_summary(fs.load_dataset(tmp_path / "run.nc"))
+    assert json.loads(json.dumps(back)) == back == trajectory_summary(ds)
