@@ -623,9 +623,9 @@ def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
                                "--context", "64", "--out", str(tmp_path / "a"), "--threads", "0"])
     assert bad.exit_code == 2 and "--threads must be an integer from 1 to" in bad.output
     assert not (tmp_path / "a").exists()
-    ok = runner.invoke(main, ["train-network", "--tokens", "2048", "--batch-size", "2",
-                              "--context", "64", "--out", str(tmp_path / "b"), "--threads", "1",
-                              "--json"])  # fmt: skip
+    ok = runner.invoke(main, ["train-network", "--corpus", "me:tokens=20000", "--tokens", "2048",
+                              "--batch-size", "2", "--context", "64", "--out", str(tmp_path / "b"),
+                              "--threads", "1", "--json"])  # fmt: skip
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["torch_threads"] == 1
 
