@@ -128,15 +128,18 @@ def stiffness_index(system, z0, t_span, eps=None):
                                                     z[e == value])  # fmt: skip
             yield jac
 
+    # built once where they fit in one chunk (every one trajectory and most batches), else
+    # twice, for the key and on a miss for the rates, never all held at once
+    held = list(jacobians()) if z0.ndim == 1 or len(z0) <= rows else None
     digest = hashlib.blake2b()
-    for jac in jacobians():
+    for jac in held or jacobians():
         digest.update(jac.tobytes())
     key = (z0.shape, N > EIG_MAX, digest.digest())
     last = _LAST_RATE[0]  # one read of the (key, rate) pair: another thread may replace it
     if last is not None and last[0] == key:
         rate = last[1]
     else:
-        rate = np.concatenate([_max_rates(jac) for jac in jacobians()])
+        rate = np.concatenate([_max_rates(jac) for jac in held or jacobians()])
         _LAST_RATE[0] = (key, rate)
     if z0.ndim == 1:
         return float(rate[0] * (t_span[1] - t_span[0]))
