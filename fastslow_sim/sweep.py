@@ -69,12 +69,14 @@ class SweepError(RuntimeError):
 
 class CellInputError(InputError):
     """A cell of the grid is bad input: `values` are its swept values, `reason` the sentence of
-    the task's own check; the message names both (`--grid eps=1e-13: eps = 1e-13 is ...`)."""
+    the task's own check, `flags` the fixed options that take part; the message names them all
+    (`--grid eps=1e-13: eps = 1e-13 is ...`, `--grid batch_size=64 with --tokens: ...`)."""
 
-    def __init__(self, values: dict, reason: str):
+    def __init__(self, values: dict, reason: str, flags: tuple = ()):
         self.values, self.reason = dict(values), reason
         cell = ", ".join(f"{k}={_text(v)}" for k, v in values.items())
-        super().__init__(f"--grid {cell}: {reason}")
+        with_ = f" with {', '.join(flags)}" if flags else ""
+        super().__init__(f"--grid {cell}{with_}: {reason}")
 
 
 def _text(v) -> str:
@@ -692,20 +694,56 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
             params["out"] = str(Path(runs_dir) / _label(grid, values))
         what = repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("seed", "out")))
         if task.validate is not None and what not in checked:
-            _check_cell(task.validate, grid, params)
+            _check_cell(task, grid, params, others_passed=bool(checked))
             checked.add(what)
         cells.append((idx, cell_key(task.name, params), params))
     return cells
 
 
-def _check_cell(check, grid: dict, params: dict):
-    """`check(params)`, its `InputError` as a `CellInputError` naming the cell's swept values."""
+def _refusal(check, params: dict) -> str | None:
+    """The sentence with which `check` refuses `params`, or None where it accepts them."""
     try:
         check(params)
     except CellInputError:
         raise
     except InputError as err:
-        raise CellInputError({k: params[k] for k in grid}, str(err)) from None
+        return str(err)
+    return None
+
+
+def _flag(task: Task, key: str) -> str:
+    """The option's name on the command line (its alias where it has one: `--context`)."""
+    alias = next((a for a, k in task.aliases.items() if k == key), key)
+    return f"--{alias.replace('_', '-')}"
+
+
+def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
+                others_passed: bool = False):
+    """`task.validate(params)` (`task.claim`, of the cell's run folder, with `claim`); its
+    refusal names what is at fault: the fixed options without which the cell passes, alone
+    (`--min-lr: ...`) where the grid plays no part (no other cell passed, and changing any one
+    swept value gives the same sentence), else beside the cell's swept values (`--grid
+    kappa=1 with --system: ...`)."""
+    reason = _refusal(task.claim if claim else task.validate, params)
+    if reason is None:
+        return
+    values = {k: params[k] for k in grid}
+    if claim:  # the folder is named by the swept values
+        raise CellInputError(values, reason)
+    # a fixed option set away from its default is at fault when resetting it alone passes (the
+    # corpus is not reset: loading the default one may take seconds, and a bad corpus says so)
+    flags = tuple(
+        _flag(task, k) for k, opt in task.options.items()
+        if k not in grid and k not in ("out", "corpus") and opt.sweepable
+        and params.get(k, opt.default) != opt.default
+        and _refusal(task.validate, {**params, k: opt.default}) is None
+    )  # fmt: skip
+    if flags and not others_passed and all(
+        _refusal(task.validate, {**params, k: v}) == reason
+        for k, vs in grid.items() if k != "seed" for v in vs if v != params[k]
+    ):  # fmt: skip
+        raise InputError(f"{', '.join(flags)}: {reason}")
+    raise CellInputError(values, reason, flags)
 
 
 def _chunks(task: Task, todo: list, chunk_size: int) -> list[list]:
@@ -1303,7 +1341,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             or cells_dir / f"{c[1]}{CELL_SUFFIX}" in retry]  # fmt: skip
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
-            _check_cell(t.claim, grid, params)
+            _check_cell(t, grid, params, claim=True)
     for path in retry:
         path.unlink()
     run_id = uuid.uuid4().hex[:12]

@@ -93,21 +93,21 @@ def _tiny_train(*swept):
             ([f"--{k.replace('_', '-')}", v] for k, v in SHORT.items()), [])],
          "--grid eps=1e-13, seed=0: eps = 1e-13 is below 1e-12, the smallest time-scale ratio"),
         (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
-         "--grid eps=0.1: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
+         "--t-end, --method: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
          "point; expected at most 999,999 blocks"),
         (["integrate", "--grid", "method=rk45,dop853", "--atol", "1e-160", "--eps", "0.125",
           "--t-end", "0.5", "--n-eval", "5"],
-         "--grid method=dop853: --atol must be at least 1e-155 with method 'dop853' (it was "
+         "--grid method=dop853 with --atol: --atol must be at least 1e-155 with method 'dop853' (it was "
          "tested down to 1e-155; at 1e-170 on the default run its error norm, the error over atol "
          "squared, overflows float64 and the run fails); got 1e-160."),
         (["integrate", "--grid", "atol=1e-10,1e-301", "--eps", "0.125", "--t-end", "0.5"],
          "--grid atol=1e-301: --atol must be at least 1e-300 with method 'auto' (it was tested "
          "down to 1e-300"),
         (["integrate", "--grid", "eps=0.1,0.05", "--t-end", "1e-320", "--n-eval", "5"],
-         "--grid eps=0.1: the span (0.0, 1e-320) is too short for 5 distinct equally spaced "
+         "--t-end: the span (0.0, 1e-320) is too short for 5 distinct equally spaced "
          "saved times"),
         (["manifold", "--grid", "kappa=0,1", "--system", "cycle"],
-         "--grid kappa=1: system 'cycle' has no non-linear family; expected kappa = 0"),
+         "--grid kappa=1 with --system: system 'cycle' has no non-linear family; expected kappa = 0"),
         (["manifold", "--grid", "y_min=0,2", "--y-max", "1"],
          "--grid y_min=2: the y range must be two finite numbers A < B; got [2.0, 1.0]."),
         (["manifold", "--grid", "y_min=0,-1e308", "--y-max", "1"],
@@ -116,21 +116,28 @@ def _tiny_train(*swept):
         (["convergence", "--grid", "system=two-state,birth-death", "--eps", "0.5,0.01", "--t-end", "1"],
          "--grid system=birth-death: eps=0.5 is too large for t_end=1: the initial layer lasts"),
         (["convergence", "--grid", "system=two-state,cycle", "--eps", "0.02,0.01", "--t-end", "1e300"],
-         "--grid system=two-state: t_end=1e+300 is beyond 1000: the slow variable settles"),
+         "--t-end: t_end=1e+300 is beyond 1000: the slow variable settles"),
         (["train-network", "--grid", "n_layer=1,0", *_tiny_train("--n-layer")],
          "--grid n_layer=0: n_layer must be a positive integer; got 0."),
         (["train-network", "--grid", "lr=1e-3,1e38", *TINY_TRAIN],
          "--grid lr=1e+38: lr must be a positive number at most 3.40282e+37 (AdamW steps by up "
          "to the learning rate / (1 - 0.9), which must fit in the model's float32); got 1e+38."),
+        # a fixed option at fault is named by its flag, not by the cell (it said "--grid seed=0:")
         (["train-network", "--grid", "seed=0,1", "--min-lr", "1e38", *TINY_TRAIN],
-         "--grid seed=0: min_lr must be a positive number at most 3.40282e+37"),
+         "--min-lr: min_lr must be a positive number at most 3.40282e+37"),
+        (["train-network", "--grid", "seed=0,1", "--threads", "0", *TINY_TRAIN],
+         "--threads: threads must be an integer from 1 to"),
+        # ... and beside the cell where the grid takes part
+        (["train-network", "--grid", "batch_size=4,16", *_tiny_train("--batch-size")],
+         "--grid batch_size=16 with --tokens: tokens must be from 512 (one batch: "
+         "batch_size 16 x block_size 32)"),
         (["train-network", "--grid", "n_embd=32,33", *_tiny_train("--n-embd")], "--grid n_embd=33: "),
     ],
 )  # fmt: skip
 def test_bad_cell_is_refused_before_any_cell_runs(tmp_path, monkeypatch, args, text):
     """Every cell is checked by its task's own checks before any runs or the store is made:
-    one sentence naming the cell, exit status 2 (it was a failed cell and exit 1 after the
-    other cells' work)."""
+    one sentence naming the cell or the fixed option at fault, exit status 2 (it was a failed
+    cell and exit 1 after the other cells' work)."""
     import fastslow_sim.sweep as sw
 
     def never(*a, **k):
