@@ -376,7 +376,7 @@ def _run_manifold(cells):
 def _train_options():
     from dataclasses import fields
 
-    from .training import ARMS, TrainConfig
+    from .training import ARMS, MAX_SEED, TrainConfig
 
     skip = {"out", "resume", "progress", "stop_after_steps", "arm", "corpus", "tokens"}
     opts = {
@@ -391,6 +391,11 @@ def _train_options():
                                                          "bool": bool, "int | None": int,
                                                          }.get(str(f.type), str)  # fmt: skip
         opts[f.name] = Option(typ, f.default)
+    # seed is left out of the cells' checks (one check stands for every seed): checked here,
+    # with train's own rule, before any cell runs (a bad seed was a failed cell, exit 1)
+    opts["seed"] = Option(int, opts["seed"].default, (lambda v: 0 <= v <= MAX_SEED,
+                          f"an integer from 0 to {MAX_SEED:,} (the data order's generator takes "
+                          f"seed x 1000 + rank)"))  # fmt: skip
     opts["variant"] = Option(str, "coupled", choices=("dense", "coupled", "frozen-gate", "frozen-slow"))
     opts["device"] = Option(str, "auto")
     opts["out"] = Option(str, "", sweepable=False)

@@ -132,6 +132,12 @@ def _tiny_train(*swept):
          "--grid batch_size=16 with --tokens: tokens must be from 512 (one batch: "
          "batch_size 16 x block_size 32)"),
         (["train-network", "--grid", "n_embd=32,33", *_tiny_train("--n-embd")], "--grid n_embd=33: "),
+        # seeds are left out of the cells' checks: their option checks them (a failed cell before)
+        (["train-network", "--grid", "seed=-1:1", *TINY_TRAIN],
+         "--grid 'seed=-1:1': seed must be an integer from 0 to 18,446,744,073,709,550 (the data "
+         "order's generator takes seed x 1000 + rank); got -1."),
+        (["train-network", "--grid", "n_layer=1,2", "--seed", "18446744073709552",
+          *_tiny_train("--n-layer")], "--seed: seed must be an integer from 0 to"),
     ],
 )  # fmt: skip
 def test_bad_cell_is_refused_before_any_cell_runs(tmp_path, monkeypatch, args, text):
