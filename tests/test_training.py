@@ -1,5 +1,6 @@
 """Corpora, training runs (determinism, resume, failures), the ablation and phi-vs-pst."""
 
+import hashlib
 import json
 import math
 import re
@@ -115,6 +116,27 @@ def test_resume_errors(tmp_path, text_file):
     (tmp_path / "r" / "ckpt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(fs.InputError, match="corrupt or unreadable"):
         train(_cfg(tmp_path, "r", spec, tokens=1000, resume=True), corpus)
+
+
+def test_resume_refuses_a_checkpoint_made_on_other_contents_of_its_text_file(tmp_path, text_file):
+    """--resume compared the settings only (the corpus is a path): a run went on training on
+    another file's bytes. Refused in one sentence; a checkpoint without a fingerprint (saved
+    before they were recorded) is resumed as before."""
+    spec = f"text:{text_file}"
+    train(_cfg(tmp_path, "r", spec, tokens=3000, stop_after_steps=2), text_corpus(text_file))
+    ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
+    assert ckpt["corpus_sha256"] == hashlib.sha256(text_file.read_bytes()).hexdigest()
+    text_file.write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))
+    msg = (f"--resume: the corpus file {str(text_file)!r} has changed since the run in "
+           f"{str(tmp_path / 'r')!r} was made (its contents' sha256 differs); expected the file "
+           f"as it was, or a new --out.")  # fmt: skip
+    with pytest.raises(fs.InputError) as err:
+        train(_cfg(tmp_path, "r", spec, tokens=3000, resume=True))  # the corpus loaded anew
+    assert str(err.value) == msg
+    del ckpt["corpus_sha256"]  # as an older fastslow-sim saved it: contents unknown, resumed
+    torch.save(ckpt, tmp_path / "r" / "ckpt.pt")
+    s = train(_cfg(tmp_path, "r", spec, tokens=3000, resume=True, stop_after_steps=3))
+    assert s["steps"] == 3 and s["corpus_sha256"] == hashlib.sha256(text_file.read_bytes()).hexdigest()
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, text_file, monkeypatch):
