@@ -111,6 +111,8 @@ class MECorpusConfig:
         lo, hi = _rate_range(self.n_states, self.beta, self.rate)
         if not lo <= 0 < 1 <= hi:
             where = f"for y in [{lo:g}, {hi:g}] only" if lo <= hi else "for no y"
+            room = self.n_states * (abs(self.beta) + 1)  # a Python float: inf, no warning
+            room = f"{room:g}" if math.isfinite(room) else f"{self.n_states} x {abs(self.beta) + 1:g}"
             most = largest_rate(self.n_states, self.beta)
             expected = (f"rate <= {most!r}, the largest that keeps them finite on all of [0, 1] "
                         f"at beta={self.beta:g}" if most is not None else
@@ -118,8 +120,8 @@ class MECorpusConfig:
                         f"exp(|beta|/2) is finite")  # fmt: skip
             raise InputError(
                 f"the me corpus's chain rates overflow float64: its up rate rate*exp(beta (y - "
-                f"1/2)) and down rate rate, and the sums of n (|beta| + 1) = "
-                f"{self.n_states * (abs(self.beta) + 1):g} of them in its Jacobian, must be "
+                f"1/2)) and down rate rate, and the sums of n (|beta| + 1) = {room} of them in "
+                f"its Jacobian, must be "
                 f"finite for every y in [0, 1], and rate={self.rate!r} with beta={self.beta:g} "
                 f"keeps them finite {where}; expected {expected}."
             )

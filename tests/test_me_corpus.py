@@ -297,3 +297,21 @@ def test_n_states_beyond_this_machines_memory_is_refused_in_one_sentence(monkeyp
         MECorpusConfig(n_states=77)
     monkeypatch.setattr(integrators, "physical_memory", lambda: float("inf"))  # says nothing
     assert MECorpusConfig(n_states=100_000).n_states == 100_000
+
+
+@pytest.mark.parametrize("beta, where", [("1e308", "[-inf, 0.5]"), ("-1e308", "[0.5, inf]")])
+def test_a_beta_near_float64s_largest_is_refused_with_its_true_range_and_no_warning(beta, where):
+    """n (|beta| + 1) overflowed: numpy warned (printed above the error) and the sentence said
+    'for y in [-inf, -inf] only'. The rates are finite on one side of y_mid (where the up rate
+    underflows to 0), and the sentence says so without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(fs.InputError) as err:
+            parse_me_spec(f"me:beta={beta}")
+    text = str(err.value)
+    assert "n (|beta| + 1) = 8 x 1e+308 of them" in text, text
+    assert f"with beta={float(beta):g} keeps them finite for y in {where} only; expected |beta| below" in text
+    res = CliRunner().invoke(main, ["corpus", f"me:beta={beta}"])
+    assert res.exit_code == 2 and res.output == f"Error: {text}\n", res.output
