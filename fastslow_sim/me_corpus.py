@@ -142,7 +142,7 @@ class MECorpusConfig:
         """`InputError` where building the corpus would need more than this machine's memory
         (its propagator table and per-block arrays grow as n_states^2)."""
         from .integrators import physical_memory
-        from .wording import bytes_text
+        from .wording import bytes_text, int_text
 
         need, have = self.memory_bytes(), physical_memory()
         if need <= have:
@@ -152,7 +152,7 @@ class MECorpusConfig:
         expected = (f"n_states <= {most:,} here (or fewer tokens)" if most and most >= 2
                     else "fewer tokens")  # fmt: skip
         raise InputError(
-            f"the me corpus with n_states={count_text(self.n_states)} and "
+            f"the me corpus with n_states={int_text(self.n_states)} and "
             f"tokens={count_text(self.tokens)} needs about {bytes_text(need)} of memory while it "
             f"is built (measured: {bytes_text(per)} per n_states^2 for its {_GRID:,}-row "
             f"propagator table and its per-block arrays), more than this machine's "

@@ -33,7 +33,7 @@ from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .threads import check_threads, torch_threads
 from .validation import count_text
-from .wording import bytes_text, plural
+from .wording import bytes_text, int_text, plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
            "check_config", "check_run_folder"]
@@ -261,8 +261,8 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
         each = f" on each of {world} processes" if world > 1 else ""
         raise InputError(
             f"{called('tokens')} must be from {count_text(batch)} (one batch{each}: "
-            f"{called('batch_size')} {count_text(cfg.batch_size)} x {called('block_size')} "
-            f"{count_text(cfg.block_size)}) "
+            f"{called('batch_size')} {int_text(cfg.batch_size)} x {called('block_size')} "
+            f"{int_text(cfg.block_size)}) "
             f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
             f"got {count_text(cfg.tokens)}."
         )
@@ -332,9 +332,9 @@ def check_activation_memory(cfg: TrainConfig, names: dict | None = None, world: 
                         f"about {bytes_text(one)} at the {ACTIVATION_BYTES_MEASURED} bytes "
                         f"measured).")  # fmt: skip
         raise InputError(
-            f"{batch} {count_text(cfg.batch_size)}{each} x "
-            f"{called('block_size', 'block_size')} {count_text(cfg.block_size)} x n_embd "
-            f"{count_text(cfg.n_embd)} x n_layer {count_text(cfg.n_layer)} needs at least about "
+            f"{batch} {int_text(cfg.batch_size)}{each} x "
+            f"{called('block_size', 'block_size')} {int_text(cfg.block_size)} x n_embd "
+            f"{int_text(cfg.n_embd)} x n_layer {int_text(cfg.n_layer)} needs at least about "
             f"{bytes_text(need)} for the activations of one training step ({ACTIVATION_BYTES} "
             f"bytes each, a lower bound: 81-102 measured in float32), more than {where} "
             f"{bytes_text(have)} of memory; {expected}"
@@ -348,7 +348,7 @@ def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
     corpus.check_fits(cfg.block_size, cfg.batch_size)
     if corpus.block_len and cfg.block_size % corpus.block_len:
         raise InputError(
-            f"the context {count_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
+            f"the context {int_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
             f"length P={corpus.block_len}; expected whole blocks per window."
         )
     return corpus, cfg.model_config(corpus.vocab_size)
@@ -871,7 +871,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     if not integer or not 1 <= seeds <= most:
         raise InputError(f"--seeds must be an integer from 1 to {most:,} (a sweep holds at most "
                          f"{MAX_CELLS:,} runs, here {len(arms)} arm{'s' * (len(arms) != 1)} per seed); "
-                         f"got {count_text(int(seeds)) if integer else repr(seeds)}.")  # fmt: skip
+                         f"got {int_text(int(seeds)) if integer else repr(seeds)}.")  # fmt: skip
     if not (math.isfinite(margin) and margin > 0):
         raise InputError(f"--margin must be a positive number of nats; got {margin}.")
     base = dict(base or {})

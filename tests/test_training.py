@@ -291,6 +291,11 @@ ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 
          "--seeds must be an integer from 1 to 200,000 (a sweep holds at most 1,000,000 runs, here "
          "5 arms per seed); got 99,999,999,999."),
         (["reproduce", "--arms", "dense", "--seeds", "1000001"], "from 1 to 1,000,000 "),
+        # an integer of 17 digits and more was echoed as 1e+20 and 1e+21, not as typed
+        (["reproduce", "--seeds", "99999999999999999999"],
+         "5 arms per seed); got 99999999999999999999."),
+        (["train-network", "--batch-size", "1000000000000000000000"],
+         "(one batch: --batch-size 1000000000000000000000 x --context 256)"),
         # --scheduler won and --workers was silently ignored
         (["reproduce", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"],
          "give --workers (a local cluster) or --scheduler (an existing one), not both."),
@@ -474,6 +479,15 @@ def test_corpus_command_json(text_file):
 
 
 
+def test_corpus_cli_counts_one_token_in_the_singular(tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_bytes(b"x")
+    res = CliRunner().invoke(main, ["corpus", f"text:{one}"])
+    assert res.exit_code == 0 and res.output.startswith(
+        f"corpus text:{one}: 1 token (train 0, validation 1), vocabulary 256\n"
+    ), res.output
+
+
 def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
     """make_optimizer leaves AdamW's kernel to torch: on the CPU that is its loop over the
     tensors, which must give foreach=True's bits (what the saved runs and the comments in
@@ -521,7 +535,8 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
          "81-102 measured in float32), more than this machine's 1 GiB of memory; expected "
          "batch_size at most 80 here"),
         (2**30, dict(batch_size=10**19),
-         "batch_size 1e+19 x block_size 256 x n_embd 128 x n_layer 4 needs at least about "
+         "batch_size 10000000000000000000 x block_size 256 x n_embd 128 x n_layer 4 needs at "
+         "least about "
          "4.88e+16 GiB for the activations"),
         (2**30, dict(batch_size=1, block_size=2**20, n_embd=4096, n_layer=64),
          "batch_size 1 x block_size 1,048,576 x n_embd 4,096 x n_layer 64 needs at least about "
@@ -533,8 +548,8 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
 )  # fmt: skip
 def test_memory_refusal_prints_small_and_huge_sizes_in_words(monkeypatch, memory, sizes, text):
     """The sizes of the activation-memory refusal read as amounts in KiB, MiB or GiB, grouped
-    in thousands (exponent form only beyond 1e16), and a model that no batch fits is not
-    offered "batch_size at most 0"."""
+    in thousands (exponent form only beyond 1e16; the sizes given, integers, as given), and a
+    model that no batch fits is not offered "batch_size at most 0"."""
     import fastslow_sim.integrators as integrators
     import fastslow_sim.training as training
 
