@@ -425,7 +425,7 @@ def check_run_folder(out, resume: bool = False, same_as=None) -> None:
             f"expected a new or empty folder, or --resume to continue the run there."
         )
     held = _held_config(out)
-    cfg, corpus = same_as()
+    cfg, corpus = (None, None) if held is None else same_as()
     diff = "no readable configuration" if held is None else _difference(held, cfg.comparable())
     if diff is None and _corpus_changed(held.get("corpus_sha256"), corpus):
         raise InputError(
