@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from .errors import InputError
 from .wording import plural
 
-__all__ = ["Corpus", "load_corpus", "text_corpus", "random_corpus"]
+__all__ = ["Corpus", "load_corpus", "text_corpus", "random_corpus", "corpus_fingerprint"]
 
 VAL_FRACTION = 0.1
 
@@ -90,16 +91,24 @@ def text_corpus(path) -> Corpus:
         raise InputError(f"corpus file {str(p)!r} is empty.")
     data = np.memmap(p, dtype=np.uint8, mode="r")
     utf8 = True
-    with open(p, "rb") as f:  # check the text in chunks, without holding it all
-        decoder = codecs.getincrementaldecoder("utf-8")()
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(p, "rb") as f:  # check and hash the text in chunks, without holding it all
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            if utf8:
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError:
+                    utf8 = False
+    if utf8:
         try:
-            while chunk := f.read(1 << 20):
-                decoder.decode(chunk)
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
             utf8 = False
     train, val = _split(data)
-    stats = {"bytes": int(size), "utf8": utf8, "path": str(p)}
+    # sha256: the contents a run was made on (`corpus_fingerprint`), read each time it is loaded
+    stats = {"bytes": int(size), "utf8": utf8, "path": str(p), "sha256": digest.hexdigest()}
     if not utf8:
         stats["note"] = (
             "the file is not valid UTF-8; byte-level tokens accept any bytes, so it is used as is"
@@ -117,6 +126,22 @@ def random_corpus(tokens: int = 1_000_000, vocab_size: int = 256, seed: int = 0)
     return Corpus(
         "random", vocab_size, train, val, {"floor_loss": math.log(vocab_size), "seed": seed}
     )
+
+
+def corpus_fingerprint(spec: str) -> str | None:
+    """The sha256 of a `text:PATH` corpus's bytes, read now (never cached: a run made on other
+    contents must not pass for this one), or None: for `me` and `random`, which their spec
+    determines, and for a file that cannot be read (loading it says why)."""
+    if not isinstance(spec, str) or not spec.startswith("text:"):
+        return None
+    digest = hashlib.sha256()
+    try:
+        with open(spec[5:], "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=4)

@@ -156,8 +156,16 @@ class Generator:
         scale, slope = np.broadcast_arrays(np.asarray(scale, float), np.asarray(slope, float))
         keep = scale > 0
         b = slope[keep]
-        room = self.n_states * (np.abs(b) + 1.0)
-        ends = rate_domain(np.append(np.log(scale[keep]), 0.0 * b), np.append(b, b),
+        log_scale = np.log(scale[keep])
+        with np.errstate(over="ignore"):
+            room = self.n_states * (np.abs(b) + 1.0)
+        # a room beyond float64 (|slope| near its largest number) moves its factor |b| into the
+        # rate's log scale: the same bound, n (1 + 1/|b|) |b| r <= M, in finite numbers (the
+        # other rooms are left as they were, bit for bit)
+        big = np.isinf(room)
+        room[big] = self.n_states * (1.0 + 1.0 / np.abs(b[big]))
+        log_scale[big] += np.log(np.abs(b[big]))
+        ends = rate_domain(np.append(log_scale, 0.0 * b), np.append(b, b),
                            np.append(room, np.ones_like(b)), center)  # fmt: skip
         if ends is None:
             raise InputError(

@@ -52,6 +52,15 @@ _BURN_IN_BLOCKS = 64  # dropped, so the corpus starts in the stationary regime
 # tokens, measured) and takes about 12 us per token on a 2-core machine, so this bound is
 # about 16 GB and 20 minutes
 MAX_TOKENS = 100_000_000
+# bytes per n_states^2 that building a corpus holds at its peak, per propagator-table row (its
+# `_GRID` rows of n x n float64, about 8 copies of them while `_propagators` works) and per
+# block (each block's generator and its p_st work, about 2 copies). Measured peak resident
+# memory (numpy, 2 cores): 0.64 GB at n_states=32 and 2.2 GB at 64 (20k tokens: the table),
+# 1.2 GB at 16 with 2M tokens (the blocks); n_states=300 was killed at about 24 GB. Time grows
+# as n_states^3 (27 s at 32, about 60 s at 64, over 5 minutes at 128), but memory is what a
+# machine cannot give: `_check_memory` refuses what would not fit in it
+_TABLE_BYTES = 8 * 8
+_BLOCK_BYTES = 2 * 8
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,7 @@ class MECorpusConfig:
                 f"the me corpus holds at most {MAX_TOKENS:,} tokens (about 160 bytes of memory "
                 f"each while it is built); got tokens={count_text(self.tokens)}."
             )
+        self._check_memory()
         for name in ("beta", "rate", "H", "feedback", "y0"):
             if not math.isfinite(float(getattr(self, name))):
                 raise InputError(
@@ -101,6 +111,8 @@ class MECorpusConfig:
         lo, hi = _rate_range(self.n_states, self.beta, self.rate)
         if not lo <= 0 < 1 <= hi:
             where = f"for y in [{lo:g}, {hi:g}] only" if lo <= hi else "for no y"
+            room = self.n_states * (abs(self.beta) + 1)  # a Python float: inf, no warning
+            room = f"{room:g}" if math.isfinite(room) else f"{self.n_states} x {abs(self.beta) + 1:g}"
             most = largest_rate(self.n_states, self.beta)
             expected = (f"rate <= {most!r}, the largest that keeps them finite on all of [0, 1] "
                         f"at beta={self.beta:g}" if most is not None else
@@ -108,8 +120,8 @@ class MECorpusConfig:
                         f"exp(|beta|/2) is finite")  # fmt: skip
             raise InputError(
                 f"the me corpus's chain rates overflow float64: its up rate rate*exp(beta (y - "
-                f"1/2)) and down rate rate, and the sums of n (|beta| + 1) = "
-                f"{self.n_states * (abs(self.beta) + 1):g} of them in its Jacobian, must be "
+                f"1/2)) and down rate rate, and the sums of n (|beta| + 1) = {room} of them in "
+                f"its Jacobian, must be "
                 f"finite for every y in [0, 1], and rate={self.rate!r} with beta={self.beta:g} "
                 f"keeps them finite {where}; expected {expected}."
             )
@@ -119,6 +131,34 @@ class MECorpusConfig:
             )
         if not 0 <= self.y0 <= 1:
             raise InputError(f"the me corpus needs y0 in [0, 1]; got y0={self.y0}.")
+
+    def memory_bytes(self, n_states: int | None = None) -> int:
+        """Bytes that building the corpus holds at its peak (measured: `_TABLE_BYTES`)."""
+        n = self.n_states if n_states is None else n_states
+        blocks = self.tokens // self.P + _BURN_IN_BLOCKS
+        return n * n * (_TABLE_BYTES * _GRID + _BLOCK_BYTES * blocks)
+
+    def _check_memory(self) -> None:
+        """`InputError` where building the corpus would need more than this machine's memory
+        (its propagator table and per-block arrays grow as n_states^2)."""
+        from .integrators import physical_memory
+        from .wording import bytes_text, int_text
+
+        need, have = self.memory_bytes(), physical_memory()
+        if need <= have:
+            return
+        per = self.memory_bytes(1)
+        most = math.isqrt(int(have // per)) if math.isfinite(have) else None
+        expected = (f"n_states <= {most:,} here (or fewer tokens)" if most and most >= 2
+                    else "fewer tokens")  # fmt: skip
+        raise InputError(
+            f"the me corpus with n_states={int_text(self.n_states)} and "
+            f"tokens={count_text(self.tokens)} needs about {bytes_text(need)} of memory while it "
+            f"is built (measured: {bytes_text(per)} per n_states^2 for its {_GRID:,}-row "
+            f"propagator table and its per-block arrays), more than this machine's "
+            f"{bytes_text(have)}; "
+            f"expected {expected}."
+        )
 
     def generator(self, rate: float | None = None):
         """The chain's birth-death generator (`rate`: another rate constant than the corpus's,

@@ -429,7 +429,7 @@ def _claim_train(cell):
     again if unfinished), never another's, which training would replace."""
     from .training import check_run_folder
 
-    check_run_folder(cell["out"], same_as=lambda: _train_config(cell)[0].comparable())
+    check_run_folder(cell["out"], same_as=lambda: _train_config(cell))
 
 
 def _run_train(cells):
@@ -438,7 +438,7 @@ def _run_train(cells):
 
     (c,) = cells
     cfg, corpus = _train_config(c)
-    s = _finished_run(cfg)
+    s = _finished_run(cfg, corpus)
     reused = s is not None
     s = s or train(cfg, corpus, log=lambda *a: None)
     gates = [float(np.mean(g)) for g in s["gates"]]
@@ -669,10 +669,21 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
 _KEY_SKIPS_NONE = frozenset({"y0"})
 
 
-def cell_key(task: str, params: dict) -> str:
-    """A stable name for a cell: the hash of the task and every parameter (not the folder)."""
+def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
+    """A stable name for a cell: the hash of the task and every parameter (not the folder),
+    and of a `text:` corpus's contents (`corpus_fingerprint`): a cell made on other contents
+    of the file is not taken as done. `fingerprints`: `{corpus spec: fingerprint}` already read
+    (one read per sweep, not per cell; a spec read here is added to it)."""
+    from .corpora import corpus_fingerprint
+
     params = {k: v for k, v in params.items()
               if k != "out" and not (k in _KEY_SKIPS_NONE and v is None)}  # fmt: skip
+    spec = params.get("corpus")
+    if isinstance(spec, str) and spec.startswith("text:"):
+        fingerprints = {} if fingerprints is None else fingerprints
+        if spec not in fingerprints:
+            fingerprints[spec] = corpus_fingerprint(spec)
+        params["corpus_sha256"] = fingerprints[spec]
     text = json.dumps({"task": task, "params": params}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -690,6 +701,7 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
     """`[(grid index, key, params)]` for every cell, in C order over the grid, each checked by
     the task's own checks (`CellInputError` naming the cell's values at the first bad one)."""
     cells = []
+    fingerprints = {}  # a text corpus's contents, read once for every cell of this sweep
     checked = set()  # the checks never look at seed (checked by its option) or the run folder
     shape = [range(len(v)) for v in grid.values()]
     for idx in itertools.product(*shape):
@@ -701,7 +713,7 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
         if task.validate is not None and what not in checked:
             _check_cell(task, grid, params, others_passed=bool(checked))
             checked.add(what)
-        cells.append((idx, cell_key(task.name, params), params))
+        cells.append((idx, cell_key(task.name, params, fingerprints), params))
     return cells
 
 

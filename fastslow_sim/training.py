@@ -33,7 +33,7 @@ from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .threads import check_threads, torch_threads
 from .validation import count_text
-from .wording import bytes_text, plural
+from .wording import bytes_text, int_text, plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
            "check_config", "check_run_folder"]
@@ -261,8 +261,8 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
         each = f" on each of {world} processes" if world > 1 else ""
         raise InputError(
             f"{called('tokens')} must be from {count_text(batch)} (one batch{each}: "
-            f"{called('batch_size')} {count_text(cfg.batch_size)} x {called('block_size')} "
-            f"{count_text(cfg.block_size)}) "
+            f"{called('batch_size')} {int_text(cfg.batch_size)} x {called('block_size')} "
+            f"{int_text(cfg.block_size)}) "
             f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
             f"got {count_text(cfg.tokens)}."
         )
@@ -332,9 +332,9 @@ def check_activation_memory(cfg: TrainConfig, names: dict | None = None, world: 
                         f"about {bytes_text(one)} at the {ACTIVATION_BYTES_MEASURED} bytes "
                         f"measured).")  # fmt: skip
         raise InputError(
-            f"{batch} {count_text(cfg.batch_size)}{each} x "
-            f"{called('block_size', 'block_size')} {count_text(cfg.block_size)} x n_embd "
-            f"{count_text(cfg.n_embd)} x n_layer {count_text(cfg.n_layer)} needs at least about "
+            f"{batch} {int_text(cfg.batch_size)}{each} x "
+            f"{called('block_size', 'block_size')} {int_text(cfg.block_size)} x n_embd "
+            f"{int_text(cfg.n_embd)} x n_layer {int_text(cfg.n_layer)} needs at least about "
             f"{bytes_text(need)} for the activations of one training step ({ACTIVATION_BYTES} "
             f"bytes each, a lower bound: 81-102 measured in float32), more than {where} "
             f"{bytes_text(have)} of memory; {expected}"
@@ -348,7 +348,7 @@ def _check_corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None):
     corpus.check_fits(cfg.block_size, cfg.batch_size)
     if corpus.block_len and cfg.block_size % corpus.block_len:
         raise InputError(
-            f"the context {count_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
+            f"the context {int_text(cfg.block_size)} is not a multiple of the {corpus.name!r} corpus's block "
             f"length P={corpus.block_len}; expected whole blocks per window."
         )
     return corpus, cfg.model_config(corpus.vocab_size)
@@ -374,14 +374,37 @@ def _difference(saved: dict, ours: dict) -> str | None:
     return None
 
 
+# A text corpus's contents are part of a run: the sha256 of its bytes (`Corpus.stats`) is
+# saved as "corpus_sha256" in the summary and the checkpoint, and a run made on other contents
+# of the same file is neither resumed nor reused. The me and random corpora are determined by
+# their spec, which the settings compare: they have none. A run saved before fastslow-sim
+# recorded it has none either: its file's contents are unknown, and such a run is resumed and
+# reused as before (nothing says that its file changed; refusing would strand every such run).
+
+
+def _corpus_changed(held: str | None, corpus: Corpus | None) -> bool:
+    """Whether the run whose corpus fingerprint is `held` was made on other contents than
+    `corpus` has now (False where either is unknown)."""
+    now = None if corpus is None else corpus.stats.get("sha256")
+    return held is not None and now is not None and held != now
+
+
+def _changed_text(corpus: Corpus, where: str) -> str:
+    return (f"the corpus file {corpus.stats.get('path')!r} has changed since the run in "
+            f"{where!r} was made (its contents' sha256 differs)")  # fmt: skip
+
+
 def _held_config(out: Path) -> dict | None:
-    """The configuration of the run in `out` (its summary's, else its checkpoint's), or None."""
+    """The configuration of the run in `out` (its summary's, else its checkpoint's), with its
+    corpus fingerprint as "corpus_sha256" where it has one, or None."""
     try:
-        return dict(json.loads((out / "summary.json").read_text())["train_config"])
-    except (OSError, ValueError, KeyError, TypeError):
+        s = json.loads((out / "summary.json").read_text())
+        return {**s["train_config"], "corpus_sha256": s.get("corpus_sha256")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     try:
-        return dict(torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["train_config"])
+        c = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)
+        return {**c["train_config"], "corpus_sha256": c.get("corpus_sha256")}
     except Exception:  # noqa: BLE001 - any unreadable checkpoint is a file of unknown origin
         return None
 
@@ -389,8 +412,9 @@ def _held_config(out: Path) -> dict | None:
 def check_run_folder(out, resume: bool = False, same_as=None) -> None:
     """`InputError` unless the run folder `out` can take a run without replacing one: it holds
     none of `RUN_FILES`, or `resume` (`train` then checks the checkpoint's configuration), or
-    `same_as` is given (a function returning the run's `comparable()` configuration) and the
-    run in `out` has that configuration (a rerun reuses it, or trains it again if unfinished)."""
+    `same_as` is given (a function returning the run's `(TrainConfig, Corpus)`) and the run in
+    `out` has that configuration and was made on that corpus's contents (a rerun reuses it, or
+    trains it again if unfinished)."""
     out = Path(out)
     existing = [n for n in RUN_FILES if (out / n).exists()]
     if not existing or resume:
@@ -401,7 +425,13 @@ def check_run_folder(out, resume: bool = False, same_as=None) -> None:
             f"expected a new or empty folder, or --resume to continue the run there."
         )
     held = _held_config(out)
-    diff = "no readable configuration" if held is None else _difference(held, same_as())
+    cfg, corpus = (None, None) if held is None else same_as()
+    diff = "no readable configuration" if held is None else _difference(held, cfg.comparable())
+    if diff is None and _corpus_changed(held.get("corpus_sha256"), corpus):
+        raise InputError(
+            f"{_changed_text(corpus, str(out))}, which this run would replace; expected another "
+            f"output folder (--out of reproduce, --runs-dir of sweep), or the file as it was."
+        )
     if diff is not None:
         raise InputError(
             f"the run folder {str(out)!r} holds a run of another configuration ({diff}), which "
@@ -550,6 +580,9 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
             check_writable(out / name, what)
     # the corpus is checked before anything is written, so bad input leaves no folder behind
     corpus, mcfg = _check_corpus_and_model(cfg, corpus)
+    if checkpoint is not None and _corpus_changed(checkpoint.get("corpus_sha256"), corpus):
+        raise InputError(f"--resume: {_changed_text(corpus, str(out))}; expected the file as it "
+                         f"was, or a new --out.")  # fmt: skip
     if rank == 0:
         try:
             out.mkdir(parents=parents, exist_ok=True)
@@ -596,6 +629,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
                 "data_rng": [d for d, _ in states], "torch_rng": [t for _, t in states],
                 "logs": logs, "step": step, "wall_time_s": wall, "world_size": world,
                 "train_config": asdict(cfg), "model_config": mcfg.to_dict(),
+                "corpus_sha256": corpus.stats.get("sha256"),
                 "fastslow_sim_version": __version__,
             }, ckpt_path)  # fmt: skip
         if world > 1:  # no rank runs ahead of a checkpoint that is not yet on disk
@@ -687,6 +721,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "reference_losses": _references(corpus, cfg.block_size),
         "out": str(out),
         "train_config": cfg.comparable(),
+        "corpus_sha256": corpus.stats.get("sha256"),  # a text corpus's contents, else None
     }
     if device.type == "cuda":
         peak = peak_flops(torch.cuda.get_device_name(device), "bf16")
@@ -836,7 +871,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     if not integer or not 1 <= seeds <= most:
         raise InputError(f"--seeds must be an integer from 1 to {most:,} (a sweep holds at most "
                          f"{MAX_CELLS:,} runs, here {len(arms)} arm{'s' * (len(arms) != 1)} per seed); "
-                         f"got {count_text(int(seeds)) if integer else repr(seeds)}.")  # fmt: skip
+                         f"got {int_text(int(seeds)) if integer else repr(seeds)}.")  # fmt: skip
     if not (math.isfinite(margin) and margin > 0):
         raise InputError(f"--margin must be a positive number of nats; got {margin}.")
     base = dict(base or {})
@@ -926,15 +961,17 @@ def _runs_from_sweep(sw, arms, seeds) -> dict:
     return runs
 
 
-def _finished_run(cfg: TrainConfig) -> dict | None:
-    """The summary of a finished run of exactly this configuration in `cfg.out`, else None:
-    re-running `reproduce` skips the runs it already has (and can be split over processes)."""
+def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None:
+    """The summary of a finished run of exactly this configuration in `cfg.out`, made on the
+    contents `corpus` has now, else None: re-running `reproduce` skips the runs it already has
+    (and can be split over processes)."""
     path = Path(cfg.out) / "summary.json"
     try:
         s = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return s if s.get("finished") and s.get("train_config") == cfg.comparable() else None
+    same = s.get("finished") and s.get("train_config") == cfg.comparable()
+    return s if same and not _corpus_changed(s.get("corpus_sha256"), corpus) else None
 
 
 def ablation_table(runs: dict, margin: float = 0.01) -> dict:

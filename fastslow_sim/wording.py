@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["plural", "number_text", "count_text", "amount_text", "bytes_text"]
+__all__ = ["plural", "number_text", "count_text", "int_text", "amount_text", "bytes_text"]
 
 
 def count_text(v: int) -> str:
     """A count as a message prints it: `1,000,000`, or `1e+300` beyond 16 digits (a count
     parsed from `1e300` is an integer of 301 digits)."""
     return f"{v:,}" if abs(v) < 10**16 else f"{float(v):.3g}"
+
+
+def int_text(v: int) -> str:
+    """An integer a user typed digit by digit (an option of type int), echoed as typed: grouped
+    in thousands like a count below 10^16, every digit beyond (`count_text`'s `1e+21` is for a
+    count parsed from a text such as `1e21`, which was not what was typed here)."""
+    return f"{v:,}" if abs(v) < 10**16 else str(v)
 
 
 def amount_text(v: float, digits: int = 3) -> str:

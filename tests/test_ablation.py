@@ -197,6 +197,32 @@ def test_reproduce_rerun_with_other_settings_never_replaces_its_runs(tmp_path, t
     assert _tree(out) == held  # the runs, the sweep store and ablation.nc, byte for byte
 
 
+def test_reproduce_never_reuses_a_run_made_on_other_contents_of_its_text_file(tmp_path, text_file):
+    """Only the path and settings were compared: after the corpus file was replaced, a rerun
+    printed '(reused)' with the old file's loss. The run is refused in one sentence naming the
+    file, the runs stay as they were, and the file as it was is reused again."""
+    out = tmp_path / "r"
+    args = ["reproduce", "--corpus", f"text:{text_file}", "--context", "32", "--batch-size", "4",
+            "--P", "4", "--seeds", "1", "--arms", "dense", "--tokens", "128", "--out", str(out)]  # fmt: skip
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    held = _tree(out)
+    original = text_file.read_bytes()
+    text_file.write_bytes(original.replace(b"slow", b"fast"))  # the same path, other contents
+    changed = CliRunner().invoke(main, args)
+    assert changed.exit_code == 2, changed.output
+    assert changed.output == (
+        f"Error: dense seed 0: the corpus file {str(text_file)!r} has changed since the run in "
+        f"{str(out / 'dense-seed0')!r} was made (its contents' sha256 differs), which this run "
+        f"would replace; expected another output folder (--out of reproduce, --runs-dir of "
+        f"sweep), or the file as it was.\n"
+    )
+    assert _tree(out) == held
+    text_file.write_bytes(original)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "(reused)" in again.output, again.output
+
+
 class _FilterModel(torch.nn.Module):
     """A stand-in network whose next-token distribution is the Bayes filter's."""
 

@@ -273,3 +273,45 @@ def test_largest_rate_is_the_bound_and_its_corpus_builds():
     s = me_corpus(MECorpusConfig(tokens=2_000, rate=largest_rate(8, 8.0), context=16)).stats
     assert all(math.isfinite(s[k]) for k in ("oracle_loss", "bayes_floor_loss", "ignore_y_loss"))
     assert s["oracle_loss"] <= s["bayes_floor_loss"] <= s["ignore_y_loss"]
+
+
+def test_n_states_beyond_this_machines_memory_is_refused_in_one_sentence(monkeypatch):
+    """The propagator table (8,193 rows of n x n) and the per-block arrays grow as n_states^2:
+    n_states=100000 ended in numpy's _ArrayMemoryError and 300 was killed by the OOM killer.
+    Refused before any work, naming the size; what fits is built as before."""
+    import fastslow_sim.integrators as integrators
+
+    monkeypatch.setattr(integrators, "physical_memory", lambda: 16.0 * 2**30)
+    res = CliRunner().invoke(main, ["corpus", "me:n_states=100000"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith(
+        "Error: the me corpus with n_states=100,000 and tokens=1,200,000 needs about "
+    ) and res.output.endswith(
+        "more than this machine's 16 GiB; expected n_states <= 76 here (or fewer tokens).\n"
+    ), res.output
+    with pytest.raises(fs.InputError, match=r"n_states=2,000 and tokens=20,000 needs about 2,\d\d\d GiB"):
+        parse_me_spec("me:tokens=20k,n_states=2000")
+    cfg = MECorpusConfig(n_states=76)
+    assert cfg.memory_bytes() <= 16 * 2**30 < cfg.memory_bytes(77)
+    with pytest.raises(fs.InputError, match="n_states=77 "):
+        MECorpusConfig(n_states=77)
+    monkeypatch.setattr(integrators, "physical_memory", lambda: float("inf"))  # says nothing
+    assert MECorpusConfig(n_states=100_000).n_states == 100_000
+
+
+@pytest.mark.parametrize("beta, where", [("1e308", "[-inf, 0.5]"), ("-1e308", "[0.5, inf]")])
+def test_a_beta_near_float64s_largest_is_refused_with_its_true_range_and_no_warning(beta, where):
+    """n (|beta| + 1) overflowed: numpy warned (printed above the error) and the sentence said
+    'for y in [-inf, -inf] only'. The rates are finite on one side of y_mid (where the up rate
+    underflows to 0), and the sentence says so without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(fs.InputError) as err:
+            parse_me_spec(f"me:beta={beta}")
+    text = str(err.value)
+    assert "n (|beta| + 1) = 8 x 1e+308 of them" in text, text
+    assert f"with beta={float(beta):g} keeps them finite for y in {where} only; expected |beta| below" in text
+    res = CliRunner().invoke(main, ["corpus", f"me:beta={beta}"])
+    assert res.exit_code == 2 and res.output == f"Error: {text}\n", res.output

@@ -1451,3 +1451,27 @@ def test_a_writer_whose_temporary_file_was_removed_under_a_finished_cell_loses_n
     with pytest.raises(FileNotFoundError):  # and where the cell is not there, it is an error
         sw._write_cell(cell, cells, "f" * 20)
     assert sorted(p.name for p in cells.iterdir()) == [f"{key}.npz"]
+
+
+def test_a_train_network_cell_on_a_changed_text_file_is_not_taken_as_done(tmp_path):
+    """A cell's key hashed the corpus spec, a path: after the file changed, the cell made on
+    its old contents was skipped as done. The key holds the file's contents; the me corpus's
+    keys (their spec determines them) are those of the stores written before."""
+    import hashlib
+
+    import fastslow_sim.sweep as sw
+
+    path = tmp_path / "c.txt"
+    path.write_text("the slow manifold " * 200)
+    params = sw.parse_options("train-network", {"corpus": f"text:{path}"})
+    key = sw.cell_key("train-network", params)
+    assert sw.cell_key("train-network", params) == key  # the same contents, the same key
+    grid = {"seed": [0, 1]}
+    cells = sw.make_cells(sw.get_task("train-network"), grid, params, tmp_path / "runs")
+    assert [c[1] for c in cells] == [sw.cell_key("train-network", {**params, "seed": s}) for s in (0, 1)]
+    path.write_text("the fast manifold " * 200)
+    assert sw.cell_key("train-network", params) != key
+    me = sw.parse_options("train-network", {"corpus": "me:tokens=20k"})
+    me_params = {k: v for k, v in me.items() if k != "out"}  # the key never held the folder
+    old = json.dumps({"task": "train-network", "params": me_params}, sort_keys=True, default=str)
+    assert sw.cell_key("train-network", me) == hashlib.sha256(old.encode()).hexdigest()[:20]

@@ -1,5 +1,6 @@
 """Corpora, training runs (determinism, resume, failures), the ablation and phi-vs-pst."""
 
+import hashlib
 import json
 import math
 import re
@@ -115,6 +116,27 @@ def test_resume_errors(tmp_path, text_file):
     (tmp_path / "r" / "ckpt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(fs.InputError, match="corrupt or unreadable"):
         train(_cfg(tmp_path, "r", spec, tokens=1000, resume=True), corpus)
+
+
+def test_resume_refuses_a_checkpoint_made_on_other_contents_of_its_text_file(tmp_path, text_file):
+    """--resume compared the settings only (the corpus is a path): a run went on training on
+    another file's bytes. Refused in one sentence; a checkpoint without a fingerprint (saved
+    before they were recorded) is resumed as before."""
+    spec = f"text:{text_file}"
+    train(_cfg(tmp_path, "r", spec, tokens=3000, stop_after_steps=2), text_corpus(text_file))
+    ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
+    assert ckpt["corpus_sha256"] == hashlib.sha256(text_file.read_bytes()).hexdigest()
+    text_file.write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))
+    msg = (f"--resume: the corpus file {str(text_file)!r} has changed since the run in "
+           f"{str(tmp_path / 'r')!r} was made (its contents' sha256 differs); expected the file "
+           f"as it was, or a new --out.")  # fmt: skip
+    with pytest.raises(fs.InputError) as err:
+        train(_cfg(tmp_path, "r", spec, tokens=3000, resume=True))  # the corpus loaded anew
+    assert str(err.value) == msg
+    del ckpt["corpus_sha256"]  # as an older fastslow-sim saved it: contents unknown, resumed
+    torch.save(ckpt, tmp_path / "r" / "ckpt.pt")
+    s = train(_cfg(tmp_path, "r", spec, tokens=3000, resume=True, stop_after_steps=3))
+    assert s["steps"] == 3 and s["corpus_sha256"] == hashlib.sha256(text_file.read_bytes()).hexdigest()
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, text_file, monkeypatch):
@@ -269,6 +291,11 @@ ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 
          "--seeds must be an integer from 1 to 200,000 (a sweep holds at most 1,000,000 runs, here "
          "5 arms per seed); got 99,999,999,999."),
         (["reproduce", "--arms", "dense", "--seeds", "1000001"], "from 1 to 1,000,000 "),
+        # an integer of 17 digits and more was echoed as 1e+20 and 1e+21, not as typed
+        (["reproduce", "--seeds", "99999999999999999999"],
+         "5 arms per seed); got 99999999999999999999."),
+        (["train-network", "--batch-size", "1000000000000000000000"],
+         "(one batch: --batch-size 1000000000000000000000 x --context 256)"),
         # --scheduler won and --workers was silently ignored
         (["reproduce", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"],
          "give --workers (a local cluster) or --scheduler (an existing one), not both."),
@@ -452,6 +479,15 @@ def test_corpus_command_json(text_file):
 
 
 
+def test_corpus_cli_counts_one_token_in_the_singular(tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_bytes(b"x")
+    res = CliRunner().invoke(main, ["corpus", f"text:{one}"])
+    assert res.exit_code == 0 and res.output.startswith(
+        f"corpus text:{one}: 1 token (train 0, validation 1), vocabulary 256\n"
+    ), res.output
+
+
 def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
     """make_optimizer leaves AdamW's kernel to torch: on the CPU that is its loop over the
     tensors, which must give foreach=True's bits (what the saved runs and the comments in
@@ -499,7 +535,8 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
          "81-102 measured in float32), more than this machine's 1 GiB of memory; expected "
          "batch_size at most 80 here"),
         (2**30, dict(batch_size=10**19),
-         "batch_size 1e+19 x block_size 256 x n_embd 128 x n_layer 4 needs at least about "
+         "batch_size 10000000000000000000 x block_size 256 x n_embd 128 x n_layer 4 needs at "
+         "least about "
          "4.88e+16 GiB for the activations"),
         (2**30, dict(batch_size=1, block_size=2**20, n_embd=4096, n_layer=64),
          "batch_size 1 x block_size 1,048,576 x n_embd 4,096 x n_layer 64 needs at least about "
@@ -511,8 +548,8 @@ def test_the_training_loops_adamw_is_bit_for_bit_foreach_on_the_cpu():
 )  # fmt: skip
 def test_memory_refusal_prints_small_and_huge_sizes_in_words(monkeypatch, memory, sizes, text):
     """The sizes of the activation-memory refusal read as amounts in KiB, MiB or GiB, grouped
-    in thousands (exponent form only beyond 1e16), and a model that no batch fits is not
-    offered "batch_size at most 0"."""
+    in thousands (exponent form only beyond 1e16; the sizes given, integers, as given), and a
+    model that no batch fits is not offered "batch_size at most 0"."""
     import fastslow_sim.integrators as integrators
     import fastslow_sim.training as training
 

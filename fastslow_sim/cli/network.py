@@ -48,7 +48,8 @@ def corpus(spec, P, context, as_json):
         click.echo(json_text(info))
         return
     click.echo(
-        f"corpus {info['corpus']}: {info['tokens']:,} tokens (train {info['train_tokens']:,}, "
+        f"corpus {info['corpus']}: {plural(info['tokens'], 'token', spec=',')} (train "
+        f"{info['train_tokens']:,}, "
         f"validation {info['val_tokens']:,}), vocabulary {info['vocab_size']}"
     )
     if "oracle_loss" in info:
