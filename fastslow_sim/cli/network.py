@@ -342,9 +342,13 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     Example:
       fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0 runs/reproduce-me/dense-matched-seed0
     """
-    from ..probe import READOUTS, phi_vs_pst
+    from ..probe import READOUTS, check_run, phi_vs_pst, save_result
 
-    results = [phi_vs_pst(d) for d in run_dirs]
+    for d in run_dirs:  # every folder checked before any work, and any result written
+        check_run(d)
+    results = [phi_vs_pst(d, write=False) for d in run_dirs]
+    for d, r in zip(run_dirs, results):
+        save_result(d, r)
     if as_json:
         for r in results:
             click.echo(json_text({k: v for k, v in r.items() if k != "binned"}))
@@ -356,9 +360,13 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     for r in results:
         cells = [f"{r['tv'][c]['mean']:.4f} ± {r['tv'][c]['se']:.4f}" if c in r["tv"] else "-"
                  for c in cols]  # fmt: skip
-        click.echo(
-            f"| {r['run']} | {r['arm']} | {r['tokens']:,} | {r['P']} | " + " | ".join(cells) + " |"
-        )
+        tokens = f"{r['tokens']:,}" + ("" if r["finished"] else " (stopped early)")
+        click.echo(f"| {r['run']} | {r['arm']} | {tokens} | {r['P']} | " + " | ".join(cells) + " |")
+    for r in results:
+        if not r["finished"]:
+            click.echo(f"note: run {r['run']} stopped early: its checkpoint holds "
+                       f"{r['steps']:,} of {plural(r['steps_planned'], 'step', spec=',')} "
+                       f"({r['tokens']:,} of {r['tokens_planned']:,} tokens trained).")  # fmt: skip
 
 
 
