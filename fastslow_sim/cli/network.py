@@ -11,7 +11,7 @@ import numpy as np
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, parse_eps_P
+from .common import check_cluster_options, in_runs, json_text, parse_eps_P, path_given
 
 
 @click.command()
@@ -114,7 +114,11 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
 @_train_options
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
-    "--out", default=None, metavar="DIR", help="Run folder [default: runs/VARIANT-CORPUS-seedS]."
+    "--out",
+    default=None,
+    metavar="DIR",
+    callback=path_given("folder"),
+    help="Run folder [default: runs/VARIANT-CORPUS-seedS].",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
 @click.option(
@@ -215,7 +219,8 @@ def train_network(
     type=float,
     help="Equivalence margin in nats/token for the verdicts.",
 )
-@click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
+@click.option("--out", default=None, metavar="DIR", callback=path_given("folder"),
+              help="Folder [default: runs/reproduce-CORPUS].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option(
     "--workers",
@@ -328,7 +333,8 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
 
 
 @click.command("phi-vs-pst")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(), metavar="RUN_DIR...")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(), metavar="RUN_DIR...",
+                callback=path_given("run folder"))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run.")
 def phi_vs_pst_cmd(run_dirs, as_json):
     """How close each run's phi_theta is to p_st(y) on the me corpus: mean total-variation
