@@ -788,3 +788,18 @@ def test_an_empty_path_is_refused_in_one_sentence(args, name, what, tmp_path, mo
     assert res.exit_code == 2, res.output
     assert res.output == f"Error: {name} must name a {what}; got an empty string.\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["training-figures", "--runs", "runs", "--out-dir", "nodir/x"],
+                                  ["figures", "--only", "cost", "--out", "nodir/x"],
+                                  ["figures", "--only", "cost", "--results-dir", "nodir/x"]])
+def test_figure_folders_above_the_one_given_are_not_made(args, tmp_path, monkeypatch):
+    # training-figures --out-dir nodir/x made nodir/ silently; other commands refuse it
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    what = "results" if "--results-dir" in args else "figure"
+    assert res.output == (f"Error: cannot write the {what} folder 'nodir/x': folder 'nodir' "
+                          "does not exist.\n")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
