@@ -690,15 +690,22 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     missing). Returns one record per figure: `{"name", "files", "seconds", "datasets"}` with
     `datasets` a list of `(path, "reused" | "computed")`, or `"skipped"` with the reason."""
     from .analysis import palette, save_figure
-    from .io import check_writable
+    from .io import check_parent, check_writable
 
     sizes = sizes or (QUICK if quick else FULL)
+    out_given, results_given = out is not None, results is not None
     root = Path("fastslow-results") / ("quick" if sizes.name == "quick" else "")
     out = _folder(out if out is not None else (root / "figures" if sizes.name == "quick"
                                                 else "figures"), "figure folder")  # fmt: skip
     results = _folder(results if results is not None else root, "results folder")
     runs = _folder(runs if runs is not None else (root / "runs" if sizes.name == "quick" else "runs"),
                    "runs folder")  # fmt: skip
+    # a folder given is made, but not the folders above it (a typo there would scatter the
+    # figures); the defaults are the gallery's own, made as needed
+    for given, folder, what in ((out_given, out, "figure folder"),
+                                (results_given, results, "results folder")):  # fmt: skip
+        if given and not folder.exists():
+            check_parent(folder, what)
     names = select(only)
     if out.is_dir():  # a figure file there that fastslow-sim did not write: refused up front
         for name in names:

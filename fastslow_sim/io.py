@@ -19,8 +19,9 @@ its name): every file carries a mark, sniffed cheaply from its first (PDF: last)
   (PNG; TIFF and WebP: the Exif tag) or Creator metadata begins with `fastslow-sim` (JPEG, GIF,
   AVIF, raw and PGF figures carry no mark, so an existing one is never replaced);
 * JSON (`save_json`): the object's first key is `fastslow_sim_version`; a JSON file without it
-  is fastslow-sim's when it lies in a run folder beside a checkpoint of fastslow-sim's (the run
-  folders that `train-network` guards, written before the key existed);
+  is fastslow-sim's only when it lies in a run folder beside a checkpoint of fastslow-sim's
+  (the run folders that `train-network` guards, written before the key existed) and begins
+  with the first key ours had then (summary.json: `variant`, phi_vs_pst.json: `run`);
 * torch checkpoints (zip): the pickled object holds the key `fastslow_sim_version`.
 
 Anything else (a user's text, an image or HDF5 file without the mark, a corrupt or unreadable
@@ -235,11 +236,16 @@ _JSON_MARKED = re.compile(rb'\A\s*\{\s*"' + VERSION_KEY.encode() + rb'"\s*:')
 def _sniff_json(path: Path, head: bytes) -> bool:
     if _JSON_MARKED.match(head):
         return True
-    beside = path.parent / "ckpt.pt"  # an older run folder: our checkpoint sits beside it
-    return path.name in _RUN_FOLDER_JSON and beside.is_file() and written_by_us(beside)
+    # an older run folder: our checkpoint sits beside it, and the file begins as ours began
+    first = _RUN_FOLDER_JSON.get(path.name)
+    if first is None or not re.match(rb'\A\s*\{\s*"' + first + rb'"\s*:', head):
+        return False
+    beside = path.parent / "ckpt.pt"
+    return beside.is_file() and written_by_us(beside)
 
 
-_RUN_FOLDER_JSON = ("summary.json", "phi_vs_pst.json")  # what a run folder of ours holds
+# what a run folder of ours holds, and the first key of each before the mark existed
+_RUN_FOLDER_JSON = {"summary.json": b"variant", "phi_vs_pst.json": b"run"}
 
 
 def _sniff_pil(path: Path, head: bytes) -> bool:

@@ -24,7 +24,6 @@ across windows (blocks of one window are correlated).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from .corpora import load_corpus
 from .errors import InputError
 from .io import check_writable, save_json
 
-__all__ = ["load_run", "phi_vs_pst", "READOUTS"]
+__all__ = ["load_run", "check_run", "phi_vs_pst", "save_result", "READOUTS"]
 
 READOUTS = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
             "slow law over the last 3 blocks", "previous block's histogram", "corpus frequencies",
@@ -44,6 +43,14 @@ READOUTS = ("model head", "slow-state probe", "Bayes filter, head readout", "Bay
 
 def load_run(run_dir):
     """`(model, train_config dict)` from `run_dir/ckpt.pt`, on the CPU in eval mode."""
+    model, tcfg, _ = _load(run_dir)
+    return model, tcfg
+
+
+def _load(run_dir):
+    """`load_run`'s model and configuration, and the run's progress as the checkpoint holds
+    it: `{"steps", "steps_planned", "finished", "tokens", "tokens_planned"}` (`tokens`: those
+    trained, which an interrupted run has fewer of than planned)."""
     path = Path(run_dir) / "ckpt.pt"
     if not path.is_file():
         raise InputError(
@@ -53,13 +60,18 @@ def load_run(run_dir):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         model = FastSlowLM(BridgeConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
+        tcfg = ckpt["train_config"]
+        per_step = int(tcfg["batch_size"]) * int(tcfg["block_size"]) * int(ckpt.get("world_size", 1))
+        steps, planned = int(ckpt["step"]), max(1, int(tcfg["tokens"]) // per_step)
     except InputError:
         raise
     except Exception as err:  # noqa: BLE001
         raise InputError(
             f"the checkpoint {str(path)!r} is corrupt or unreadable ({type(err).__name__})."
         ) from None
-    return model.eval(), ckpt["train_config"]
+    progress = {"steps": steps, "steps_planned": planned, "finished": steps >= planned,
+                "tokens": steps * per_step, "tokens_planned": int(tcfg["tokens"])}  # fmt: skip
+    return model.eval(), tcfg, progress
 
 
 @torch.no_grad()
@@ -111,14 +123,11 @@ def _windows(corpus, split, T, limit):
     return win, starts // corpus.block_len
 
 
-def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12) -> dict:
-    """Mean TV distance to `p_st(y_b)` of every readout and baseline (module docstring), with
-    standard errors, and the readouts binned by `y` for the figure; written to
-    `run_dir/phi_vs_pst.json`."""
-    from .me_corpus import MECorpusConfig, _start_prior, bayes_filter
-    from .stationary import stationary_distribution
-
-    model, tcfg = load_run(run_dir)
+def check_run(run_dir):
+    """`(model, train_config, progress, corpus)` of the run in `run_dir` once it passes every
+    check phi-vs-pst makes before any work (a checkpoint of an me-corpus run whose context
+    holds at least two blocks, a result path that may be written); else `InputError`."""
+    model, tcfg, progress = _load(run_dir)
     check_writable(Path(run_dir) / "phi_vs_pst.json", "phi-vs-pst result")  # before the work
     corpus_spec = str(tcfg.get("corpus"))
     if not (corpus_spec == "me" or corpus_spec.startswith("me:")):
@@ -126,15 +135,34 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
             f"run {str(run_dir)!r} was trained on {corpus_spec!r}; phi-vs-pst needs an 'me' corpus."
         )
     P, T = model.config.P, tcfg["block_size"]
-    corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
-    mcfg = MECorpusConfig(**corpus.stats["config"])
-    if mcfg.P != P:
-        raise InputError(f"the model's P={P} differs from the corpus's P={mcfg.P}.")
-    V, nb = corpus.vocab_size, T // P
     if T % P:
-        raise InputError(f"the context {T} is not a multiple of P={P}.")
-    if nb < 2:
-        raise InputError(f"the context {T} holds fewer than two blocks of P={P}.")
+        raise InputError(f"run {str(run_dir)!r}: the context {T} is not a multiple of P={P}.")
+    if T // P < 2:
+        raise InputError(
+            f"run {str(run_dir)!r}: the context {T} holds fewer than two blocks of P={P}."
+        )
+    corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
+    if corpus.stats["config"]["P"] != P:
+        raise InputError(f"run {str(run_dir)!r}: the model's P={P} differs from the corpus's "
+                         f"P={corpus.stats['config']['P']}.")  # fmt: skip
+    return model, tcfg, progress, corpus
+
+
+def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12,
+               write: bool = True) -> dict:
+    """Mean TV distance to `p_st(y_b)` of every readout and baseline (module docstring), with
+    standard errors, and the readouts binned by `y` for the figure; written to
+    `run_dir/phi_vs_pst.json` (`write=False`: not written; `save_result` writes it). The
+    tokens are those the checkpoint's steps trained, `finished` says whether it holds every
+    planned step."""
+    from .me_corpus import MECorpusConfig, _start_prior, bayes_filter
+    from .stationary import stationary_distribution
+
+    model, tcfg, progress, corpus = check_run(run_dir)
+    corpus_spec = str(tcfg.get("corpus"))
+    P, T = model.config.P, tcfg["block_size"]
+    mcfg = MECorpusConfig(**corpus.stats["config"])
+    V, nb = corpus.vocab_size, T // P
     ys, pst_all = corpus.blocks["y"], corpus.blocks["p_st"]
 
     win, first_block = _windows(corpus, "val", T, max_windows)  # (W, T+1), (W,)
@@ -196,14 +224,12 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
         if name in readouts:
             flat = readouts[name].reshape(-1, V)
             binned[name] = [flat[which == k].mean(axis=0).tolist() for k in range(bins)]
-    summary_path = Path(run_dir) / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     result = {
         "run": str(run_dir),
         "arm": tcfg.get("arm") or tcfg["variant"],
         "variant": tcfg["variant"],
         "corpus": corpus_spec,
-        "tokens": int(summary.get("tokens", tcfg["tokens"])),
+        **progress,  # the tokens the checkpoint's steps trained, not the planned ones
         "P": P,
         "seed": tcfg["seed"],
         "windows": int(W),
@@ -212,6 +238,11 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
         "tv": tv,
         "binned": binned,
     }
-    out = Path(run_dir) / "phi_vs_pst.json"
-    save_json(result, out, "phi-vs-pst result", indent=None)
+    if write:
+        save_result(run_dir, result)
     return result
+
+
+def save_result(run_dir, result: dict) -> Path:
+    """Write `phi_vs_pst`'s `result` to `run_dir/phi_vs_pst.json`."""
+    return save_json(result, Path(run_dir) / "phi_vs_pst.json", "phi-vs-pst result", indent=None)

@@ -297,3 +297,57 @@ def test_one_seed_prints_no_spread_and_no_interval():
     lo, hi = stats.t.interval(0.95, 1, loc=d.mean(), scale=d.std(ddof=1) / np.sqrt(2))
     assert f"| 1.6000 ± {np.std([1.5, 1.7], ddof=1):.4f} |" in text
     assert f"| -0.1500 | [{lo:+.4f}, {hi:+.4f}] | 1 |" in text
+
+
+PHI_TINY = dict(block_size=16, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
+                eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def phi_runs(tmp_path_factory):
+    """A finished me run, one stopped after 4 of 32 steps, and a finished run on `random`."""
+    from fastslow_sim.training import train
+
+    root = tmp_path_factory.mktemp("phi")
+    for name, corpus, stop in (("done", "me:tokens=20k", None), ("cut", "me:tokens=20k", 4),
+                               ("rand", "random", None)):  # fmt: skip
+        train(TrainConfig(corpus=corpus, out=str(root / name), tokens=2048 if stop else 256,
+                          stop_after_steps=stop, **PHI_TINY))  # fmt: skip
+    return root
+
+
+def test_phi_vs_pst_of_a_stopped_run_gives_the_tokens_trained(phi_runs, tmp_path):
+    # an interrupted run printed its planned tokens (64,000) and nothing said it was unfinished
+    import shutil
+
+    run = tmp_path / "cut"
+    shutil.copytree(phi_runs / "cut", run)
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run), "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output)
+    assert (r["tokens"], r["steps"], r["steps_planned"], r["finished"]) == (4 * 64, 4, 32, False)
+    assert r["tokens_planned"] == 2048
+    saved = json.loads((run / "phi_vs_pst.json").read_text())
+    assert (saved["tokens"], saved["finished"]) == (256, False)
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 0, res.output
+    row = next(ln for ln in res.output.splitlines() if ln.startswith(f"| {run} |"))
+    assert "| 256 (stopped early) |" in row and "2,048" not in row
+    assert f"note: run {run} stopped early: its checkpoint holds 4 of 32 steps (256 of 2,048 " \
+           "tokens trained)." in res.output
+
+
+@pytest.mark.parametrize("other", ["missing", "rand"])
+def test_phi_vs_pst_checks_every_folder_before_writing(phi_runs, tmp_path, other):
+    # `phi-vs-pst good nonexist_dir` exited 2 having written good/phi_vs_pst.json
+    import shutil
+
+    run = tmp_path / "done"
+    shutil.copytree(phi_runs / "done", run)
+    if other == "rand":
+        shutil.copytree(phi_runs / "rand", tmp_path / "rand")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run), str(tmp_path / other)])
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert ("no checkpoint" if other == "missing" else "needs an 'me' corpus") in res.output
+    assert not (run / "phi_vs_pst.json").exists()

@@ -761,3 +761,45 @@ def test_integrate_prints_no_python_warning_lines(tmp_path, monkeypatch):
                                     "3", "--no-plot", "--out", str(tmp_path / "w.nc")])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert res.output.count(f"Warning: {text}") == 1 and ".py:" not in res.output, res.output
+
+
+@pytest.mark.parametrize("args, name, what", [
+    (["train-network", "--out", ""], "--out", "folder"),
+    (["reproduce", "--out", ""], "--out", "folder"),
+    (["training-figures", "--out-dir", ""], "--out-dir", "folder"),
+    (["training-figures", "--runs", ""], "--runs", "folder"),
+    (["figures", "--out", ""], "--out/--out-dir", "folder"),
+    (["figures", "--results-dir", ""], "--results-dir", "folder"),
+    (["figures", "--runs", ""], "--runs", "folder"),
+    (["figures", "--text", ""], "--text", "file"),
+    (["integrate", "--P", "8", "--out", ""], "--out", "file"),
+    (["integrate", "--P", "8", "--plot", ""], "--plot", "file"),
+    (["convergence", "--out", ""], "--out", "file"),
+    (["manifold", "--plot", ""], "--plot", "file"),
+    (["sweep", "integrate", "--store", ""], "--store", "zarr store"),
+    (["sweep", "train-network", "--store", "s.zarr", "--runs-dir", ""], "--runs-dir", "folder"),
+    (["phi-vs-pst", "run", ""], "RUN_DIR", "run folder"),
+])  # fmt: skip
+def test_an_empty_path_is_refused_in_one_sentence(args, name, what, tmp_path, monkeypatch):
+    # train-network --out "" trained into the current folder; reproduce --out "" named
+    # runs/reproduce-me, a path never typed; training-figures --out-dir "" wrote here
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert res.output == f"Error: {name} must name a {what}; got an empty string.\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["training-figures", "--runs", "runs", "--out-dir", "nodir/x"],
+                                  ["figures", "--only", "cost", "--out", "nodir/x"],
+                                  ["figures", "--only", "cost", "--results-dir", "nodir/x"]])
+def test_figure_folders_above_the_one_given_are_not_made(args, tmp_path, monkeypatch):
+    # training-figures --out-dir nodir/x made nodir/ silently; other commands refuse it
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    what = "results" if "--results-dir" in args else "figure"
+    assert res.output == (f"Error: cannot write the {what} folder 'nodir/x': folder 'nodir' "
+                          "does not exist.\n")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

@@ -283,6 +283,35 @@ def test_an_old_json_file_counts_in_a_run_folder_of_ours(tmp_path):
     assert written_by_us(tmp_path / "ckpt.pt") and written_by_us(old)
 
 
+@pytest.mark.parametrize("name, content, ours", [
+    ("phi_vs_pst.json", '{"mine": 1}', False), ("summary.json", '{"mine": 1}', False),
+    ("phi_vs_pst.json", '[1, 2]', False), ("summary.json", '{"run": "x"}', False),
+    ("phi_vs_pst.json", '{"run": "r", "variant": "coupled"}', True),
+    ("summary.json", ' { "variant" : "dense"}', True),
+])  # fmt: skip
+def test_an_unmarked_json_beside_our_checkpoint_is_ours_only_as_ours_began(tmp_path, name,
+                                                                           content, ours):
+    # a user's {"mine": 1} saved as phi_vs_pst.json in a run folder was replaced by phi-vs-pst
+    torch.save({"model": torch.zeros(2), "fastslow_sim_version": "0.1"}, tmp_path / "ckpt.pt")
+    (tmp_path / name).write_text(content)
+    assert written_by_us(tmp_path / name) is ours
+
+
+def test_phi_vs_pst_refuses_a_users_json_in_the_run_folder(tmp_path):
+    from fastslow_sim.probe import phi_vs_pst
+    from fastslow_sim.training import TrainConfig, train
+
+    run = tmp_path / "run"
+    train(TrainConfig(corpus="me:tokens=20k", out=str(run), tokens=512, block_size=16,
+                      batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
+                      eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False))  # fmt: skip
+    mine = run / "phi_vs_pst.json"
+    mine.write_text('{"mine": 1}')
+    with pytest.raises(fs.InputError, match="phi_vs_pst.json.*never replaced"):
+        phi_vs_pst(run)
+    assert mine.read_text() == '{"mine": 1}'
+
+
 def test_the_committed_figures_are_ours():
     files = sorted(FIGURES.glob("*.png")) + sorted(FIGURES.glob("*.pdf"))
     assert len(files) >= 20
@@ -376,7 +405,7 @@ def test_a_json_of_the_users_beside_a_checkpoint_of_ours_is_not_ours(tmp_path, m
     run = tmp_path / "run"
     run.mkdir()
     torch.save({fs.io.VERSION_KEY: "0", "model": {}}, run / "ckpt.pt")
-    (run / "summary.json").write_text('{"train_config": {}}')
+    (run / "summary.json").write_text('{"variant": "coupled", "train_config": {}}')
     notes = run / "notes.json"
     notes.write_text('{"my": "notes"}')
     assert written_by_us(run / "summary.json") and not written_by_us(notes)

@@ -19,7 +19,9 @@ from fastslow_sim.analysis import (  # noqa: E402
     plot_branches,
     plot_convergence,
     plot_equilibrium_manifold,
+    plot_gates,
     plot_trajectory,
+    plot_val_loss,
     save_figure,
 )
 
@@ -269,3 +271,43 @@ def test_save_figure_writes_and_closes(tmp_path, rng):
     save_figure(kept, tmp_path / "t.svg", close=False)
     assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
     assert kept.number in plt.get_fignums()
+
+
+def _ablation_folder(tmp_path, listed, stale, evals):
+    """A reproduce folder whose ablation.nc lists `listed` `{arm: seeds}`; `stale` runs lie
+    beside them (an earlier ablation's); every run evaluated at `evals` steps."""
+    from fastslow_sim.io import save_dataset
+
+    arms = list(listed)
+    seeds = max(listed.values())
+    save_dataset(xr.Dataset({"val_loss": (("arm", "seed"), np.ones((len(arms), seeds)))},
+                            coords={"arm": arms, "seed": np.arange(seeds)}),
+                 tmp_path / "ablation.nc")  # fmt: skip
+    runs = [(a, s) for a, n in listed.items() for s in range(n)] + stale
+    for arm, seed in runs:
+        (tmp_path / f"{arm}-seed{seed}").mkdir()
+        steps = np.arange(1, 5)
+        save_dataset(xr.Dataset({"gate": (("step", "layer"), np.full((4, 2), 0.1)),
+                                 "val_loss": ("eval_step", np.full(len(evals), 1.5))},
+                                coords={"step": steps, "eval_step": evals}),
+                     tmp_path / f"{arm}-seed{seed}" / "train.nc")  # fmt: skip
+    return tmp_path
+
+
+@pytest.mark.parametrize("plot", [plot_val_loss, plot_gates])
+def test_training_curves_show_exactly_the_runs_of_the_ablation(tmp_path, plot):
+    # reproduce --seeds 3, then --seeds 1 into the same folder: the validation loss said
+    # "3 seeds" beside an ablation of 1; a coupled-only ablation drew an older dense run
+    folder = _ablation_folder(tmp_path, {"coupled": 1},
+                              [("coupled", 1), ("coupled", 2), ("dense", 0)], np.array([4]))
+    fig = plot({"me": folder})
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["coupled (1 seed)"]
+
+
+def test_a_validation_curve_of_one_evaluation_is_drawn_as_a_marker(tmp_path):
+    # a run evaluated once drew a line of one point: nothing visible
+    fig = plot_val_loss({"me": _ablation_folder(tmp_path, {"coupled": 2}, [], np.array([4]))})
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "coupled (2 seeds)"]
+    assert line.get_marker() == "o" and len(line.get_xdata()) == 1

@@ -19,14 +19,20 @@ GATED = ("coupled", "frozen-slow", "frozen-gate")  # the arms that have a gate
 
 
 def _runs(ablation_dir):
-    """`{variant: [train dataset per seed]}` from a `reproduce` folder."""
+    """`{arm: [train dataset per seed]}` of the runs that the `reproduce` folder's ablation.nc
+    lists (its arms and seeds, from their folders `ARM-seedS`), no other: a folder also holds
+    the runs of earlier ablations (more seeds, other arms), which its ablation did not use."""
     from fastslow_sim.io import load_dataset
 
-    out = {}
-    for path in sorted(Path(ablation_dir).glob("*-seed*/train.nc")):
-        variant = path.parent.name.rsplit("-seed", 1)[0]
-        out.setdefault(variant, []).append(load_dataset(path))
-    return out
+    ablation = load_dataset(Path(ablation_dir) / "ablation.nc")
+    return {str(arm): [load_dataset(Path(ablation_dir) / f"{arm}-seed{int(seed)}" / "train.nc")
+                       for seed in ablation["seed"].values]
+            for arm in ablation["arm"].values}  # fmt: skip
+
+
+def _marker(x):
+    """A marker where a curve has one point (a run evaluated once draws no line), else none."""
+    return "o" if len(x) == 1 else None
 
 
 def _layer_shades(color, n):
@@ -61,6 +67,7 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
             shades = _layer_shades(arm_color(arm), g.shape[2])
             for layer in range(g.shape[2]):
                 ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
+                        marker=_marker(steps), ms=4,
                         label=f"{arm} ({plural(len(g), 'seed')})" if layer == g.shape[2] - 1
                         else None)  # fmt: skip
                 ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
@@ -90,7 +97,8 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
             steps = runs[arm][0]["eval_step"].values
             v = np.array([ds["val_loss"].values for ds in runs[arm]])
             label = f"{arm} ({plural(len(v), 'seed')})"
-            ax.plot(steps, v.mean(0), color=arm_color(arm), label=label)
+            ax.plot(steps, v.mean(0), color=arm_color(arm), label=label, marker=_marker(steps),
+                    ms=4)  # fmt: skip
             ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
         refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
         for k, (name, value) in enumerate(refs):

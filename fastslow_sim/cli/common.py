@@ -27,6 +27,24 @@ def in_runs(path) -> bool:
     """Whether `path` lies directly in `runs/`, the commands' own folder, which they make as
     needed (any other missing folder above an output is the user's to make, and refused)."""
     return Path(path).parent == RUNS
+
+
+def path_given(what: str):
+    """A click callback for a path option or argument: `InputError` for an empty string, which
+    named the current folder (`--out ""` trained into it) or let a default stand in for it
+    (`reproduce --out ""` wrote to runs/reproduce-me), never what was typed."""
+
+    def check(ctx, param, value):
+        values = value if isinstance(value, tuple) else (value,)
+        if any(v is not None and str(v) == "" for v in values):
+            option = param.param_type_name == "option"
+            name = "/".join(param.opts) if option else param.metavar.rstrip(".")
+            raise InputError(f"{name} must name a {what}; got an empty string.")
+        return value
+
+    return check
+
+
 MAX_N_EVAL = 1_000_000  # saved time points
 MAX_BATCH = 1_000_000  # trajectories of --batch
 RTOL_MIN = 100 * 2.0**-52
@@ -153,9 +171,10 @@ def output_options(default_name: str):
 
     def decorate(f):
         options = [
-            click.option("--out", default=None, metavar="FILE.nc",
+            click.option("--out", default=None, metavar="FILE.nc", callback=path_given("file"),
                          help=f"NetCDF output [default: fastslow-results/{default_name}]."),
             click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+                         callback=path_given("file"),
                          help="Plot output [default: the --out path with .png]."),
             click.option("--no-plot", is_flag=True, help="Do not write a plot."),
             click.option("--json", "as_json", is_flag=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .common import ode_command, use_agg
+from .common import ode_command, path_given, use_agg
 
 
 def _print_figure_records(records):
@@ -39,15 +39,18 @@ class _FiguresCommand(click.Command):
 @click.option("--quick", is_flag=True,
               help="Short runs (a few minutes on two cores) under fastslow-results/quick/.")
 @click.option("--out", "--out-dir", "out_dir", default=None, type=click.Path(file_okay=False),
+              callback=path_given("folder"),
               help="Folder for the figures [default: figures/; with --quick "
                    "fastslow-results/quick/figures/].")
 @click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              callback=path_given("folder"),
               help="Folder for the ODE and cost datasets [default: fastslow-results/, with "
                    "--quick fastslow-results/quick/].")
 @click.option("--runs", "runs_dir", default=None, type=click.Path(file_okay=False),
+              callback=path_given("folder"),
               help="Folder of the training runs [default: runs/; with --quick "
                    "fastslow-results/quick/runs/].")
-@click.option("--text", default=None, metavar="PATH",
+@click.option("--text", default=None, metavar="PATH", callback=path_given("file"),
               help="Text corpus of the second ablation [default: ../shared/data/tinyshakespeare.txt; "
                    "left out where the file is missing].")
 @click.option("--only", default=None, metavar="NAMES",
@@ -86,9 +89,11 @@ def figures(quick, out_dir, results_dir, runs_dir, text, only):
     default="runs",
     show_default=True,
     type=click.Path(file_okay=False),
+    callback=path_given("folder"),
     help="Folder holding reproduce-text/ and reproduce-me/ (from fastslow-sim reproduce).",
 )
-@click.option("--out-dir", default="figures", show_default=True, type=click.Path(file_okay=False))
+@click.option("--out-dir", default="figures", show_default=True, type=click.Path(file_okay=False),
+              callback=path_given("folder"))
 def training_figures(runs_dir, out_dir):
     """The training figures from the runs already saved (computes nothing): an alias of
     `fastslow-sim figures --only training` that skips a figure whose runs are missing.

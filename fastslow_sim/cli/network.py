@@ -11,7 +11,7 @@ import numpy as np
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, parse_eps_P
+from .common import check_cluster_options, in_runs, json_text, parse_eps_P, path_given
 
 
 @click.command()
@@ -115,7 +115,11 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
 @_train_options
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
-    "--out", default=None, metavar="DIR", help="Run folder [default: runs/VARIANT-CORPUS-seedS]."
+    "--out",
+    default=None,
+    metavar="DIR",
+    callback=path_given("folder"),
+    help="Run folder [default: runs/VARIANT-CORPUS-seedS].",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
 @click.option(
@@ -216,7 +220,8 @@ def train_network(
     type=float,
     help="Equivalence margin in nats/token for the verdicts.",
 )
-@click.option("--out", default=None, metavar="DIR", help="Folder [default: runs/reproduce-CORPUS].")
+@click.option("--out", default=None, metavar="DIR", callback=path_given("folder"),
+              help="Folder [default: runs/reproduce-CORPUS].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option(
     "--workers",
@@ -329,7 +334,8 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
 
 
 @click.command("phi-vs-pst")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(), metavar="RUN_DIR...")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(), metavar="RUN_DIR...",
+                callback=path_given("run folder"))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run.")
 def phi_vs_pst_cmd(run_dirs, as_json):
     """How close each run's phi_theta is to p_st(y) on the me corpus: mean total-variation
@@ -343,9 +349,13 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     Example:
       fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0 runs/reproduce-me/dense-matched-seed0
     """
-    from ..probe import READOUTS, phi_vs_pst
+    from ..probe import READOUTS, check_run, phi_vs_pst, save_result
 
-    results = [phi_vs_pst(d) for d in run_dirs]
+    for d in run_dirs:  # every folder checked before any work, and any result written
+        check_run(d)
+    results = [phi_vs_pst(d, write=False) for d in run_dirs]
+    for d, r in zip(run_dirs, results):
+        save_result(d, r)
     if as_json:
         for r in results:
             click.echo(json_text({k: v for k, v in r.items() if k != "binned"}))
@@ -357,9 +367,13 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     for r in results:
         cells = [f"{r['tv'][c]['mean']:.4f} ± {r['tv'][c]['se']:.4f}" if c in r["tv"] else "-"
                  for c in cols]  # fmt: skip
-        click.echo(
-            f"| {r['run']} | {r['arm']} | {r['tokens']:,} | {r['P']} | " + " | ".join(cells) + " |"
-        )
+        tokens = f"{r['tokens']:,}" + ("" if r["finished"] else " (stopped early)")
+        click.echo(f"| {r['run']} | {r['arm']} | {tokens} | {r['P']} | " + " | ".join(cells) + " |")
+    for r in results:
+        if not r["finished"]:
+            click.echo(f"note: run {r['run']} stopped early: its checkpoint holds "
+                       f"{r['steps']:,} of {plural(r['steps_planned'], 'step', spec=',')} "
+                       f"({r['tokens']:,} of {r['tokens_planned']:,} tokens trained).")  # fmt: skip
 
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text
+from .common import check_cluster_options, in_runs, json_text, path_given
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -18,7 +18,7 @@ from .common import check_cluster_options, in_runs, json_text
 @click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
               help="A swept parameter: NAME=V1,V2,... or NAME=A:B (the integers A to B, both "
                    "included); repeat for each dimension.")
-@click.option("--store", required=True, metavar="PATH.zarr",
+@click.option("--store", required=True, metavar="PATH.zarr", callback=path_given("zarr store"),
               help="The sweep's zarr store (a new path in an existing folder, or a store to "
                    "resume).")
 @click.option("--workers", default=None, type=int, metavar="N",
@@ -28,7 +28,7 @@ from .common import check_cluster_options, in_runs, json_text
 @click.option("--chunk-size", default=None, type=int, metavar="K",
               help="Cells per dask task for batched tasks [default: the batch over the workers, <= 64].")
 @click.option("--retry-failed", is_flag=True, help="Run the cells that failed before again.")
-@click.option("--runs-dir", default=None, metavar="DIR",
+@click.option("--runs-dir", default=None, metavar="DIR", callback=path_given("folder"),
               help="train-network: folder of the run folders [default: PATH-runs].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.pass_context
