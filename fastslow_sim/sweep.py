@@ -1275,6 +1275,32 @@ def _local_cluster(workers: int, threads: int | None = None):
                         silence_logs=logging.ERROR)  # fmt: skip
 
 
+def check_scheduler_address(scheduler: str) -> None:
+    """`InputError` (one sentence naming it) for a `--scheduler` that is no dask address, as
+    `bogus`, `tcp://bogus` (no port), `foo://1.2.3.4:5` or an empty one: distributed raised a
+    `ValueError` with a traceback for these, where an unreachable address was refused."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import backends, get_backend
+
+    expected = "expected SCHEME://HOST:PORT, as tcp://127.0.0.1:8786, the address a `dask scheduler` prints"
+    try:
+        scheme, location = parse_address(scheduler)
+    except (ValueError, TypeError):
+        raise InputError(f"--scheduler {scheduler!r} is not a dask scheduler address; {expected}.") from None
+    try:
+        get_backend(scheme)
+    except ValueError:
+        raise InputError(f"--scheduler {scheduler!r} has an unknown scheme {scheme!r} (known: "
+                         f"{', '.join(sorted(backends))}); {expected}.") from None  # fmt: skip
+    if scheme == "inproc":
+        return
+    try:
+        parse_host_port(location)
+    except (ValueError, TypeError):
+        raise InputError(f"--scheduler {scheduler!r} has no valid HOST:PORT; "
+                         f"{expected}.") from None  # fmt: skip
+
+
 @contextlib.contextmanager
 def _client(workers, scheduler, client, threads=None):
     if client is not None:
@@ -1332,6 +1358,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         raise InputError(f"--workers must be a non-negative integer; got {workers}.")
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
+    if scheduler is not None and client is None:
+        check_scheduler_address(scheduler)
     store = _check_store(Path(store), t.name, parents)
     runs_dir = _check_runs_dir(t, runs_dir, store, parents)
     cells = make_cells(t, grid, fixed, runs_dir)

@@ -451,6 +451,27 @@ def _wait_for(pred, timeout=120.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.parametrize("address, said", [
+    ("bogus", "has no valid HOST:PORT"), ("tcp://bogus", "has no valid HOST:PORT"),
+    ("", "has no valid HOST:PORT"), ("127.0.0.1:abc", "has no valid HOST:PORT"),
+    ("foo://1.2.3.4:5", "has an unknown scheme 'foo'"),
+])  # fmt: skip
+def test_a_malformed_scheduler_address_is_one_sentence_and_leaves_no_store(tmp_path, address, said):
+    """`--scheduler bogus` (or `tcp://bogus`, "", `foo://1.2.3.4:5`) was distributed's
+    `ValueError` with a traceback and exit 1, where an unreachable address was one sentence."""
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--t-end", "1",
+                                    "--store", str(store), "--scheduler", address])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"Error: --scheduler {address!r} {said}")
+    assert "tcp://127.0.0.1:8786" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not store.exists()
+    with pytest.raises(InputError, match="not a dask|HOST:PORT|unknown scheme"):
+        run_sweep("integrate", ["eps=0.1"], {"t_end": 1.0}, tmp_path / "t.zarr", scheduler=address)
+    assert not (tmp_path / "t.zarr").exists()
+
+
 @pytest.mark.slow
 def test_remote_scheduler_and_worker_processes(tmp_path):
     """A `dask scheduler` and a `dask worker` started as their own processes on 127.0.0.1; the
