@@ -290,11 +290,9 @@ def _drift_vars(cell: xr.Dataset, text: str) -> None:
 def _convergence_args(c) -> tuple:
     """`(system, eps values)` of a convergence cell; `InputError` unless the eps list is numbers."""
     from .systems import make_system
+    from .validation import number_list
 
-    try:
-        values = [float(v) for v in str(c["eps"]).split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"eps must be a comma-separated list of numbers; got {c['eps']!r}.") from None
+    values = number_list(str(c["eps"]), "eps")
     if len(values) < 2:
         raise InputError(f"eps must list at least two values to fit a slope; got {c['eps']!r}.")
     return make_system(c["system"], eps=values[0]), values

@@ -6,6 +6,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 import fastslow_sim as fs
@@ -217,6 +218,11 @@ def test_a_P_that_is_no_integer_is_not_printed(tmp_path):
         (["--eps", "0.1", "--x0", "0.5,0.6,0,0,0,0,0,0"], "probability vector"),
         (["--eps", "0.1", "--x0", "1,0"], "8 entries"),
         (["--eps", "0.1", "--x0", "a,b"], "comma-separated"),
+        # "1 5" ran as y0 = 15, "0 .5" as 0.5, "1,,0,..." dropped its empty entry
+        (["--eps", "0.125", "--y0", "1 5"], "--y0 entry '1 5' of '1 5' has a space inside it"),
+        (["--eps", "0.125", "--y0", "0 .5"], "--y0 entry '0 .5' of '0 .5' has a space inside"),
+        (["--eps", "0.125", "--x0", "1,,0,0,0,0,0,0"], "--x0 entry 2 of '1,,0,0,0,0,0,0' is empty"),
+        (["--eps", "0.125", "--x0", "1,0,0,0,0,0,0,0,"], "--x0 entry 9 of '1,0,0,0,0,0,0,0,' is empty"),
         (["--eps", "0.1", "--out", "/nonexistent-dir/x.nc"], "does not exist"),
         (["--eps", "0.1", "--t-end", "-1"], "t-end"),
         (["--eps", "0.1", "--rtol", "0"], "rtol must be a positive"),
@@ -365,11 +371,26 @@ def test_manifold_on_a_range_above_the_folds(tmp_path):
     assert (branch["y_min"], branch["y_max"]) == (1.0, 2.0)
 
 
+def test_spaces_around_vector_entries_are_allowed(tmp_path, monkeypatch):
+    """Entries are split at commas and stripped ("1, 0.5"); only a space inside one is refused."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--y0", " 0.5 ", "--x0",
+                                    "1, 0, 0,0,0,0,0, 0", "--t-end", "0.1", "--n-eval", "3",
+                                    "--out", "v.nc", "--no-plot"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_dataset(tmp_path / "v.nc")
+    assert ds["y"].values[0, 0] == 0.5 and ds["x"].values[0, 0] == 1.0
+    ds.close()
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
         (["convergence", "--eps", ""], "at least one number"),
         (["convergence", "--eps", "0.01"], "at least two"),
+        # it ran eps = 0.01, 0.005
+        (["convergence", "--eps", "0.0 1,0.005"], "--eps entry '0.0 1' of '0.0 1,0.005' has a space"),
+        (["convergence", "--eps", "0.01,,0.005"], "--eps entry 2 of '0.01,,0.005' is empty"),
         (["convergence", "--eps", "0.01,-0.02"], "positive finite"),
         (["convergence", "--eps", "0.01,0,0.005"], "positive finite"),
         (["manifold", "--kappa", "nan"], "kappa must be a finite"),

@@ -131,12 +131,9 @@ def parse_eps_P(eps: str | None, P: str | None):
 
 
 def parse_vector(text: str, name: str) -> np.ndarray:
-    try:
-        values = np.array([float(v) for v in text.replace(" ", "").split(",") if v != ""])
-    except ValueError:
-        raise InputError(
-            f"{name} must be a comma-separated list of numbers; got {text!r}."
-        ) from None
+    from ..validation import number_list
+
+    values = np.array(number_list(text, name), dtype=np.float64)
     if values.size == 0:
         raise InputError(f"{name} must hold at least one number; got {text!r}.")
     return values
