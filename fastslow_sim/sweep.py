@@ -183,6 +183,16 @@ def _validate_integrate(cell):
             raise InputError(f"y0 = {y0:g} is outside {domain_text(gen)}.")
     if cell["method"] == "multirate":
         check_block_count(cell["t_end"])
+        # the map takes no tolerance and saves one state per block: set away from their
+        # defaults, they were ignored and recorded as if used
+        options = _integrate_options()
+        set_ = [f"{_INTEGRATE_NAMES.get(k, k)} = {cell[k]:g}" for k in ("rtol", "atol", "n_eval")
+                if cell[k] != options[k].default]  # fmt: skip
+        if set_:
+            raise InputError(f"{', '.join(set_)} {'steers' if len(set_) == 1 else 'steer'} the ODE "
+                             f"solvers, and method multirate takes "
+                             f"no tolerance and saves one state per block; expected "
+                             f"{'it' if len(set_) == 1 else 'them'} at the default with it.")  # fmt: skip
     check_inputs(system, (0.0, cell["t_end"]), y0=None if y0 is None else [y0],
                  method=cell["method"], rtol=cell["rtol"], atol=cell["atol"],
                  n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip

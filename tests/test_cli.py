@@ -680,9 +680,12 @@ def test_a_count_of_one_takes_the_singular(tmp_path):
     common = ["--t-end", "0.01", "--n-eval", "2", "--no-plot"]
     res = run(["integrate", "--batch", "1", "--eps", "0.1", *common, "--out", str(tmp_path / "b.nc")])
     assert res.exit_code == 0 and "batch       1 trajectory: {'success': 1}" in res.output
-    res = run(["integrate", "--method", "multirate", "--eps", "1", *common,
-               "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    res = run(["integrate", "--method", "multirate", "--eps", "1", "--t-end", "0.01", "--no-plot",
+               "--out", str(tmp_path / "m.nc")])  # fmt: skip  (the map takes no --n-eval)
     assert res.exit_code == 0 and "success: 1 block of slow time H=0.01, 1 token each" in res.output
+    # the map takes no tolerance: the summary claimed "rtol 1e-08, atol 1e-10"
+    assert "no tolerance (the map's fast propagation is exact per token)" in res.output
+    assert "rtol" not in res.output and "atol" not in res.output
     res = run(["sweep", "integrate", "--grid", "seed=0", "--eps", "0.1", "--t-end", "0.01",
                "--n-eval", "2", "--store", str(tmp_path / "s.zarr"), "--workers", "0"])  # fmt: skip
     assert res.exit_code == 0 and "integrate: 1 cell over seed; " in res.output

@@ -95,6 +95,16 @@ def _tiny_train(*swept):
         (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
          "--t-end, --method: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
          "point; expected at most 999,999 blocks"),
+        # the map ran with them ignored and the store recorded them as if used
+        (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1",
+          "--rtol", "0.001"],
+         "--method, --rtol: rtol = 0.001 steers the ODE solvers, and method multirate takes no "
+         "tolerance and saves one state per block; expected it at the default with it."),
+        (["integrate", "--grid", "method=multirate,lsoda", "--eps", "0.1", "--t-end", "1",
+          "--n-eval", "5", "--atol", "1e-6"],
+         "--grid method=multirate: --atol = 1e-06, --n-eval = 5 steer the "
+         "ODE solvers, and method multirate takes no tolerance and saves one state per block; "
+         "expected them at the default with it."),
         (["integrate", "--grid", "method=rk45,dop853", "--atol", "1e-160", "--eps", "0.125",
           "--t-end", "0.5", "--n-eval", "5"],
          "--grid method=dop853 with --atol: --atol must be at least 1e-155 with method 'dop853' (it was "
