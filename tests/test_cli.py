@@ -60,6 +60,32 @@ def test_integrate_default_writes_dataset_and_plot(tmp_path, monkeypatch):
     assert ds.attrs["eps"] == 0.125 and ds.attrs["P"] == 8 and ds.attrs["status"] == "success"
 
 
+def test_default_names_tell_close_values_apart(tmp_path, monkeypatch):
+    """The default name rounded eps to 6 digits: eps 0.12345671 and 0.12345672 both wrote
+    integrate-birth-death-eps0.123457.nc, the second replacing the first. Values that `:g`
+    gives back exactly keep today's names (eps0.125, eps0.0001)."""
+    from fastslow_sim.cli.common import name_number
+
+    assert [name_number(v) for v in (0.125, 1e-4, 1e-20, 3.0, 0.0)] == [
+        "0.125", "0.0001", "1e-20", "3", "0"]  # fmt: skip
+    assert name_number(0.12345671) == "0.12345671" and name_number(1 / 3) == "0.3333333333333333"
+    monkeypatch.chdir(tmp_path)
+    common = ["--t-end", "0.1", "--n-eval", "3", "--no-plot", "--json"]
+    outs = []
+    for eps in ("0.12345671", "0.12345672", "1e-4"):
+        res = run(["integrate", "--eps", eps, *common])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.output)["out"])
+    assert outs == [f"fastslow-results/integrate-birth-death-eps{e}.nc"
+                    for e in ("0.12345671", "0.12345672", "0.0001")]  # fmt: skip
+    assert [fs.load_dataset(tmp_path / o).attrs["eps"] for o in outs] == [0.12345671, 0.12345672, 1e-4]
+    for kappa in ("1.0000001", "1.0000002"):
+        res = run(["manifold", "--kappa", kappa, "--no-plot", "--json", "--y-range", "0", "1",
+                   "--osc-eps", "0.1"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["out"] == f"fastslow-results/manifold-birth-death-kappa{kappa}.nc"
+
+
 def test_integrate_json(tmp_path):
     out = tmp_path / "r.nc"
     res = run(

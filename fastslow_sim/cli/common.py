@@ -198,6 +198,15 @@ def _check_plot_format(plot_path: Path):
             )
 
 
+def name_number(value: float) -> str:
+    """`value` as a default output name writes it: `:g` where that gives it back exactly
+    (0.125, 1e-04 as 0.0001, 1e-20), else the shortest text that does (`repr`): `:g` kept six
+    digits, so eps 0.12345671 and 0.12345672 both wrote ...-eps0.123457.nc, the second run
+    replacing the first."""
+    short = f"{value:g}"
+    return short if float(short) == float(value) else repr(float(value))
+
+
 def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable

@@ -27,6 +27,7 @@ from .common import (
     fmt_vec,
     json_text,
     methods_help,
+    name_number,
     ode_command,
     output_options,
     output_paths,
@@ -257,7 +258,8 @@ def integrate(
     # everything integrate refuses, refused before the default output folder is made
     check_inputs(system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol,
                  n_eval=n_eval, names=OPTION_NAMES, **kwargs)  # fmt: skip
-    out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
+    out, plot_path = output_paths(f"integrate-{system_name}-eps{name_number(e)}", out, plot_path,
+                                   no_plot)  # fmt: skip
     points = (batch or 1) * n_eval
     work = p_st_flops(system, points)
     if work > P_ST_WARN_FLOPS:  # said before the run, which takes that long
@@ -482,7 +484,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     family = family_for(system_name, kappa)
     a, b = check_y_range(family, y_range)
     out, plot_path = output_paths(
-        f"manifold-{system_name}-kappa{kappa:g}", out, plot_path, no_plot
+        f"manifold-{system_name}-kappa{name_number(kappa)}", out, plot_path, no_plot
     )
     ds = manifold_dataset(family, (a, b), osc_eps=osc_eps)
     check = identity_check(make_system(system_name, eps=0.1), np.linspace(a, b, 101))
