@@ -52,6 +52,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .threads import usable_cpus
 from .wording import plural
 
 __all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
@@ -1364,6 +1365,12 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     fixed = parse_options(t, options, grid)
     if workers is not None and workers < 0:
         raise InputError(f"--workers must be a non-negative integer; got {workers}.")
+    local = scheduler is None and client is None
+    if local and workers is not None and workers > (cpus := usable_cpus()):
+        # 40 workers on 2 cores did not finish 2 cells in 55 s; each process holds about 80 MB
+        raise InputError(f"--workers {workers:,} asks for more local worker processes than the "
+                         f"{plural(cpus, 'CPU')} this process may use; expected at most {cpus} "
+                         f"(or --scheduler ADDRESS, a cluster of its own).")  # fmt: skip
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
     if scheduler is not None and client is None:
@@ -1391,7 +1398,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                "n_run": 0, "n_failed": 0, "dashboard": None}  # fmt: skip
     here = workers == 0 and scheduler is None and client is None
     if workers is None and scheduler is None and client is None:
-        workers = os.cpu_count() or 1
+        workers = usable_cpus()
     created = False  # this run made the store's folder (`_create_store` says)
     try:
         with contextlib.ExitStack() as stack:

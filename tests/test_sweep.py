@@ -461,6 +461,32 @@ def _wait_for(pred, timeout=120.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.parametrize("workers", [3, 1000])
+def test_more_local_workers_than_cpus_are_refused(tmp_path, monkeypatch, workers):
+    """`--workers 40` on 2 cores did not finish 2 cells in 55 s, and each worker process holds
+    about 80 MB (`--workers 1000` would exhaust the memory): more than the CPUs this process
+    may use are refused in one sentence naming both, before any process starts or the store
+    is made; as many as the CPUs, or a scheduler's cluster, are not capped."""
+    import fastslow_sim.sweep as sw
+
+    monkeypatch.setattr(sw, "usable_cpus", lambda: 2, raising=False)  # (old code: no cap)
+    monkeypatch.setattr(sw, "_local_cluster", lambda *a, **k: pytest.fail("a cluster started"))
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--t-end", "1",
+                                    "--store", str(store), "--workers", str(workers)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: --workers {workers:,} asks for more local worker processes than "
+                          f"the 2 CPUs this process may use; expected at most 2 (or --scheduler "
+                          f"ADDRESS, a cluster of its own).\n")  # fmt: skip
+    assert not store.exists()
+    with pytest.raises(InputError, match=f"--workers {workers:,} asks for more"):
+        run_sweep("integrate", ["eps=0.1"], {"t_end": 1.0}, store, workers=workers)
+    assert not store.exists()
+    from fastslow_sim.threads import usable_cpus
+
+    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+
+
 @pytest.mark.parametrize("address, said", [
     ("bogus", "has no valid HOST:PORT"), ("tcp://bogus", "has no valid HOST:PORT"),
     ("", "has no valid HOST:PORT"), ("127.0.0.1:abc", "has no valid HOST:PORT"),
