@@ -1346,7 +1346,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     `{"dataset", "store", "n_cells", "n_skipped", "n_run", "n_failed", "dashboard"}`.
 
     `workers=0` runs the cells in this process (no dask); `workers=N` on a local cluster of N
-    processes (default: the number of cores); `scheduler=ADDRESS` (or `client`) on an existing
+    processes, at most the CPUs this process may use (`threads.usable_cpus`, also the
+    default; more is an `InputError`); `scheduler=ADDRESS` (or `client`) on an existing
     cluster. Each dask task is one chunk: up to `chunk_size` cells of one batch (`integrate`,
     default: the batch split evenly over the workers, at most 64: a rodas4 batch costs about
     as much as one of its trajectories, so smaller chunks only add work) or one cell. `threads`: OMP,
