@@ -1170,9 +1170,9 @@ def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: f
         attrs["osc_eps"] = float(osc_eps)
         attrs.update({f"osc_{k}": v for k, v in summary.items()})
         if drifts:
-            n = len(drifts)
-            attrs["mass_drift_warning"] = (drifts[0] if n == 1 else f"{n} runs of the oscillation "
-                                           f"warned; the first: {drifts[0]}")  # fmt: skip
+            n_warned = len(drifts)
+            attrs["mass_drift_warning"] = (drifts[0] if n_warned == 1 else f"{n_warned} runs of the "
+                                           f"oscillation warned; the first: {drifts[0]}")  # fmt: skip
         coords = {"osc_time": osc["time"].values}
     else:
         coords = {}

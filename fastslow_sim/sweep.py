@@ -52,6 +52,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
+from .threads import usable_cpus
 from .wording import plural
 
 __all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
@@ -183,6 +184,16 @@ def _validate_integrate(cell):
             raise InputError(f"y0 = {y0:g} is outside {domain_text(gen)}.")
     if cell["method"] == "multirate":
         check_block_count(cell["t_end"])
+        # the map takes no tolerance and saves one state per block: set away from their
+        # defaults, they were ignored and recorded as if used
+        options = _integrate_options()
+        set_ = [f"{_INTEGRATE_NAMES.get(k, k)} = {cell[k]:g}" for k in ("rtol", "atol", "n_eval")
+                if cell[k] != options[k].default]  # fmt: skip
+        if set_:
+            raise InputError(f"{', '.join(set_)} {'steers' if len(set_) == 1 else 'steer'} the ODE "
+                             f"solvers, and method multirate takes "
+                             f"no tolerance and saves one state per block; expected "
+                             f"{'it' if len(set_) == 1 else 'them'} at the default with it.")  # fmt: skip
     check_inputs(system, (0.0, cell["t_end"]), y0=None if y0 is None else [y0],
                  method=cell["method"], rtol=cell["rtol"], atol=cell["atol"],
                  n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip
@@ -290,11 +301,9 @@ def _drift_vars(cell: xr.Dataset, text: str) -> None:
 def _convergence_args(c) -> tuple:
     """`(system, eps values)` of a convergence cell; `InputError` unless the eps list is numbers."""
     from .systems import make_system
+    from .validation import number_list
 
-    try:
-        values = [float(v) for v in str(c["eps"]).split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"eps must be a comma-separated list of numbers; got {c['eps']!r}.") from None
+    values = number_list(str(c["eps"]), "eps")
     if len(values) < 2:
         raise InputError(f"eps must list at least two values to fit a slope; got {c['eps']!r}.")
     return make_system(c["system"], eps=values[0]), values
@@ -1287,6 +1296,32 @@ def _local_cluster(workers: int, threads: int | None = None):
                         silence_logs=logging.ERROR)  # fmt: skip
 
 
+def check_scheduler_address(scheduler: str) -> None:
+    """`InputError` (one sentence naming it) for a `--scheduler` that is no dask address, as
+    `bogus`, `tcp://bogus` (no port), `foo://1.2.3.4:5` or an empty one: distributed raised a
+    `ValueError` with a traceback for these, where an unreachable address was refused."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import backends, get_backend
+
+    expected = "expected SCHEME://HOST:PORT, as tcp://127.0.0.1:8786, the address a `dask scheduler` prints"
+    try:
+        scheme, location = parse_address(scheduler)
+    except (ValueError, TypeError):
+        raise InputError(f"--scheduler {scheduler!r} is not a dask scheduler address; {expected}.") from None
+    try:
+        get_backend(scheme)
+    except ValueError:
+        raise InputError(f"--scheduler {scheduler!r} has an unknown scheme {scheme!r} (known: "
+                         f"{', '.join(sorted(backends))}); {expected}.") from None  # fmt: skip
+    if scheme == "inproc":
+        return
+    try:
+        parse_host_port(location)
+    except (ValueError, TypeError):
+        raise InputError(f"--scheduler {scheduler!r} has no valid HOST:PORT; "
+                         f"{expected}.") from None  # fmt: skip
+
+
 @contextlib.contextmanager
 def _client(workers, scheduler, client, threads=None):
     if client is not None:
@@ -1323,7 +1358,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     `{"dataset", "store", "n_cells", "n_skipped", "n_run", "n_failed", "dashboard"}`.
 
     `workers=0` runs the cells in this process (no dask); `workers=N` on a local cluster of N
-    processes (default: the number of cores); `scheduler=ADDRESS` (or `client`) on an existing
+    processes, at most the CPUs this process may use (`threads.usable_cpus`, also the
+    default; more is an `InputError`); `scheduler=ADDRESS` (or `client`) on an existing
     cluster. Each dask task is one chunk: up to `chunk_size` cells of one batch (`integrate`,
     default: the batch split evenly over the workers, at most 64: a rodas4 batch costs about
     as much as one of its trajectories, so smaller chunks only add work) or one cell. `threads`: OMP,
@@ -1342,8 +1378,16 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     fixed = parse_options(t, options, grid)
     if workers is not None and workers < 0:
         raise InputError(f"--workers must be a non-negative integer; got {workers}.")
+    local = scheduler is None and client is None
+    if local and workers is not None and workers > (cpus := usable_cpus()):
+        # 40 workers on 2 cores did not finish 2 cells in 55 s; each process holds about 80 MB
+        raise InputError(f"--workers {workers:,} asks for more local worker processes than the "
+                         f"{plural(cpus, 'CPU')} this process may use; expected at most {cpus} "
+                         f"(or --scheduler ADDRESS, a cluster of its own).")  # fmt: skip
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be a positive integer; got {chunk_size}.")
+    if scheduler is not None and client is None:
+        check_scheduler_address(scheduler)
     store = _check_store(Path(store), t.name, parents)
     runs_dir = _check_runs_dir(t, runs_dir, store, parents)
     cells = make_cells(t, grid, fixed, runs_dir)
@@ -1367,7 +1411,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                "n_run": 0, "n_failed": 0, "dashboard": None}  # fmt: skip
     here = workers == 0 and scheduler is None and client is None
     if workers is None and scheduler is None and client is None:
-        workers = os.cpu_count() or 1
+        workers = usable_cpus()
     created = False  # this run made the store's folder (`_create_store` says)
     try:
         with contextlib.ExitStack() as stack:

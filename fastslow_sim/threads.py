@@ -36,6 +36,16 @@ def small_problem_threads(backend: str, elements: int, device=None) -> int | Non
     return 1 if elements <= SMALL_PROBLEM_ELEMENTS else None
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the platform has one (a
+    container or `taskset` may allow fewer than the machine's `os.cpu_count()`), else
+    `os.cpu_count()`; at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        with contextlib.suppress(OSError):
+            return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def check_threads(threads, name: str = "threads") -> int:
     """`threads` as an int from 1 to the CPUs here, or `InputError` naming it `name`."""
     cpus = os.cpu_count() or 1

@@ -92,3 +92,26 @@ def folder(path, what: str):
             raise InputError(f"{str(p)!r}{where} exists and is not a folder; expected the {what} "
                              f"to be a folder or a new path.")
     return path
+
+
+def number_list(text: str, name: str) -> list[float]:
+    """The numbers of a comma-separated `text` (`--x0`, `--y0`, `--eps`): spaces around an entry
+    are allowed ("1, 0.5"); an entry with a space inside ("1 5", which once read as 15) or an
+    empty one ("1,,0") is refused in one sentence naming it, as is one that is no number."""
+    values = []
+    for k, raw in enumerate(str(text).split(","), 1):
+        entry = raw.strip()
+        if entry == "":
+            if k == 1 and raw == str(text):  # nothing at all: the caller says what it needs
+                return []
+            raise InputError(f"{name} entry {k} of {text!r} is empty; expected numbers separated "
+                             f"by single commas, as '1, 0.5'.")  # fmt: skip
+        if any(ch.isspace() for ch in entry):
+            raise InputError(f"{name} entry {entry!r} of {text!r} has a space inside it; expected one "
+                             f"number per comma-separated entry, as '1, 0.5'.")  # fmt: skip
+        try:
+            values.append(float(entry))
+        except ValueError:
+            raise InputError(f"{name} entry {entry!r} of {text!r} is not a number; expected a "
+                             f"comma-separated list of numbers, as '1, 0.5'.") from None  # fmt: skip
+    return values

@@ -6,6 +6,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 import fastslow_sim as fs
@@ -57,6 +58,32 @@ def test_integrate_default_writes_dataset_and_plot(tmp_path, monkeypatch):
     assert "|x - p_st(y)|_1" in res.output and "nfev" in res.output
     ds = fs.load_dataset(out)
     assert ds.attrs["eps"] == 0.125 and ds.attrs["P"] == 8 and ds.attrs["status"] == "success"
+
+
+def test_default_names_tell_close_values_apart(tmp_path, monkeypatch):
+    """The default name rounded eps to 6 digits: eps 0.12345671 and 0.12345672 both wrote
+    integrate-birth-death-eps0.123457.nc, the second replacing the first. Values that `:g`
+    gives back exactly keep today's names (eps0.125, eps0.0001)."""
+    from fastslow_sim.cli.common import name_number
+
+    assert [name_number(v) for v in (0.125, 1e-4, 1e-20, 3.0, 0.0)] == [
+        "0.125", "0.0001", "1e-20", "3", "0"]  # fmt: skip
+    assert name_number(0.12345671) == "0.12345671" and name_number(1 / 3) == "0.3333333333333333"
+    monkeypatch.chdir(tmp_path)
+    common = ["--t-end", "0.1", "--n-eval", "3", "--no-plot", "--json"]
+    outs = []
+    for eps in ("0.12345671", "0.12345672", "1e-4"):
+        res = run(["integrate", "--eps", eps, *common])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.output)["out"])
+    assert outs == [f"fastslow-results/integrate-birth-death-eps{e}.nc"
+                    for e in ("0.12345671", "0.12345672", "0.0001")]  # fmt: skip
+    assert [fs.load_dataset(tmp_path / o).attrs["eps"] for o in outs] == [0.12345671, 0.12345672, 1e-4]
+    for kappa in ("1.0000001", "1.0000002"):
+        res = run(["manifold", "--kappa", kappa, "--no-plot", "--json", "--y-range", "0", "1",
+                   "--osc-eps", "0.1"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["out"] == f"fastslow-results/manifold-birth-death-kappa{kappa}.nc"
 
 
 def test_integrate_json(tmp_path):
@@ -217,6 +244,11 @@ def test_a_P_that_is_no_integer_is_not_printed(tmp_path):
         (["--eps", "0.1", "--x0", "0.5,0.6,0,0,0,0,0,0"], "probability vector"),
         (["--eps", "0.1", "--x0", "1,0"], "8 entries"),
         (["--eps", "0.1", "--x0", "a,b"], "comma-separated"),
+        # "1 5" ran as y0 = 15, "0 .5" as 0.5, "1,,0,..." dropped its empty entry
+        (["--eps", "0.125", "--y0", "1 5"], "--y0 entry '1 5' of '1 5' has a space inside it"),
+        (["--eps", "0.125", "--y0", "0 .5"], "--y0 entry '0 .5' of '0 .5' has a space inside"),
+        (["--eps", "0.125", "--x0", "1,,0,0,0,0,0,0"], "--x0 entry 2 of '1,,0,0,0,0,0,0' is empty"),
+        (["--eps", "0.125", "--x0", "1,0,0,0,0,0,0,0,"], "--x0 entry 9 of '1,0,0,0,0,0,0,0,' is empty"),
         (["--eps", "0.1", "--out", "/nonexistent-dir/x.nc"], "does not exist"),
         (["--eps", "0.1", "--t-end", "-1"], "t-end"),
         (["--eps", "0.1", "--rtol", "0"], "rtol must be a positive"),
@@ -365,11 +397,26 @@ def test_manifold_on_a_range_above_the_folds(tmp_path):
     assert (branch["y_min"], branch["y_max"]) == (1.0, 2.0)
 
 
+def test_spaces_around_vector_entries_are_allowed(tmp_path, monkeypatch):
+    """Entries are split at commas and stripped ("1, 0.5"); only a space inside one is refused."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--y0", " 0.5 ", "--x0",
+                                    "1, 0, 0,0,0,0,0, 0", "--t-end", "0.1", "--n-eval", "3",
+                                    "--out", "v.nc", "--no-plot"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = xr.open_dataset(tmp_path / "v.nc")
+    assert ds["y"].values[0, 0] == 0.5 and ds["x"].values[0, 0] == 1.0
+    ds.close()
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
         (["convergence", "--eps", ""], "at least one number"),
         (["convergence", "--eps", "0.01"], "at least two"),
+        # it ran eps = 0.01, 0.005
+        (["convergence", "--eps", "0.0 1,0.005"], "--eps entry '0.0 1' of '0.0 1,0.005' has a space"),
+        (["convergence", "--eps", "0.01,,0.005"], "--eps entry 2 of '0.01,,0.005' is empty"),
         (["convergence", "--eps", "0.01,-0.02"], "positive finite"),
         (["convergence", "--eps", "0.01,0,0.005"], "positive finite"),
         (["manifold", "--kappa", "nan"], "kappa must be a finite"),
@@ -659,9 +706,12 @@ def test_a_count_of_one_takes_the_singular(tmp_path):
     common = ["--t-end", "0.01", "--n-eval", "2", "--no-plot"]
     res = run(["integrate", "--batch", "1", "--eps", "0.1", *common, "--out", str(tmp_path / "b.nc")])
     assert res.exit_code == 0 and "batch       1 trajectory: {'success': 1}" in res.output
-    res = run(["integrate", "--method", "multirate", "--eps", "1", *common,
-               "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    res = run(["integrate", "--method", "multirate", "--eps", "1", "--t-end", "0.01", "--no-plot",
+               "--out", str(tmp_path / "m.nc")])  # fmt: skip  (the map takes no --n-eval)
     assert res.exit_code == 0 and "success: 1 block of slow time H=0.01, 1 token each" in res.output
+    # the map takes no tolerance: the summary claimed "rtol 1e-08, atol 1e-10"
+    assert "no tolerance (the map's fast propagation is exact per token)" in res.output
+    assert "rtol" not in res.output and "atol" not in res.output
     res = run(["sweep", "integrate", "--grid", "seed=0", "--eps", "0.1", "--t-end", "0.01",
                "--n-eval", "2", "--store", str(tmp_path / "s.zarr"), "--workers", "0"])  # fmt: skip
     assert res.exit_code == 0 and "integrate: 1 cell over seed; " in res.output

@@ -394,6 +394,20 @@ def test_torchdiffeq_max_steps_bounds_the_whole_run(method, budget, rtol, tmp_pa
         (["--method", "multirate", "--max-steps", "10"],
          "--max-steps bounds the steps of the ODE solvers, and --method multirate counts none; "
          "expected no --max-steps with it."),
+        # accepted and ignored: rtol 0.5, atol 0.9 printed and stored, 501 saved times for 3
+        (["--method", "multirate", "--rtol", "0.5"],
+         "--rtol sets the ODE solvers' relative tolerance, and --method multirate takes no "
+         "tolerance and saves one state per block of --H; expected no --rtol with it."),
+        (["--method", "multirate", "--atol", "1e-10"],
+         "--atol sets the ODE solvers' absolute tolerance, and --method multirate takes no "
+         "tolerance and saves one state per block of --H; expected no --atol with it."),
+        (["--method", "multirate", "--n-eval", "3"],
+         "--n-eval sets the ODE solvers' saved times, and --method multirate takes no "
+         "tolerance and saves one state per block of --H; expected no --n-eval with it."),
+        (["--method", "multirate", "--rtol", "0.5", "--atol", "0.9", "--n-eval", "3"],
+         "--rtol and --atol and --n-eval set the ODE solvers' tolerances and saved times, and "
+         "--method multirate takes no tolerance and saves one state per block of --H; expected "
+         "no --rtol or --atol or --n-eval with it."),
         # the library's argument names were printed (y0, x0, n_eval) for the options
         (["--y0", "1,2"], "--y0 must have 1 entry, one per slow variable of the birth-death "
                           "system; got 2 ([1.0, 2.0])."),

@@ -276,6 +276,26 @@ def test_the_smallest_accepted_osc_eps_runs_and_hugs_the_folds():
     assert np.count_nonzero(np.diff(np.sign(np.diff(y)))) >= 4  # it still oscillates
 
 
+def test_an_oscillation_that_drifts_keeps_its_warning_and_its_dataset(monkeypatch):
+    """`manifold --osc-eps 1e-10` (drift beyond the budget over t_end 20) failed with
+    "conflicting sizes for dimension 'state': length 1 on 'state' and length 8": the count of
+    the runs that warned replaced the number of states. A budget of 1e-9 times the usual makes
+    the cheap eps 0.01 run drift: the dataset keeps its 8 states and the warning."""
+    import warnings
+
+    from fastslow_sim import integrators
+
+    monkeypatch.setattr(integrators, "MASS_DRIFT_FACTOR", 1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fs.MassDriftWarning)
+        ds = fs.nonlinear.manifold_dataset(NonlinearBirthDeath(kappa=3.0), (-1.0, 1.5),
+                                           osc_eps=0.01, osc_t_end=2.0)  # fmt: skip
+    assert ds.sizes["state"] == 8 and ds["curve_x"].shape[1] == 8
+    assert ds.attrs["mass_drift_warning"].startswith(("the total probability", "4 runs of"))
+    assert "drifted by up to" in ds.attrs["mass_drift_warning"]
+    assert ds.attrs["osc_eps"] == 0.01 and ds.sizes["osc_time"] == 4001
+
+
 @pytest.mark.parametrize("kappa", [0.0, 3.0])
 def test_a_range_up_to_the_domains_edge(kappa):
     """The range may end on the domain's edge (helper-22: the trace stalled within 1e-10 of it,

@@ -95,6 +95,16 @@ def _tiny_train(*swept):
         (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1e5"],
          "--t-end, --method: --t-end / --H is 1e+07 blocks of the multirate map, each a saved time "
          "point; expected at most 999,999 blocks"),
+        # the map ran with them ignored and the store recorded them as if used
+        (["integrate", "--grid", "eps=0.1,0.05", "--method", "multirate", "--t-end", "1",
+          "--rtol", "0.001"],
+         "--method, --rtol: rtol = 0.001 steers the ODE solvers, and method multirate takes no "
+         "tolerance and saves one state per block; expected it at the default with it."),
+        (["integrate", "--grid", "method=multirate,lsoda", "--eps", "0.1", "--t-end", "1",
+          "--n-eval", "5", "--atol", "1e-6"],
+         "--grid method=multirate: --atol = 1e-06, --n-eval = 5 steer the "
+         "ODE solvers, and method multirate takes no tolerance and saves one state per block; "
+         "expected them at the default with it."),
         (["integrate", "--grid", "method=rk45,dop853", "--atol", "1e-160", "--eps", "0.125",
           "--t-end", "0.5", "--n-eval", "5"],
          "--grid method=dop853 with --atol: --atol must be at least 1e-155 with method 'dop853' (it was "
@@ -449,6 +459,53 @@ def _wait_for(pred, timeout=120.0, what="condition"):
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("workers", [3, 1000])
+def test_more_local_workers_than_cpus_are_refused(tmp_path, monkeypatch, workers):
+    """`--workers 40` on 2 cores did not finish 2 cells in 55 s, and each worker process holds
+    about 80 MB (`--workers 1000` would exhaust the memory): more than the CPUs this process
+    may use are refused in one sentence naming both, before any process starts or the store
+    is made; as many as the CPUs, or a scheduler's cluster, are not capped."""
+    import fastslow_sim.sweep as sw
+
+    monkeypatch.setattr(sw, "usable_cpus", lambda: 2, raising=False)  # (old code: no cap)
+    monkeypatch.setattr(sw, "_local_cluster", lambda *a, **k: pytest.fail("a cluster started"))
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--t-end", "1",
+                                    "--store", str(store), "--workers", str(workers)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: --workers {workers:,} asks for more local worker processes than "
+                          f"the 2 CPUs this process may use; expected at most 2 (or --scheduler "
+                          f"ADDRESS, a cluster of its own).\n")  # fmt: skip
+    assert not store.exists()
+    with pytest.raises(InputError, match=f"--workers {workers:,} asks for more"):
+        run_sweep("integrate", ["eps=0.1"], {"t_end": 1.0}, store, workers=workers)
+    assert not store.exists()
+    from fastslow_sim.threads import usable_cpus
+
+    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize("address, said", [
+    ("bogus", "has no valid HOST:PORT"), ("tcp://bogus", "has no valid HOST:PORT"),
+    ("", "has no valid HOST:PORT"), ("127.0.0.1:abc", "has no valid HOST:PORT"),
+    ("foo://1.2.3.4:5", "has an unknown scheme 'foo'"),
+])  # fmt: skip
+def test_a_malformed_scheduler_address_is_one_sentence_and_leaves_no_store(tmp_path, address, said):
+    """`--scheduler bogus` (or `tcp://bogus`, "", `foo://1.2.3.4:5`) was distributed's
+    `ValueError` with a traceback and exit 1, where an unreachable address was one sentence."""
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--t-end", "1",
+                                    "--store", str(store), "--scheduler", address])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"Error: --scheduler {address!r} {said}")
+    assert "tcp://127.0.0.1:8786" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not store.exists()
+    with pytest.raises(InputError, match="not a dask|HOST:PORT|unknown scheme"):
+        run_sweep("integrate", ["eps=0.1"], {"t_end": 1.0}, tmp_path / "t.zarr", scheduler=address)
+    assert not (tmp_path / "t.zarr").exists()
 
 
 @pytest.mark.slow

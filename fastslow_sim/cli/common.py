@@ -149,12 +149,9 @@ def parse_eps_P(eps: str | None, P: str | None):
 
 
 def parse_vector(text: str, name: str) -> np.ndarray:
-    try:
-        values = np.array([float(v) for v in text.replace(" ", "").split(",") if v != ""])
-    except ValueError:
-        raise InputError(
-            f"{name} must be a comma-separated list of numbers; got {text!r}."
-        ) from None
+    from ..validation import number_list
+
+    values = np.array(number_list(text, name), dtype=np.float64)
     if values.size == 0:
         raise InputError(f"{name} must hold at least one number; got {text!r}.")
     return values
@@ -218,6 +215,15 @@ def _check_plot_format(plot_path: Path):
                 f"writes with {tex} (rcParams['pgf.texsystem']), and {tex} is not installed "
                 f"here; expected another suffix (.pdf, .svg, .png) or a TeX installation."
             )
+
+
+def name_number(value: float) -> str:
+    """`value` as a default output name writes it: `:g` where that gives it back exactly
+    (0.125, 1e-04 as 0.0001, 1e-20), else the shortest text that does (`repr`): `:g` kept six
+    digits, so eps 0.12345671 and 0.12345672 both wrote ...-eps0.123457.nc, the second run
+    replacing the first."""
+    short = f"{value:g}"
+    return short if float(short) == float(value) else repr(float(value))
 
 
 def output_paths(stem: str, out, plot_path, no_plot: bool):

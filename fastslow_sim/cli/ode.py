@@ -27,6 +27,7 @@ from .common import (
     fmt_vec,
     json_text,
     methods_help,
+    name_number,
     ode_command,
     output_options,
     output_paths,
@@ -226,6 +227,16 @@ def integrate(
                 f"none; expected no --max-steps with it."
             )
         kwargs["max_steps"] = check_max_steps(max_steps, "--max-steps")
+    if method == "multirate":  # the map ran with them ignored (501 states for --n-eval 3)
+        given = [f"--{name.replace('_', '-')}" for name in ("rtol", "atol", "n_eval")
+                 if _given(name)]  # fmt: skip
+        if given:
+            raise InputError(
+                f"{' and '.join(given)} {'sets' if len(given) == 1 else 'set'} the ODE "
+                f"solvers' {_MULTIRATE_IGNORES[given[0]] if len(given) == 1 else 'tolerances and saved times'}, "
+                f"and --method multirate takes no tolerance and saves one state per block of --H; "
+                f"expected no {' or '.join(given)} with it."
+            )
     system = make_system(system_name, eps=e, states=states)
     x0v = parse_vector(x0, "--x0") if x0 is not None else None
     y0v = parse_vector(y0, "--y0") if y0 is not None else None
@@ -247,7 +258,8 @@ def integrate(
     # everything integrate refuses, refused before the default output folder is made
     check_inputs(system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol,
                  n_eval=n_eval, names=OPTION_NAMES, **kwargs)  # fmt: skip
-    out, plot_path = output_paths(f"integrate-{system_name}-eps{e:g}", out, plot_path, no_plot)
+    out, plot_path = output_paths(f"integrate-{system_name}-eps{name_number(e)}", out, plot_path,
+                                   no_plot)  # fmt: skip
     points = (batch or 1) * n_eval
     work = p_st_flops(system, points)
     if work > P_ST_WARN_FLOPS:  # said before the run, which takes that long
@@ -280,6 +292,20 @@ def integrate(
     exit_on_failure(summary["status"])
 
 
+# what the options the multirate map does not take set for the ODE solvers
+_MULTIRATE_IGNORES = {"--rtol": "relative tolerance", "--atol": "absolute tolerance",
+                      "--n-eval": "saved times"}  # fmt: skip
+
+
+def _given(name: str) -> bool:
+    """Whether the option `name` of the running command was set by the user (its default does not
+    count)."""
+    from click.core import ParameterSource
+
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
 def _integrate_lines(r: dict) -> list:
     batched = "batch" in r
     P_text = f" (P = {r['P']})" if r["P"] is not None else ""
@@ -288,7 +314,9 @@ def _integrate_lines(r: dict) -> list:
         f"{r['system']}: eps = {r['eps']:g}{P_text}, t in [{r['t_start']:g}, {r['t_end']:g}]",
         f"method      {r['method']} (requested {r['method_requested']}; "
         f"{'largest ' if 'stiffness_index_of' in r else ''}stiffness index "
-        f"{r['stiffness_index']:.3g}), rtol {r['rtol']:g}, atol {r['atol']:g}"
+        f"{r['stiffness_index']:.3g}), "
+        + ("no tolerance (the map's fast propagation is exact per token)"
+           if r["method"] == "multirate" else f"rtol {r['rtol']:g}, atol {r['atol']:g}")
         + (f", {r['march']} march" if "march" in r else ""),
         f"status      {r['status']}: {r['message']}",
     ]
@@ -456,7 +484,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     family = family_for(system_name, kappa)
     a, b = check_y_range(family, y_range)
     out, plot_path = output_paths(
-        f"manifold-{system_name}-kappa{kappa:g}", out, plot_path, no_plot
+        f"manifold-{system_name}-kappa{name_number(kappa)}", out, plot_path, no_plot
     )
     ds = manifold_dataset(family, (a, b), osc_eps=osc_eps)
     check = identity_check(make_system(system_name, eps=0.1), np.linspace(a, b, 101))

@@ -22,7 +22,8 @@ from .common import check_cluster_options, in_runs, json_text, path_given
               help="The sweep's zarr store (a new path in an existing folder, or a store to "
                    "resume).")
 @click.option("--workers", default=None, type=int, metavar="N",
-              help="Worker processes of the local cluster [default: the cores]; 0: in this process.")
+              help="Worker processes of the local cluster, at most the CPUs this process may use "
+                   "[default: those CPUs]; 0: in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run on the existing dask cluster at ADDRESS (e.g. tcp://10.0.0.5:8786).")
 @click.option("--chunk-size", default=None, type=int, metavar="K",
