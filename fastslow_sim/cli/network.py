@@ -228,7 +228,8 @@ def train_network(
     default=None,
     type=int,
     metavar="N",
-    help="Run the arms x seeds grid on a local dask cluster of N processes; 0: here [default: 0].",
+    help="Run the arms x seeds grid on a local dask cluster of N processes (at most the CPUs "
+    "this process may use); 0: here [default: 0].",
 )
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the grid on the existing dask cluster at ADDRESS.")
