@@ -81,16 +81,18 @@ class MECorpusConfig:
     context: int = 256  # window length T of the reference losses: the training context
 
     def __post_init__(self):
-        def positive_int(name, low=1):
+        def positive_int(name, low=1, why=""):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise InputError(f"the me corpus needs an integer {name} >= {low}; got {v!r}.")
+                raise InputError(f"the me corpus needs an integer {name} >= {low}{why}; got {v!r}.")
 
         positive_int("P")
         positive_int("n_states", 2)
         positive_int("context")
         positive_int("seed", 0)
-        positive_int("tokens", 20 * self.P * max(1, -(-self.context // self.P)))
+        blocks = max(1, -(-self.context // self.P))  # the context in whole blocks of P tokens
+        positive_int("tokens", 20 * self.P * blocks,
+                     f" (20 windows of the context {self.context}, {blocks} blocks of P={self.P})")
         if self.tokens > MAX_TOKENS:
             raise InputError(
                 f"the me corpus holds at most {MAX_TOKENS:,} tokens (about 160 bytes of memory "

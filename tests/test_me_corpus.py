@@ -12,6 +12,7 @@ from scipy.linalg import expm
 import fastslow_sim as fs
 from fastslow_sim.cli import main
 from fastslow_sim.corpora import load_corpus
+from fastslow_sim.errors import InputError
 from fastslow_sim.me_corpus import (
     _GRID,
     MECorpusConfig,
@@ -315,3 +316,18 @@ def test_a_beta_near_float64s_largest_is_refused_with_its_true_range_and_no_warn
     assert f"with beta={float(beta):g} keeps them finite for y in {where} only; expected |beta| below" in text
     res = CliRunner().invoke(main, ["corpus", f"me:beta={beta}"])
     assert res.exit_code == 2 and res.output == f"Error: {text}\n", res.output
+
+
+def test_too_few_tokens_for_the_context_says_where_the_bound_comes_from():
+    """The least number of tokens is 20 windows of the context in whole blocks: the sentence
+    names the context and P (it said "needs tokens >= 2000000" for a --context never named)."""
+    with pytest.raises(InputError) as info:
+        MECorpusConfig(context=100_000)
+    assert str(info.value) == (
+        "the me corpus needs an integer tokens >= 2000000 (20 windows of the context 100000, "
+        "12500 blocks of P=8); got 1200000."
+    )
+    with pytest.raises(InputError, match=r"tokens >= 160 \(20 windows of the context 3, 1 blocks "
+                                         r"of P=8\); got 100\."):  # fmt: skip
+        MECorpusConfig(tokens=100, context=3)
+    assert MECorpusConfig(tokens=160, context=3).tokens == 160  # the bound itself is allowed
