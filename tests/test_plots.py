@@ -311,3 +311,14 @@ def test_a_validation_curve_of_one_evaluation_is_drawn_as_a_marker(tmp_path):
     fig = plot_val_loss({"me": _ablation_folder(tmp_path, {"coupled": 2}, [], np.array([4]))})
     (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "coupled (2 seeds)"]
     assert line.get_marker() == "o" and len(line.get_xdata()) == 1
+
+
+@pytest.mark.parametrize("plot", [plot_val_loss, plot_gates])
+def test_a_listed_run_that_is_gone_is_left_out_not_an_error(tmp_path, plot):
+    # the review of the fix above: a listed run whose train.nc was removed stopped
+    # training-figures ("no dataset at ...") where the glob had drawn what was there
+    folder = _ablation_folder(tmp_path, {"coupled": 2, "frozen-slow": 1}, [], np.array([4]))
+    (folder / "coupled-seed1" / "train.nc").unlink()
+    (folder / "frozen-slow-seed0" / "train.nc").unlink()
+    labels = [t.get_text() for t in plot({"me": folder}).axes[0].get_legend().get_texts()]
+    assert labels == ["coupled (1 seed)"]

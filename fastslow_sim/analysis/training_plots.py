@@ -21,13 +21,17 @@ GATED = ("coupled", "frozen-slow", "frozen-gate")  # the arms that have a gate
 def _runs(ablation_dir):
     """`{arm: [train dataset per seed]}` of the runs that the `reproduce` folder's ablation.nc
     lists (its arms and seeds, from their folders `ARM-seedS`), no other: a folder also holds
-    the runs of earlier ablations (more seeds, other arms), which its ablation did not use."""
+    the runs of earlier ablations (more seeds, other arms), which its ablation did not use. A
+    listed run whose train.nc is gone is left out, an arm with none
+    too (the legends count the seeds drawn)."""
     from fastslow_sim.io import load_dataset
 
     ablation = load_dataset(Path(ablation_dir) / "ablation.nc")
-    return {str(arm): [load_dataset(Path(ablation_dir) / f"{arm}-seed{int(seed)}" / "train.nc")
-                       for seed in ablation["seed"].values]
-            for arm in ablation["arm"].values}  # fmt: skip
+    paths = {str(arm): [Path(ablation_dir) / f"{arm}-seed{int(seed)}" / "train.nc"
+                        for seed in ablation["seed"].values]
+             for arm in ablation["arm"].values}  # fmt: skip
+    return {arm: [load_dataset(p) for p in ps if p.is_file()]
+            for arm, ps in paths.items() if any(p.is_file() for p in ps)}  # fmt: skip
 
 
 def _marker(x):
