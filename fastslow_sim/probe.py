@@ -149,16 +149,17 @@ def check_run(run_dir):
 
 
 def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12,
-               write: bool = True) -> dict:
+               write: bool = True, checked: tuple | None = None) -> dict:
     """Mean TV distance to `p_st(y_b)` of every readout and baseline (module docstring), with
     standard errors, and the readouts binned by `y` for the figure; written to
     `run_dir/phi_vs_pst.json` (`write=False`: not written; `save_result` writes it). The
     tokens are those the checkpoint's steps trained, `finished` says whether it holds every
-    planned step."""
+    planned step. `checked`: what `check_run(run_dir)` returned, where the caller checked the
+    run already (the checkpoint and corpus are then not loaded again)."""
     from .me_corpus import MECorpusConfig, _start_prior, bayes_filter
     from .stationary import stationary_distribution
 
-    model, tcfg, progress, corpus = check_run(run_dir)
+    model, tcfg, progress, corpus = check_run(run_dir) if checked is None else checked
     corpus_spec = str(tcfg.get("corpus"))
     P, T = model.config.P, tcfg["block_size"]
     mcfg = MECorpusConfig(**corpus.stats["config"])

@@ -352,9 +352,9 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     """
     from ..probe import READOUTS, check_run, phi_vs_pst, save_result
 
-    for d in run_dirs:  # every folder checked before any work, and any result written
-        check_run(d)
-    results = [phi_vs_pst(d, write=False) for d in run_dirs]
+    # every folder checked before any work, and any result written
+    checked = [check_run(d) for d in run_dirs]
+    results = [phi_vs_pst(d, write=False, checked=c) for d, c in zip(run_dirs, checked)]
     for d, r in zip(run_dirs, results):
         save_result(d, r)
     if as_json:
