@@ -229,6 +229,8 @@ def parse_me_spec(spec: str) -> MECorpusConfig | None:
             raise InputError(
                 f"corpus option {item!r} is not NAME=VALUE with NAME one of {sorted(types)}."
             )
+        if key in kwargs:  # `tokens=1M,tokens=2M` had trained on the last one
+            raise InputError(f"corpus option {key} is given twice in {spec!r}; expected it once.")
         if key in ("P", "context"):  # one source of truth: the model's own P and context
             flag = "--P" if key == "P" else "--context"
             raise InputError(f"corpus option {key} is set with {flag}, not in the corpus spec.")

@@ -270,6 +270,32 @@ def test_bad_input_is_one_sentence_and_exit_2(args, fragment, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize(
+    "args, line",
+    [
+        (["integrate", "--epz", "1"], "Error: No such option '--epz' (did you mean one of: "
+         "'--eps', '--help'?); see 'fastslow-sim integrate --help'."),
+        (["integrat"], "Error: No such command 'integrat' (did you mean 'integrate'?); see "
+         "'fastslow-sim --help'."),
+        (["integrate", "--batch", "abc"], "Error: Invalid value for '--batch': 'abc' is not a "
+         "valid integer; see 'fastslow-sim integrate --help'."),
+        (["integrate", "--method"], "Error: Option '--method' requires an argument; see "
+         "'fastslow-sim integrate --help'."),
+        (["--bogus"], "Error: No such option '--bogus'; see 'fastslow-sim --help'."),
+        (["phi-vs-pst"], "Error: Missing argument 'RUN_DIR...'; see "
+         "'fastslow-sim phi-vs-pst --help'."),
+    ],
+)  # fmt: skip
+def test_click_usage_errors_are_one_line_and_exit_2(args, line, tmp_path, monkeypatch):
+    """click's own usage errors (unknown option or command, unparsable value, missing argument)
+    come as one line naming the command's help, not its three lines of usage and hint."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
+    assert res.exit_code == 2
+    assert res.output.strip() == line
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     "paths, fragment",
     [
         (["--out", "r.png"], "is also the dataset path"),  # the default plot is r.png too

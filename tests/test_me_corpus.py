@@ -146,6 +146,8 @@ def test_spec_options_and_bad_values():
     ("me:tokens=0", "tokens='0' is not a positive count like 500k"),
     ("me:tokens=-5", "tokens='-5' is not a positive count like 500k"),
     ("me:n_states=2.5", "n_states='2.5' is not an integer"),
+    # the last one had won silently
+    ("me:tokens=1M,tokens=2M", "corpus option tokens is given twice in 'me:tokens=1M,tokens=2M'"),
 ])  # fmt: skip
 def test_spec_errors_say_what_was_expected(spec, fragment):
     # 0, -5 and 2.5 are numbers: "is not a number" would mislead

@@ -159,12 +159,10 @@ def test_multirate_map_conserves_mass_or_refuses(eps, H, n_blocks, P):
 
 
 def bad_input_sentence(output: str) -> bool:
-    """Ours: exactly `Error: <one sentence>`; click's for an unparsable value: its usage lines,
-    then `Error: Invalid value for ...`."""
+    """Exactly `Error: <one sentence>.`, ours or click's for an unparsable value (which then
+    points at the command's help)."""
     lines = output.strip().splitlines()
-    if len(lines) == 1:
-        return lines[0].startswith("Error: ") and lines[0].endswith(".")
-    return lines[0].startswith("Usage: ") and lines[-1].startswith("Error: Invalid value")
+    return len(lines) == 1 and lines[0].startswith("Error: ") and lines[0].endswith(".")
 
 
 # --- the CLI's numeric options ----------------------------------------------------------------

@@ -250,6 +250,10 @@ def test_train_network_cli(tmp_path, text_file):
         (["corpus", "me:beta"], "NAME=VALUE"),
         (["reproduce", "--seeds", "0"], "--seeds must be an integer from 1 to 200,000"),
         (["corpus", "wiki"], "unknown corpus"),
+        # ignored before: the random and text corpora have no blocks and no reference windows
+        (["corpus", "random", "--P", "4"], "--P applies to the me corpus only; got it with the "
+         "corpus 'random'."),
+        (["corpus", "text:x.txt", "--context", "64"], "--context applies to the me corpus only"),
         (["phi-vs-pst", "OUT/none"], "no checkpoint"),
     ],
 )

@@ -78,12 +78,31 @@ class Group(click.Group):
                            f"({err.strerror}).", err=True)  # fmt: skip
             sys.exit(1)
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:  # `fastslow-sim --bad-option`
+            _usage_error(err, info_name)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except InputError as err:
             click.echo(f"Error: {err}", err=True)
             ctx.exit(2)
+        except click.UsageError as err:  # an unknown command, option or unparsable value
+            sub = ctx.invoked_subcommand  # set once the command is known
+            _usage_error(err, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
+
+
+def _usage_error(err: click.UsageError, command: str):
+    """click's usage error as one line and exit status 2: its sentence, then where help is
+    (click prints the usage line, a hint and a blank line before it)."""
+    text = err.format_message().strip()
+    text = re.sub(r"\.? \(?Did you mean (.*?)\)?$", r" (did you mean \1)", text).rstrip(".")
+    where = err.ctx.command_path if err.ctx is not None else command
+    click.echo(f"Error: {text}; see '{where} --help'.", err=True)
+    sys.exit(err.exit_code)
 
 
 def _raised_writing_stdout(err: OSError) -> bool:

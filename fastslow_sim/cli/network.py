@@ -38,7 +38,14 @@ def corpus(spec, P, context, as_json):
       fastslow-sim corpus text:../shared/data/tinyshakespeare.txt --json
     """
     from ..corpora import load_corpus
+    from ..me_corpus import parse_me_spec
 
+    given = [f"--{name}" for name in ("P", "context")
+             if click.get_current_context().get_parameter_source(name).name == "COMMANDLINE"]  # fmt: skip
+    if given and parse_me_spec(spec) is None:  # random and text corpora have no blocks
+        verb, it = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise InputError(f"{' and '.join(given)} {verb} to the me corpus only; got {it} with "
+                         f"the corpus {spec!r}.")  # fmt: skip
     _, P_int = parse_eps_P(None, P)
     if context < 1:
         raise InputError(f"--context must be a positive integer; got {context}.")
