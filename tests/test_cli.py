@@ -149,6 +149,15 @@ def test_auto_passes_rodas4_options_only_to_rodas4(tmp_path):
     assert res.exit_code == 0 and "Warning: auto picked lsoda" in res.output, res.output
 
 
+@pytest.mark.parametrize("command", sorted(main.commands))
+def test_every_help_shows_a_command_line_of_its_own(command):
+    """The README promises that each `--help` teaches by example (mapping's had none)."""
+    res = CliRunner().invoke(main, [command, "--help"], prog_name="fastslow-sim")
+    assert res.exit_code == 0
+    body = res.output.split("Options:")[0].splitlines()[1:]  # past the usage line
+    assert any(line.strip().startswith(f"fastslow-sim {command}") for line in body), res.output
+
+
 def test_help_lists_systems_and_methods():
     res = run(["integrate", "--help"])
     for name in list(fs.SYSTEMS) + ["radau", "bdf", "lsoda", "dopri5", "auto"]:

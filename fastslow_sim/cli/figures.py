@@ -104,6 +104,8 @@ def training_figures(runs_dir, out_dir):
       fastslow-sim reproduce --corpus me --out runs/reproduce-me
       fastslow-sim phi-vs-pst runs/reproduce-me/*-seed0
       python scripts/phi_vs_pst_sweep.py   # runs/phi-sweep: TV against tokens and P
+    then draw them:
+      fastslow-sim training-figures --runs runs --out-dir figures
     """
     use_agg()
     from ..gallery import make_figures

@@ -574,7 +574,13 @@ def _y_text(y: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def mapping(markdown, as_json):
     """How the ODE maps onto the attention network, row by row: the ODE object, its network
-    counterpart, whether the correspondence is exact or an analogy, and the gap."""
+    counterpart, whether the correspondence is exact or an analogy, and the gap.
+
+    \b
+    Examples:
+      fastslow-sim mapping
+      fastslow-sim mapping --markdown > mapping.md
+    """
     from ..bridge.mapping import MAPPING, render_mapping
 
     if markdown and as_json:
