@@ -16,8 +16,10 @@ Baselines, on the same blocks: uniform; the training split's token frequencies; 
 block's histogram (anti-correlated with `p_st(y_b)` under the default negative feedback); the
 slow law replayed from `y = 1/2` over the previous 3 blocks' histograms (a short look-back
 that a fast path could learn); the exact Bayes filter's posterior mean of `p_st(y_b)` from the tokens before
-block `b`; the Bayes filter's own next-token distribution read out like the head (the best any
-model's head can do here: the chain has not mixed completely); and `y` known (TV 0).
+block `b`; the Bayes filter's own next-token distribution read out like the head (what a head
+that minimises log loss shows, the chain not having mixed completely: a reference, not a lower
+bound on TV, since a head could come closer to `p_st` by leaning less on the previous tokens,
+down to the filter's posterior mean of `p_st`); and `y` known (TV 0).
 Distance: total variation `1/2 sum_i |a_i - b_i|`, mean over blocks with the standard error
 across windows (blocks of one window are correlated).
 """

@@ -692,6 +692,11 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     # in float32 even on CUDA: the gap to the me corpus's floor is a few thousandths of a nat
     val_full = evaluate_windows(raw_model, corpus, cfg.block_size, device) \
         if finished and rank == 0 else None  # fmt: skip
+    if val_full is not None and not math.isfinite(val_full):  # the sampled check passed
+        raise TrainingDivergedError(
+            f"the validation loss over every aligned window is non-finite after "
+            f"{plural(done, 'step')}" + _kept_checkpoint(ckpt_path, saved_step, done)
+        )
     summary = {
         "variant": cfg.variant,
         "arm": cfg.arm or cfg.variant,
@@ -852,15 +857,17 @@ def _comparison_pairs(arms) -> list:
 
 def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: dict | None = None,
               margin: float = 0.01, log=print, workers: int = 0, scheduler: str | None = None,
-              client=None, names: dict | None = None, parents: bool = True) -> dict:  # fmt: skip
+              client=None, names: dict | None = None, parents: bool = True,
+              retry_failed: bool = False) -> dict:  # fmt: skip
     """Train every arm for every seed (arms of one seed share the data order, and the arms that
     share the dense architecture share its initialisation); returns the ablation table.
 
     The arms x seeds grid runs as a sweep (`fastslow_sim.sweep`) into `out/sweep.zarr`, with one
     run folder `out/ARM-seedS` per cell: `workers=0` in this process, `workers=N` on a local
     dask cluster, `scheduler` (or `client`) on an existing one. The table is computed from the
-    store; re-running skips the cells (and reuses the run folders) it already has. `names` and
-    `parents`: as `train`'s (`parents=False`: the folder that holds `out` must exist)."""
+    store; re-running skips the cells (and reuses the run folders) it already has, failed ones
+    too unless `retry_failed`. `names` and `parents`: as `train`'s (`parents=False`: the folder
+    that holds `out` must exist)."""
     import xarray as xr
 
     from .io import save_dataset
@@ -888,6 +895,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
                         client=client, runs_dir=out, parents=True, log=log,
+                        retry_failed=retry_failed,
                         progress=base.get("progress", True),
                         attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip
@@ -898,8 +906,14 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
            enumerate(range(seeds)) if sw["status"].values[i, j] != "done"]  # fmt: skip
     if bad:
         a, s, msg = bad[0]
+        earlier = int(np.sum((sw["status"].values == "failed")
+                             & (sw["run_id"].values != sw.attrs["run_id"]))) \
+            if "run_id" in sw else 0  # fmt: skip
+        again = (f"; {plural(earlier, 'run')} failed in an earlier call, which this one kept "
+                 f"({(names or {}).get('retry_failed', 'retry_failed=True')} trains "
+                 f"{'it' if earlier == 1 else 'them'} again)") if earlier else ""  # fmt: skip
         raise SweepError(f"{len(bad)} of {plural(len(arms) * seeds, 'run')} did not finish; "
-                         f"{a} seed {s}: {msg or 'pending'} (store {res['store']}).")  # fmt: skip
+                         f"{a} seed {s}: {msg or 'pending'} (store {res['store']}){again}.")  # fmt: skip
     runs = _runs_from_sweep(sw, arms, seeds)
     fresh = set(map(tuple, np.argwhere(sw["run_id"].values == sw.attrs["run_id"]).tolist())) \
         if "run_id" in sw else set()

@@ -197,6 +197,36 @@ def test_reproduce_rerun_with_other_settings_never_replaces_its_runs(tmp_path, t
     assert _tree(out) == held  # the runs, the sweep store and ablation.nc, byte for byte
 
 
+def test_reproduce_keeps_a_failed_run_until_told_to_retry_it(tmp_path, text_file, monkeypatch):
+    """A run that failed once (a transient fault) was kept by every rerun, whose message read
+    like a fresh failure; the rerun now says so, and --retry-failed trains it again."""
+    original = FastSlowLM.forward
+    fault = {"on": True}
+
+    def flaky(self, idx, targets=None):
+        if fault["on"] and self.config.variant == "coupled":
+            raise RuntimeError("transient")
+        return original(self, idx, targets)
+
+    monkeypatch.setattr(FastSlowLM, "forward", flaky)
+    out = tmp_path / "r"
+    args = ["reproduce", "--corpus", f"text:{text_file}", "--context", "32", "--batch-size", "4",
+            "--P", "4", "--seeds", "1", "--arms", "dense,coupled", "--tokens", "128",
+            "--out", str(out), "--json"]  # fmt: skip
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1 and "coupled seed 0: RuntimeError: transient" in first.output
+    assert "earlier call" not in first.output  # this call's own failure
+    fault["on"] = False
+    kept = CliRunner().invoke(main, args)
+    assert kept.exit_code == 1
+    assert kept.output.rstrip().endswith(
+        "; 1 run failed in an earlier call, which this one kept (--retry-failed trains it again)."
+    ), kept.output
+    again = CliRunner().invoke(main, [*args, "--retry-failed"])
+    assert again.exit_code == 0, again.output
+    assert set(json.loads(again.output)["arms"]) == {"dense", "coupled"}
+
+
 def test_reproduce_never_reuses_a_run_made_on_other_contents_of_its_text_file(tmp_path, text_file):
     """Only the path and settings were compared: after the corpus file was replaced, a rerun
     printed '(reused)' with the old file's loss. The run is refused in one sentence naming the

@@ -172,6 +172,21 @@ def test_last_step_divergence_is_a_failure_not_a_nan_summary(tmp_path, text_file
     assert not (tmp_path / "big-lr" / "ckpt.pt").exists()
 
 
+def test_non_finite_full_validation_loss_is_a_failure_not_a_finished_run(tmp_path, text_file,
+                                                                         monkeypatch):
+    # the sampled validation loss is checked every eval_interval; the full one at the end was
+    # stored as val_loss of a finished run, and `reproduce` printed a NaN table with exit 0
+    import fastslow_sim.training as training
+
+    corpus = text_corpus(text_file)
+    monkeypatch.setattr(training, "evaluate_windows", lambda *a, **k: float("nan"))
+    cfg = _cfg(tmp_path, "nan-val", f"text:{text_file}", tokens=1024)
+    with pytest.raises(TrainingDivergedError, match="validation loss over every aligned window "
+                       "is non-finite after 8 steps; its last checkpoint, .* holds those"):  # fmt: skip
+        train(cfg, corpus)
+    assert not (tmp_path / "nan-val" / "summary.json").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_kept_checkpoint_says_whose_weights_it_holds():
     from fastslow_sim.training import _kept_checkpoint

@@ -20,8 +20,8 @@ def plot_phi_vs_pst(results: dict, ax=None):
     state `i` against `y`, binned by `y` (quantile bins of the validation blocks).
 
     `results`: `{label: phi_vs_pst result}` (one run per arm). Black: `p_st,i(y)` (what `y`
-    known gives); grey dotted: the Bayes filter read out like the head (the best a head can
-    do); solid, in the arm's colour: the model's head readout; dashed: the probe of the gated
+    known gives); grey dotted: the Bayes filter read out like the head (what a log-loss-optimal
+    head shows; not a lower bound on TV); solid, in the arm's colour: the model's head readout; dashed: the probe of the gated
     slow state (slow-path arms whose gate is not pinned at zero). `ax`: one Axes per state, or
     None for a new figure. Returns the Figure.
     """
@@ -69,7 +69,8 @@ def _count(n) -> str:
 
 def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
-    with the attainable floors of each readout (the Bayes filter read out the same way)."""
+    with the exact Bayes filter read out the same way as each readout (references, not lower
+    bounds on TV)."""
     fig, axes = figure_axes(ax, 2, ncols=2, figsize=(WIDTH, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
@@ -89,7 +90,7 @@ def plot_tv_sweep(rows: list, ax=None):
             ax.plot(x, [r["tv"]["Bayes filter, head readout"]["mean"] for r in rs], "k:",
                     label="Bayes filter, head readout")  # fmt: skip
             ax.plot(x, [r["tv"]["Bayes filter p_st"]["mean"] for r in rs], "k-.",
-                    label="Bayes filter p_st (probe's floor)")  # fmt: skip
+                    label="Bayes filter p_st")  # fmt: skip
             ax.plot(x, [r["tv"]["corpus frequencies"]["mean"] for r in rs], color="0.6",
                     label="corpus frequencies")  # fmt: skip
         ax.set_xscale("log", base=2 if sweep == "P" else 10)

@@ -103,7 +103,7 @@ def _train_options(f):
 # the library's messages name the option a user typed (`training.train`'s `names`)
 OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size": "--context",
                 "ckpt_interval": "--checkpoint-every", "seed": "--seed",
-                "threads": "--threads"}  # fmt: skip
+                "threads": "--threads", "retry_failed": "--retry-failed"}  # fmt: skip
 
 
 def _base_config(P, device, batch_size, block_size, use_compile, threads):
@@ -240,6 +240,8 @@ def train_network(
 )
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the grid on the existing dask cluster at ADDRESS.")
+@click.option("--retry-failed", is_flag=True,
+              help="Train the runs that failed in an earlier call again (a re-run keeps them).")
 def reproduce(
     corpus_spec,
     tokens,
@@ -256,6 +258,7 @@ def reproduce(
     as_json,
     workers,
     scheduler,
+    retry_failed,
 ):
     """The ablation: every arm for every seed, each seed's arms on the same data order.
 
@@ -270,7 +273,8 @@ def reproduce(
     t-based 95% interval (df = seeds - 1) and a verdict: "equivalent" when the interval lies
     within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc,
     the sweep store DIR/sweep.zarr (the table is computed from it; a re-run skips the runs it
-    has) and one run folder per (arm, seed). --workers/--scheduler run the grid on dask.
+    has, failed ones too unless --retry-failed) and one run folder per (arm, seed).
+    --workers/--scheduler run the grid on dask.
 
     \b
     Examples:
@@ -297,7 +301,8 @@ def reproduce(
     try:
         table = run_reproduce(corpus_spec, n_tokens, seeds, arm_names, out, base, margin=margin,
                               log=log, workers=workers or 0, scheduler=scheduler,
-                              names=OPTION_NAMES, parents=parents)  # fmt: skip
+                              names=OPTION_NAMES, parents=parents,
+                              retry_failed=retry_failed)  # fmt: skip
     except SweepError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
