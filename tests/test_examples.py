@@ -24,9 +24,10 @@ def _load(name):
 
 def check_gth(out):
     for r, errs in out["errors"].items():
-        # GTH: relative error O(n u) per entry, whatever the conditioning (O'Cinneide 1993);
-        # n = 40 states, u = 1.1e-16 -> a few 1e-15; 1e-12 leaves room for any BLAS
-        assert errs["GTH"] < 1e-12, (r, errs)
+        # GTH: relative error O(n u) per entry, whatever the conditioning (O'Cinneide 1993),
+        # against an exact reference: measured 4.5e-16 and 9.3e-16 at n = 40 (u = 1.1e-16);
+        # 1e-14 is 10x that (the old reference, exp(i log r), was itself 1.6e-14 off)
+        assert errs["GTH"] < 1e-14, (r, errs)
         # the eigenvector's absolute error ~ u * max p = 1e-16 is 1e23 times p_min = 1e-39
         assert errs["eigenvector"] > 1.0, (r, errs)
     assert out["errors"][0.1]["LU (row replaced)"] > 1.0  # the tail 1e-39 is lost to round-off
@@ -59,6 +60,9 @@ def check_tiny_gate(out):
     g = out["gates"]
     assert (g[0] == 0).all()  # zero-initialised alpha: the network starts as the dense one
     assert g[-1].min() > 1e-3  # the gate has opened (measured 0.018 per layer)
+    # AdamW steps by about lr_t (measured 0.94-1.16 lr_t a step), so the gate is bounded by
+    # tanh(sum lr) with room for that ratio: the docstring's reading of the curve
+    assert (g[-1] <= 1.2 * out["lr_reach"][-1]).all(), (g[-1], out["lr_reach"][-1])
     assert out["val_loss"] < out["uniform_loss"]  # it learnt something: below ln V
 
 
