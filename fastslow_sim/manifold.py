@@ -23,7 +23,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .generators import domain_text
+from .generators import domain_text, validate_generator
 from .stationary import stationary_derivative
 from .wording import number_text
 
@@ -120,8 +120,17 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
 
 
 def spectral_gap(Q) -> np.ndarray:
-    """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`."""
-    lam = np.linalg.eigvals(np.asarray(Q, dtype=np.float64))
+    """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`,
+    `n >= 2` (a one-state generator has no non-zero eigenvalue: an `InputError`)."""
+    q = np.asarray(Q, dtype=np.float64)
+    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
+        validate_generator(q)  # raises: not a batch of square matrices
+    if q.shape[-1] == 1:
+        raise InputError(
+            f"a one-state generator (Q of shape {q.shape}) has no non-zero eigenvalue, so no "
+            f"spectral gap; expected at least 2 states."
+        )
+    lam = np.linalg.eigvals(q)
     re = np.sort(np.abs(lam.real), axis=-1)
     return re[..., 1]  # re[..., 0] is the zero eigenvalue of an irreducible chain
 

@@ -713,6 +713,8 @@ def chain_stationary(up, down, *, allow_transient: bool = False) -> np.ndarray:
                 f"up and down rates; got {name}{list(at)} = {r[at]:g}."
             )
     batch, links = up.shape[:-1], up.shape[-1]
+    if links == 0:  # one state, no links: all the mass on it (as stationary_distribution)
+        return np.ones(batch + (1,))
     up, down = up.reshape(-1, links), down.reshape(-1, links)
     split = ~np.all((up > 0) & (down > 0), axis=-1)  # chains that a zero rate splits
     p = np.zeros((up.shape[0], links + 1))

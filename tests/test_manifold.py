@@ -53,6 +53,22 @@ def test_initial_layer_duration_from_spectral_gap():
     assert mf.initial_layer_duration(system) == pytest.approx(0.01 * np.log(100) / gap)
 
 
+@pytest.mark.parametrize(
+    "Q, fragment",
+    [
+        (np.zeros((1, 1)), r"one-state generator \(Q of shape \(1, 1\)\) has no non-zero eigenvalue"),
+        (np.zeros((4, 1, 1)), "one-state generator"),
+        (np.zeros((2, 3)), "square matrix"),
+    ],
+    ids=["one-state", "batch-of-one-state", "not-square"],
+)
+def test_spectral_gap_refuses_what_has_none_in_one_sentence(Q, fragment):
+    """spectral_gap of a 1 x 1 generator failed with an IndexError (no second eigenvalue)."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        mf.spectral_gap(Q)
+    assert len(str(err.value).splitlines()) == 1
+
+
 DEFAULT_EPS = [0.02, 0.01, 0.005, 0.0025]
 THEORY = {"err_h0": 1.0, "err_h1": 2.0, "err_y": 1.0}  # DESIGN 3.2, as eps -> 0
 

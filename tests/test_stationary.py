@@ -568,6 +568,15 @@ def test_chain_stationary_against_exact_arithmetic(n):
         _assert_relative(fs.chain_stationary(up, down), exact, rtol=2 * n * u)
 
 
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_chain_stationary_of_one_state_is_one(batch):
+    """A one-state chain (no links, rates of shape (..., 0)) failed in numpy's reshape; its
+    p_st is [1.], as stationary_distribution gives for the 1 x 1 zero generator."""
+    p = fs.chain_stationary(np.zeros(batch + (0,)), np.zeros(batch + (0,)))
+    np.testing.assert_array_equal(p, fs.stationary_distribution(np.zeros(batch + (1, 1))))
+    assert p.shape == batch + (1,) and p.dtype == np.float64
+
+
 def test_chain_stationary_beyond_the_float_range_of_ratios():
     # up/down = 1e600 is not a float, and 1e300^k overflows in a naive product; the mass sits
     # at the far end (exact p = (1e-1200, 1e-600, 1) / sum; the dense GTH agrees)
