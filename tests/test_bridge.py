@@ -374,6 +374,28 @@ def test_bad_config(kwargs, fragment):
         BridgeConfig(**kwargs)
 
 
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint16])
+def test_numpy_integers_are_integers(kind):
+    """BridgeConfig(P=np.int64(8)) was refused as "must be an integer ... got np.int64(8)" (and
+    so were the other sizes); numpy integers are taken, as plain ints (JSON-serialisable)."""
+    import json
+
+    cfg = BridgeConfig(P=kind(8), block_size=kind(32), n_layer=kind(1), n_head=kind(2),
+                       n_embd=kind(16), vocab_size=kind(17), phi_mult=kind(2))  # fmt: skip
+    assert cfg == BridgeConfig(P=8, block_size=32, n_layer=1, n_head=2, n_embd=16,
+                               vocab_size=17, phi_mult=2)  # fmt: skip
+    sizes = ("P", "block_size", "n_layer", "n_head", "n_embd", "vocab_size", "phi_mult")
+    assert all(type(cfg.to_dict()[k]) is int for k in sizes)
+    json.dumps(cfg.to_dict())
+    model = make("coupled")
+    torch.manual_seed(0)
+    out = model.generate(torch.zeros(1, 3, dtype=torch.long), kind(2), top_k=kind(3))
+    assert out.shape == (1, 5)
+    for bad in (True, np.bool_(True), 8.0, np.float64(8.0)):  # still refused
+        with pytest.raises(fs.InputError, match="P must be an integer from 1"):
+            BridgeConfig(P=bad)
+
+
 def test_bad_tokens():
     model = make("coupled")
     with pytest.raises(fs.InputError, match=r"token ids must lie in \[0, 16\]"):

@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import InputError
+from ..validation import plain_int
 from .variants import VARIANTS
 
 GATES = ("scalar", "channel")
@@ -60,6 +61,8 @@ class BridgeConfig:
     phi_mult: int = 4  # hidden width of phi_theta, in units of n_embd
 
     def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult", "P"):
+            setattr(self, name, plain_int(getattr(self, name)))  # np.int64(8) -> 8
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -454,6 +457,7 @@ class FastSlowLM(nn.Module):
         self._check_idx(idx)
         if idx.shape[1] < 1:
             raise InputError("the prompt must hold at least one token; got an empty prompt.")
+        max_new_tokens, top_k = plain_int(max_new_tokens), plain_int(top_k)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:  # fmt: skip
             raise InputError(
