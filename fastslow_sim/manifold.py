@@ -157,7 +157,15 @@ def spectral_gap(Q) -> np.ndarray:
 
 
 def initial_layer_duration(system, y0=None, factor: float = 1.0) -> float:
-    """`factor * eps log(1/eps) / gap(Q(y0))`: time for the fast transient to decay to `O(eps)`."""
+    """`factor * eps * max(log(1/eps), 1) / gap(Q(y0))`: time for the fast transient to decay
+    to `O(eps)`.
+
+    The fast transient decays as `exp(-gap t / eps)`, so after `eps log(1/eps) / gap` it is
+    `O(eps)` (DESIGN 3.2). The clamp `max(log(1/eps), 1)` acts only for `eps > 1/e` (eps = 0.5,
+    the largest `check_convergence` takes, has `log 2 = 0.69`): there `eps log(1/eps)` is
+    shorter than one fast relaxation time `eps / gap`, so the layer lasts at least that long
+    before `convergence` starts measuring errors; for smaller eps it is the formula itself.
+    """
     _require_me(system)
     y0 = system.y0 if y0 is None else y0
     gap = float(spectral_gap(system.generator.rates(_slow(system, y0))))

@@ -51,6 +51,11 @@ def test_initial_layer_duration_from_spectral_gap():
     gap = np.exp(2 * 0.9) + 1.0
     assert mf.spectral_gap(system.generator.rates(0.9)) == pytest.approx(gap)
     assert mf.initial_layer_duration(system) == pytest.approx(0.01 * np.log(100) / gap)
+    # for eps > 1/e the layer is one fast relaxation time eps / gap at least (the documented
+    # clamp max(log(1/eps), 1); eps = 0.5 is the largest that check_convergence takes)
+    large = system.with_eps(0.5)
+    assert mf.initial_layer_duration(large, factor=6.0) == pytest.approx(6.0 * 0.5 / gap)
+    assert "max(log(1/eps), 1)" in mf.initial_layer_duration.__doc__
 
 
 @pytest.mark.parametrize(
