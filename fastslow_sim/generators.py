@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .errors import InputError
+from .validation import number
 
 __all__ = [
     "Generator",
@@ -578,8 +579,11 @@ def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -
     """`count` independent random irreducible generators on `n` states, shape `(count, n, n)`.
 
     Off-diagonal rates `U(0, 1)` on a random pattern of the given density, plus a random
-    Hamiltonian cycle of rates in `[0.1, 1)` (which makes each one irreducible).
+    Hamiltonian cycle of rates in `[0.1, 1)` (which makes each one irreducible). `count` is an
+    integer >= 0, `n` >= 1.
     """
+    count = number("count", count, lo=0, integer=True)
+    n = number("n (states)", n, lo=1, integer=True)
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.0, 1.0, (count, n, n)) * (rng.uniform(size=(count, n, n)) < density)
     perm = np.argsort(rng.uniform(size=(count, n)), axis=-1)

@@ -23,9 +23,9 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .generators import domain_text
+from .generators import domain_text, validate_generator
 from .stationary import stationary_derivative
-from .wording import number_text
+from .wording import number_text, plural
 
 __all__ = [
     "h0",
@@ -104,12 +104,33 @@ def reduced_rhs(system, y, order: int = 0):
 def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=1e-13):
     """Integrate the reduced (QSS) system on `t_eval` from `y0`; returns `y` of shape `(T, m)`.
 
-    Its cost does not depend on `eps` (order 0); DOP853 at tight tolerance.
+    `t_eval`: one or more finite times (a list or an array), strictly increasing or strictly
+    decreasing; `y0` is the state at `t_eval[0]` (one time: `y` is `y0` alone). Its cost does
+    not depend on `eps` (order 0); DOP853 at tight tolerance.
     """
     from scipy.integrate import solve_ivp
 
     y0 = system.y0 if y0 is None else np.asarray(y0, dtype=np.float64).reshape(-1)
-    t_eval = np.asarray(t_eval, dtype=np.float64)
+    given = t_eval
+    try:
+        t_eval = np.asarray(t_eval, dtype=np.float64)
+    except (TypeError, ValueError):
+        t_eval = np.array([[np.nan]])
+    steps = np.diff(t_eval) if t_eval.ndim == 1 else np.zeros(0)
+    if (t_eval.ndim != 1 or t_eval.size < 1 or not np.all(np.isfinite(t_eval))
+            or not (np.all(steps > 0) or np.all(steps < 0))):  # fmt: skip
+        shown = f"{t_eval.size} values" if t_eval.size > 8 else repr(given)
+        raise InputError(
+            f"t_eval must be one or more finite times, strictly increasing or decreasing; got "
+            f"{shown}."
+        )
+    if np.shape(y0) != (system.n_slow,):
+        raise InputError(
+            f"y0 must have {plural(system.n_slow, 'entry')}, one per slow variable; got "
+            f"{np.size(y0)}."
+        )
+    if t_eval.size == 1:  # no time to integrate over: the start alone
+        return np.array(y0, dtype=np.float64).reshape(1, -1)
     sol = solve_ivp(
         lambda t, y: reduced_rhs(system, y, order),
         (t_eval[0], t_eval[-1]), y0, method="DOP853", t_eval=t_eval, rtol=rtol, atol=atol,
@@ -120,14 +141,31 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
 
 
 def spectral_gap(Q) -> np.ndarray:
-    """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`."""
-    lam = np.linalg.eigvals(np.asarray(Q, dtype=np.float64))
+    """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`,
+    `n >= 2` (a one-state generator has no non-zero eigenvalue: an `InputError`)."""
+    q = np.asarray(Q, dtype=np.float64)
+    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
+        validate_generator(q)  # raises: not a batch of square matrices
+    if q.shape[-1] == 1:
+        raise InputError(
+            f"a one-state generator (Q of shape {q.shape}) has no non-zero eigenvalue, so no "
+            f"spectral gap; expected at least 2 states."
+        )
+    lam = np.linalg.eigvals(q)
     re = np.sort(np.abs(lam.real), axis=-1)
     return re[..., 1]  # re[..., 0] is the zero eigenvalue of an irreducible chain
 
 
 def initial_layer_duration(system, y0=None, factor: float = 1.0) -> float:
-    """`factor * eps log(1/eps) / gap(Q(y0))`: time for the fast transient to decay to `O(eps)`."""
+    """`factor * eps * max(log(1/eps), 1) / gap(Q(y0))`: time for the fast transient to decay
+    to `O(eps)`.
+
+    The fast transient decays as `exp(-gap t / eps)`, so after `eps log(1/eps) / gap` it is
+    `O(eps)` (DESIGN 3.2). The clamp `max(log(1/eps), 1)` acts only for `eps > 1/e` (eps = 0.5,
+    the largest `check_convergence` takes, has `log 2 = 0.69`): there `eps log(1/eps)` is
+    shorter than one fast relaxation time `eps / gap`, so the layer lasts at least that long
+    before `convergence` starts measuring errors; for smaller eps it is the formula itself.
+    """
     _require_me(system)
     y0 = system.y0 if y0 is None else y0
     gap = float(spectral_gap(system.generator.rates(_slow(system, y0))))

@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import InputError
 from .generators import readout_vector
-from .validation import count_text
+from .validation import count_text, plain_int
 
 __all__ = ["MECorpusConfig", "largest_rate", "me_corpus", "me_reference_losses", "parse_me_spec"]
 
@@ -81,6 +81,9 @@ class MECorpusConfig:
     context: int = 256  # window length T of the reference losses: the training context
 
     def __post_init__(self):
+        for name in ("tokens", "P", "n_states", "seed", "context"):  # np.int64(8) -> 8
+            object.__setattr__(self, name, plain_int(getattr(self, name)))
+
         def positive_int(name, low=1, why=""):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:

@@ -114,7 +114,9 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
     `"y_blocks": (n_blocks + 1, m)`, `"t_blocks": (n_blocks + 1,)`, `"block_mean": (n_blocks, n)`,
     `"P": P}` and, when per-token states are kept, `"x_tokens": (n_blocks*P + 1, n)` and
     `"t_tokens": (n_blocks*P + 1,)`. `tokens=None` keeps them up to `MAX_TOKENS` tokens,
-    `True` requires them (an `InputError` beyond), `False` never keeps them.
+    `True` requires them (an `InputError` beyond), `False` never keeps them. `x0` and `y0`
+    (default: the system's) are checked as `integrate` checks them: `x0` a probability vector
+    of the system's size, `y0` finite and inside the generator's domain.
     """
     if not hasattr(system, "generator"):
         raise InputError(f"the multirate map needs a master-equation system; got {system.name!r}.")
@@ -129,9 +131,11 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
         )
     keep = n_tok <= MAX_TOKENS if tokens is None else bool(tokens)
     walk = keep or P <= _WALK
+    from .integrators import _initial_state  # integrate's check of x0 and y0, shared
+
     n, m = system.n_fast, system.n_slow
-    x = np.asarray(system.x0 if x0 is None else x0, dtype=np.float64).reshape(n)
-    y = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64).reshape(m)
+    x, y = _initial_state(system, system.x0 if x0 is None else x0,
+                          system.y0 if y0 is None else y0)  # fmt: skip
     tau = H / (P * system.eps)
     x_blocks = np.empty((n_blocks + 1, n))
     y_blocks = np.empty((n_blocks + 1, m))

@@ -656,7 +656,14 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
 
         q = Q if Q.is_floating_point() else Q.to(torch.float64)
     else:
-        q = np.asarray(Q, dtype=np.float64)
+        q_in = np.asarray(Q)
+        q = np.asarray(q_in, dtype=np.float64)
+        if check and q_in.dtype.kind == "f" and q_in.dtype.itemsize < q.dtype.itemsize:
+            # validated at its own dtype's tolerance: float32 rows summing to zero within
+            # float32's round-off do not sum to zero within float64's (GTH never reads the
+            # diagonal; the other methods get it rebuilt in float64)
+            validate_generator(q_in)
+            check = False
     if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
         validate_generator(q)  # raises: not a batch of square matrices
     if method != "gth":  # GTH never reads the diagonal; the others get it rebuilt
@@ -706,6 +713,8 @@ def chain_stationary(up, down, *, allow_transient: bool = False) -> np.ndarray:
                 f"up and down rates; got {name}{list(at)} = {r[at]:g}."
             )
     batch, links = up.shape[:-1], up.shape[-1]
+    if links == 0:  # one state, no links: all the mass on it (as stationary_distribution)
+        return np.ones(batch + (1,))
     up, down = up.reshape(-1, links), down.reshape(-1, links)
     split = ~np.all((up > 0) & (down > 0), axis=-1)  # chains that a zero rate splits
     p = np.zeros((up.shape[0], links + 1))
@@ -777,10 +786,31 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
     `p_st` is unique, so transient states are allowed (Michaelis-Menten at `y = 0`: the mass
     on state 0 leaks to state 1 at the binding rate's slope); several closed classes raise.
     """
-    q = np.asarray(Q, dtype=np.float64)
+    q_in = np.asarray(Q)
+    q = np.asarray(q_in, dtype=np.float64)
+    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
+        validate_generator(q)  # raises: not a batch of square matrices
+    n = q.shape[-1]
     dq = np.asarray(dQ, dtype=np.float64)
-    if p is None:
-        p = stationary_distribution(q, allow_transient=True)
+    if dq.ndim != q.ndim + 1 or dq.shape[-2:] != (n, n):
+        raise InputError(
+            f"dQ must have shape (..., m, {n}, {n}) for Q of shape {q.shape} (the leading "
+            f"dimensions of Q, then one {n} x {n} derivative per slow variable); got shape "
+            f"{dq.shape}."
+        )
+    p_shape = q.shape[:-1] if p is None else np.shape(p)
+    if p_shape[-1:] != (n,):
+        raise InputError(f"p must have shape (..., {n}), one entry per state; got {p_shape}.")
+    try:
+        np.broadcast_shapes(q.shape[:-2], dq.shape[:-3], p_shape[:-1])
+    except ValueError:
+        raise InputError(
+            f"Q and dQ{'' if p is None else ' and p'} must share their leading dimensions; got "
+            f"shapes {q.shape}, {dq.shape}{'' if p is None else f' and {p_shape}'}."
+        ) from None
+    if p is None:  # validates Q at its own dtype's tolerance
+        p = stationary_distribution(q_in, allow_transient=True)
+    p = np.asarray(p, dtype=np.float64)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]  # (..., n, n)
     rhs = np.einsum("...kji,...j->...ki", dq, p)  # (dQ_k^T p)_i, shape (..., m, n)
     dp = np.linalg.solve(m[..., None, :, :], -rhs[..., None])[..., 0]  # (..., m, n)

@@ -18,7 +18,7 @@ import math
 import numbers
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .threads import check_threads, torch_threads
-from .validation import count_text
+from .validation import count_text, plain_int
 from .wording import bytes_text, int_text, plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
@@ -139,6 +139,13 @@ class TrainConfig:
     stop_after_steps: int | None = None  # for tests and for splitting a run: stop early
     progress: bool = True
     threads: int | None = None  # torch's intra-op threads; None: torch's own setting
+
+    def __post_init__(self):
+        # numpy integers (np.int64(8)) as plain ints, so the config stays JSON-serialisable;
+        # the values themselves are checked by `_validate` before a run
+        for f in fields(self):
+            if f.type in ("int", "int | None", int):
+                setattr(self, f.name, plain_int(getattr(self, f.name)))
 
     def model_config(self, vocab_size: int) -> BridgeConfig:
         return BridgeConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from .errors import InputError
 from .wording import count_text
 
-__all__ = ["number", "positive", "positive_int", "t_span", "folder", "count_text"]
+__all__ = ["number", "positive", "positive_int", "plain_int", "t_span", "folder", "count_text"]
 
 
 def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
@@ -60,6 +62,15 @@ def positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not (math.isfinite(v) and v.is_integer() and v >= 1):
         raise InputError(f"{name} must be a positive integer; got {value!r}.")
     return int(v)
+
+
+def plain_int(value):
+    """`value` as a Python `int` when it is an integer of any kind (`int` or a numpy integer such
+    as `np.int64(8)`, never a `bool`), else `value` unchanged for the caller's own check to
+    refuse: configs keep plain ints, so they stay JSON-serialisable."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return value
 
 
 def t_span(value) -> tuple[float, float]:

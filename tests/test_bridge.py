@@ -374,6 +374,28 @@ def test_bad_config(kwargs, fragment):
         BridgeConfig(**kwargs)
 
 
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint16])
+def test_numpy_integers_are_integers(kind):
+    """BridgeConfig(P=np.int64(8)) was refused as "must be an integer ... got np.int64(8)" (and
+    so were the other sizes); numpy integers are taken, as plain ints (JSON-serialisable)."""
+    import json
+
+    cfg = BridgeConfig(P=kind(8), block_size=kind(32), n_layer=kind(1), n_head=kind(2),
+                       n_embd=kind(16), vocab_size=kind(17), phi_mult=kind(2))  # fmt: skip
+    assert cfg == BridgeConfig(P=8, block_size=32, n_layer=1, n_head=2, n_embd=16,
+                               vocab_size=17, phi_mult=2)  # fmt: skip
+    sizes = ("P", "block_size", "n_layer", "n_head", "n_embd", "vocab_size", "phi_mult")
+    assert all(type(cfg.to_dict()[k]) is int for k in sizes)
+    json.dumps(cfg.to_dict())
+    model = make("coupled")
+    torch.manual_seed(0)
+    out = model.generate(torch.zeros(1, 3, dtype=torch.long), kind(2), top_k=kind(3))
+    assert out.shape == (1, 5)
+    for bad in (True, np.bool_(True), 8.0, np.float64(8.0)):  # still refused
+        with pytest.raises(fs.InputError, match="P must be an integer from 1"):
+            BridgeConfig(P=bad)
+
+
 def test_bad_tokens():
     model = make("coupled")
     with pytest.raises(fs.InputError, match=r"token ids must lie in \[0, 16\]"):
@@ -400,6 +422,52 @@ def test_bad_generate_arguments(prompt_len, kwargs, fragment):
     model = make("coupled")
     with pytest.raises(fs.InputError, match=fragment):
         model.generate(torch.zeros(1, prompt_len, dtype=torch.long), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (lambda m: m(torch.tensor([1, 2, 3])),
+         r"token ids must have shape \(batch, T\); got shape \(3,\) \(one sequence: pass idx\[None\]\)"),
+        (lambda m: m(torch.zeros(1, 2, 3, dtype=torch.long)), r"shape \(batch, T\); got shape \(1, 2, 3\)"),
+        (lambda m: m([[1, 2]]), r"token ids must be a tensor of shape \(batch, T\); got list"),
+        (lambda m: m(torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 17]])),
+         r"targets must lie in \[0, 16\] \(or be -100, ignored\); got values from 1 to 17"),
+        (lambda m: m(torch.tensor([[1, 2, 3]]), torch.tensor([[1, -1, 2]])), "targets must lie in"),
+        (lambda m: m(torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2]])),
+         r"targets must have the shape of the token ids \(1, 3\); got \(1, 2\)"),
+        (lambda m: m(torch.tensor([[1, 2, 3]]), torch.tensor([[1.0, 2.0, 3.0]])),
+         "targets must be a tensor of integer token ids; got torch.float32"),
+    ],
+    ids=["1-D-ids", "3-D-ids", "list-ids", "target-beyond-vocab", "negative-target",
+         "target-shape", "float-targets"],
+)
+def test_bad_ids_and_targets_are_one_sentence(call, fragment):
+    """1-D ids failed unpacking their shape, and a target >= vocab failed in torch's
+    cross-entropy (an IndexError, or a device assert on a GPU)."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        call(make("coupled"))
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_targets_may_ignore_positions_and_be_any_integer_dtype():
+    model = make("coupled")
+    idx, targets = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[2, 3, 4, 5]])
+    with torch.no_grad():
+        logits, loss = model(idx, targets)
+        _, loss32 = model(idx, targets.to(torch.int32))
+        _, ignored = model(idx, torch.tensor([[-100, 3, 4, 5]]))
+    assert float(loss32) == float(loss)
+    expected = torch.nn.functional.cross_entropy(logits[0, 1:], targets[0, 1:])
+    assert float(ignored) == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize("T_bad", [0, -4, 2.5])
+def test_flops_per_token_refuses_a_sequence_without_tokens(T_bad):
+    """T=0 was a ZeroDivisionError (pooled tokens per token, nb / T)."""
+    with pytest.raises(fs.InputError, match=r"T \(tokens per sequence\) must be a positive integer"):
+        flops_per_token(BridgeConfig(), T=T_bad)
+    assert flops_per_token(BridgeConfig(), T=np.int64(64)) == flops_per_token(BridgeConfig(), T=64)
 
 
 def test_peak_table_is_keyed_by_exact_device_names():

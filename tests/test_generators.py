@@ -49,6 +49,18 @@ def test_random_family_is_seeded():
 
 
 @pytest.mark.parametrize(
+    "count, n, fragment",
+    [(-1, 3, "count must be an integer >= 0; got -1"), (2, 0, r"n \(states\) must be an integer >= 1"),
+     (2.5, 3, "count must be an integer")],
+)  # fmt: skip
+def test_random_generators_refuse_negative_sizes_in_one_sentence(count, n, fragment):
+    """random_generators(-1, 3) failed in numpy ("negative dimensions are not allowed")."""
+    with pytest.raises(fs.InputError, match=fragment):
+        fs.random_generators(count, n)
+    assert fs.random_generators(0, 3).shape == (0, 3, 3)
+
+
+@pytest.mark.parametrize(
     "Q, fragment",
     [
         (np.array([[-1.0, 1.0], [-0.5, 0.5]]), "non-negative off-diagonal"),

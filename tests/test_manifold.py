@@ -51,6 +51,55 @@ def test_initial_layer_duration_from_spectral_gap():
     gap = np.exp(2 * 0.9) + 1.0
     assert mf.spectral_gap(system.generator.rates(0.9)) == pytest.approx(gap)
     assert mf.initial_layer_duration(system) == pytest.approx(0.01 * np.log(100) / gap)
+    # for eps > 1/e the layer is one fast relaxation time eps / gap at least (the documented
+    # clamp max(log(1/eps), 1); eps = 0.5 is the largest that check_convergence takes)
+    large = system.with_eps(0.5)
+    assert mf.initial_layer_duration(large, factor=6.0) == pytest.approx(6.0 * 0.5 / gap)
+    assert "max(log(1/eps), 1)" in mf.initial_layer_duration.__doc__
+
+
+@pytest.mark.parametrize(
+    "Q, fragment",
+    [
+        (np.zeros((1, 1)), r"one-state generator \(Q of shape \(1, 1\)\) has no non-zero eigenvalue"),
+        (np.zeros((4, 1, 1)), "one-state generator"),
+        (np.zeros((2, 3)), "square matrix"),
+    ],
+    ids=["one-state", "batch-of-one-state", "not-square"],
+)
+def test_spectral_gap_refuses_what_has_none_in_one_sentence(Q, fragment):
+    """spectral_gap of a 1 x 1 generator failed with an IndexError (no second eigenvalue)."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        mf.spectral_gap(Q)
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_integrate_reduced_takes_a_list_and_one_time():
+    """A one-time list failed with "'list' object has no attribute 'T'" (solve_ivp's empty
+    result); one time is the start alone, and a list is read as an array."""
+    system = fs.make_system("two-state", eps=0.1)
+    np.testing.assert_array_equal(mf.integrate_reduced(system, [0.0]), [system.y0])
+    np.testing.assert_array_equal(mf.integrate_reduced(system, [0.5], y0=[0.2]), [[0.2]])
+    np.testing.assert_array_equal(mf.integrate_reduced(system, [0.0, 0.5, 1.0]),
+                                  mf.integrate_reduced(system, np.array([0.0, 0.5, 1.0])))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "t_eval, y0, fragment",
+    [
+        ([], None, r"t_eval must be one or more finite times, strictly increasing or decreasing; got \[\]"),
+        ([0.0, float("nan")], None, "t_eval must be one or more finite times"),
+        ([0.0, 0.0, 1.0], None, "strictly increasing or decreasing"),
+        (0.5, None, "t_eval must be one or more"),
+        ([0.0, 1.0], [0.1, 0.2], "y0 must have 1 entry, one per slow variable; got 2"),
+    ],
+    ids=["empty", "nan", "repeated", "scalar", "y0-size"],
+)
+def test_integrate_reduced_refuses_bad_times_in_one_sentence(t_eval, y0, fragment):
+    system = fs.make_system("two-state", eps=0.1)
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        mf.integrate_reduced(system, t_eval, y0)
+    assert len(str(err.value).splitlines()) == 1
 
 
 DEFAULT_EPS = [0.02, 0.01, 0.005, 0.0025]

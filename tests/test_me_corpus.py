@@ -131,6 +131,22 @@ def test_no_predictor_from_past_tokens_beats_the_floor(default):
     assert ref["oracle_loss"] < floor
 
 
+def test_numpy_integers_are_integers():
+    """MECorpusConfig(P=np.int64(8)) was refused as "needs an integer P >= 1; got np.int64(8)";
+    numpy integers are taken, as plain ints, so the config stays JSON-serialisable."""
+    import json
+    from dataclasses import asdict
+
+    cfg = MECorpusConfig(P=np.int64(8), n_states=np.int32(4), seed=np.uint8(3),
+                         context=np.int64(64), tokens=np.int64(20_000))  # fmt: skip
+    assert cfg == MECorpusConfig(P=8, n_states=4, seed=3, context=64, tokens=20_000)
+    assert all(type(getattr(cfg, k)) is int for k in ("P", "n_states", "seed", "context", "tokens"))
+    json.dumps(asdict(cfg))
+    for bad in (True, np.bool_(True), 8.0):  # still refused
+        with pytest.raises(InputError, match="needs an integer P >= 1"):
+            MECorpusConfig(P=bad)
+
+
 def test_spec_options_and_bad_values():
     cfg = parse_me_spec("me:tokens=50k,beta=6,H=0.25")
     assert (cfg.tokens, cfg.beta, cfg.H) == (50_000, 6.0, 0.25)

@@ -85,6 +85,30 @@ def test_bad_input(kwargs, fragment):
         multirate_map(system, args.pop("H"), args.pop("n_blocks"), **args)
 
 
+@pytest.mark.parametrize(
+    "start",
+    [
+        {"x0": [2.0, 0.0]},  # was renormalised to mass 1
+        {"x0": [1.5, -0.5]},  # a negative probability was accepted
+        {"x0": [1.0, 0.0, 0.0]},  # numpy's reshape error
+        {"x0": [float("nan"), 1.0]},
+        {"y0": [1e3]},  # outside the two-state generator's domain (its rates overflow)
+    ],
+    ids=["mass-2", "negative", "wrong-size", "nan", "y0-outside"],
+)
+def test_invalid_start_is_the_same_input_error_as_integrate(start):
+    """multirate_map checked neither x0 nor y0: it renormalised x0 silently (mass 2 became 1),
+    took negative entries, and failed in numpy on a wrong size. It now refuses them with
+    integrate's own sentence."""
+    system = fs.make_system("two-state", eps=0.1)
+    with pytest.raises(fs.InputError) as via_integrate:
+        fs.integrate(system, (0, 0.1), method="multirate", H=0.1, **start)
+    with pytest.raises(fs.InputError) as via_map:
+        multirate_map(system, 0.1, 1, **start)
+    assert str(via_map.value) == str(via_integrate.value)
+    assert len(str(via_map.value).splitlines()) == 1
+
+
 def test_eps_without_integer_P_needs_P():
     system = fs.make_system("birth-death", eps=0.3)
     with pytest.raises(fs.InputError, match="not an integer; pass P"):

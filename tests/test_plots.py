@@ -168,6 +168,73 @@ def test_equilibrium_manifold_one_panel_per_state(rng):
         assert ax.get_xlabel() == "slow variable" and ax.get_ylabel() == f"$x_{{{i}}}$"
 
 
+def _batched_trajectory(rng, B=4, n=3, T=7, eps_batch=None):
+    """A dataset shaped as `integrate` writes a batch: `(batch, time, state)`, B != T."""
+    t = np.linspace(0.0, 2.0, T)
+    data = {
+        "x": (("batch", "time", "state"), rng.dirichlet(np.ones(n), size=(B, T))),
+        "y": (("batch", "time", "slow"), rng.random((B, T, 1))),
+        "p_st": (("batch", "time", "state"), rng.dirichlet(np.ones(n), size=(B, T))),
+    }
+    if eps_batch is not None:
+        data["eps_batch"] = ("batch", np.asarray(eps_batch, dtype=float))
+    return xr.Dataset(data, coords={"time": t},
+                      attrs={"system": "test", "eps": 0.125, "method": "radau",
+                             "status": "success"})  # fmt: skip
+
+
+def test_trajectory_of_a_batch_draws_every_trajectory_over_time(rng):
+    """A batched dataset `(batch, time, state)` was read as `(time, state)`: x_0(t) was the
+    trajectories' states at t = 0 (B == T) or matplotlib failed (B != T). Each trajectory is
+    drawn against time, one legend entry per state, and the title counts them."""
+    ds = _batched_trajectory(rng)
+    fig, (ax_x, ax_y) = plt.subplots(2, 1)
+    plot_trajectory(ds, ax=(ax_x, ax_y))
+    t = ds["time"].values
+    solid = [ln for ln in ax_x.lines if ln.get_linestyle() == "-" and len(ln.get_xdata())]
+    dashed = [ln for ln in ax_x.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert len(solid) == len(dashed) == 4 * 3
+    for i in range(3):
+        for b in range(4):
+            np.testing.assert_array_equal(solid[4 * i + b].get_xdata(), t)
+            np.testing.assert_array_equal(solid[4 * i + b].get_ydata(), ds["x"].values[b, :, i])
+            np.testing.assert_array_equal(dashed[4 * i + b].get_ydata(), ds["p_st"].values[b, :, i])
+    for b in range(4):
+        np.testing.assert_array_equal(ax_y.lines[b].get_ydata(), ds["y"].values[b, :, 0])
+    assert [text.get_text() for text in ax_x.get_legend().get_texts()][:3] == [
+        "$x_{0}$", "$x_{1}$", "$x_{2}$"]  # fmt: skip
+    assert "4 trajectories" in ax_x.get_title()
+
+
+def test_trajectory_of_a_batch_with_eps_per_trajectory_names_the_range(rng):
+    fig = plot_trajectory(_batched_trajectory(rng, B=2, eps_batch=[0.01, 0.5]))
+    assert "eps = 0.01 to 0.5" in fig.axes[0].get_title()
+
+
+def test_equilibrium_manifold_of_a_batch_draws_each_trajectory(rng):
+    """A batched run was drawn as `y(t=0)` of each trajectory against `x` at t = 0 (or failed
+    in matplotlib); each trajectory is drawn in its eps's colour, labelled once per eps."""
+    ds = _batched_trajectory(rng, B=3, eps_batch=[0.1, 0.1, 0.01])
+    curve = xr.Dataset(
+        {"h0": (("y_grid", "state"), rng.random((5, 3))),
+         "h1": (("y_grid", "state"), rng.random((5, 3)))},
+        coords={"y_grid": np.linspace(0.0, 1.0, 5)},
+    )  # fmt: skip
+    _, ax = plt.subplots()
+    plot_equilibrium_manifold([ds], curve, states=[1], ax=[ax])
+    drawn = [ln for ln in ax.lines if len(ln.get_xdata()) == ds.sizes["time"]]
+    assert len(drawn) == 3
+    for ln, b in zip(drawn, (0, 1, 2)):
+        np.testing.assert_array_equal(ln.get_xdata(), ds["y"].values[b, :, 0])
+        np.testing.assert_array_equal(ln.get_ydata(), ds["x"].values[b, :, 1])
+    assert [ln.get_label() for ln in drawn] == [
+        r"$\varepsilon$ = 0.1", "_nolegend_", r"$\varepsilon$ = 0.01"]  # fmt: skip
+    dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    y1 = curve["h0"].values[:, 1]
+    np.testing.assert_allclose(dashed[0].get_ydata(), y1 + 0.1 * curve["h1"].values[:, 1])
+    np.testing.assert_allclose(dashed[1].get_ydata(), y1 + 0.01 * curve["h1"].values[:, 1])
+
+
 def _branches(with_oscillation):
     y = np.linspace(-1.0, 1.0, 6)
     data = {

@@ -149,6 +149,54 @@ def test_dp_dy_with_transient_states_is_the_closed_form_slope():
         fs.stationary_derivative(q, np.zeros((1, 3, 3)))
 
 
+Q32 = np.array([[-1.1, 0.1, 1.0], [0.3, -0.7, 0.4], [0.2, 0.7, -0.9]], dtype=np.float32)
+TS_Q = fs.TwoState().rates(np.array([0.3]))  # (2, 2); its rates_dy is (1, 2, 2)
+
+
+@pytest.mark.parametrize("method", STATIONARY_METHODS)
+def test_float32_generator_is_validated_at_its_own_tolerance(method):
+    """A float32 generator was cast to float64 before validation, so its rows' float32 round-off
+    (-2.2e-8 here) failed float64's tolerance, although validate_generator and the torch path
+    accept it. It is validated at max(1e-10, 100 eps(float32)) and solved in float64."""
+    row_sums = Q32.sum(-1, dtype=np.float64)
+    assert np.abs(row_sums).max() > 1e-10  # the round-off that float64's tolerance refused
+    fs.validate_generator(Q32)
+    p = fs.stationary_distribution(Q32, method)
+    assert p.dtype == np.float64
+    q64 = Q32.astype(np.float64)
+    np.fill_diagonal(q64, 0.0)
+    np.fill_diagonal(q64, -q64.sum(-1))  # the same rates, diagonal rebuilt in float64
+    np.testing.assert_allclose(p, fs.stationary_distribution(q64, method), rtol=1e-13)
+    np.testing.assert_allclose(p, fs.stationary_distribution(torch.tensor(Q32)).numpy(), rtol=1e-5)
+    bad = Q32.copy()
+    bad[0, 0] = -1.0  # a row sum of 0.1 is still refused
+    with pytest.raises(fs.InputError, match="rows must sum to zero"):
+        fs.stationary_distribution(bad, method)
+    # the derivative solves for p the same way
+    dQ = np.ones((1, 3, 3)) - 3 * np.eye(3)
+    np.testing.assert_allclose(fs.stationary_derivative(Q32, dQ),
+                               fs.stationary_derivative(q64, dQ), rtol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        ((TS_Q, np.zeros((2, 2))),
+         r"dQ must have shape \(\.\.\., m, 2, 2\) for Q of shape \(2, 2\).*got shape \(2, 2\)"),
+        ((TS_Q, np.zeros((1, 3, 3))), r"dQ must have shape .*got shape \(1, 3, 3\)"),
+        ((np.zeros((3, 2, 2)), np.zeros((2, 1, 2, 2))), "must share their leading dimensions"),
+        ((TS_Q, np.zeros((1, 2, 2)), [1.0, 0.0, 0.0]), r"p must have shape \(\.\.\., 2\)"),
+        ((np.zeros(3), np.zeros((1, 3, 3))), "square"),
+    ],
+    ids=["dQ-without-m", "dQ-size", "batch", "p-size", "Q-not-square"],
+)
+def test_stationary_derivative_refuses_shapes_in_one_sentence(args, fragment):
+    """dQ without its m axis (and the other mismatches) failed deep in einsum or solve."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        fs.stationary_derivative(*args)
+    assert len(str(err.value).splitlines()) == 1
+
+
 @pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_torch_autograd_matches_finite_differences(method):
     Q = torch.tensor(fs.random_generators(2, 5, seed=4), requires_grad=True)
@@ -518,6 +566,15 @@ def test_chain_stationary_against_exact_arithmetic(n):
         up, down = 10.0 ** rng.uniform(-5, 5, (2, n - 1))
         exact = _exact_chain(up, down)
         _assert_relative(fs.chain_stationary(up, down), exact, rtol=2 * n * u)
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_chain_stationary_of_one_state_is_one(batch):
+    """A one-state chain (no links, rates of shape (..., 0)) failed in numpy's reshape; its
+    p_st is [1.], as stationary_distribution gives for the 1 x 1 zero generator."""
+    p = fs.chain_stationary(np.zeros(batch + (0,)), np.zeros(batch + (0,)))
+    np.testing.assert_array_equal(p, fs.stationary_distribution(np.zeros(batch + (1, 1))))
+    assert p.shape == batch + (1,) and p.dtype == np.float64
 
 
 def test_chain_stationary_beyond_the_float_range_of_ratios():

@@ -410,6 +410,25 @@ def test_bad_optimiser_settings_are_input_errors(tmp_path, kw, fragment):
     assert not (tmp_path / "o").exists()
 
 
+def test_numpy_integers_in_a_train_config_are_plain_ints():
+    """TrainConfig(P=np.int64(8)) reached BridgeConfig, which refused it, and tokens=np.int64
+    was refused by the run's checks ("must be a positive integer; got np.int64(...)"); numpy
+    integers are taken, as plain ints, so the config's JSON (summary, checkpoint) holds them."""
+    from dataclasses import asdict
+
+    from fastslow_sim.training import _validate
+
+    cfg = TrainConfig(P=np.int64(8), tokens=np.int64(500_000), seed=np.int32(2),
+                      warmup_steps=np.int64(0), threads=np.int64(1))  # fmt: skip
+    assert cfg == TrainConfig(P=8, tokens=500_000, seed=2, warmup_steps=0, threads=1)
+    assert all(type(getattr(cfg, k)) is int for k in ("P", "tokens", "seed", "warmup_steps", "threads"))
+    _validate(cfg)
+    assert cfg.model_config(vocab_size=16).P == 8
+    json.dumps(asdict(cfg))
+    with pytest.raises(fs.InputError, match="tokens must be a positive integer"):
+        _validate(TrainConfig(tokens=np.bool_(True)))
+
+
 def test_largest_learning_rate_is_the_one_float32_adamw_takes():
     """LR_MAX is the largest lr whose first AdamW step, lr / (1 - 0.9), torch converts to the
     float32 parameters; the next float above it is torch's overflow error, so it is refused."""

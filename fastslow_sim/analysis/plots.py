@@ -92,9 +92,35 @@ def figure_axes(ax, n: int, **subplots_kw):
     return fig, axes
 
 
+def _trajectories(ds, name: str, last: str):
+    """`ds[name]` as `(trajectories, time, last)`: a batched dataset from `integrate` holds
+    `(batch, time, last)`, a single run `(time, last)` (one trajectory); any other dimensions
+    but `time` and `last` count as batch dimensions, flattened in order."""
+    da = ds[name]
+    lead = [d for d in da.dims if d not in ("time", last)]
+    return da.transpose(*lead, "time", last).values.reshape(-1, ds.sizes["time"], ds.sizes[last])
+
+
+def _trajectory_eps(ds, count: int) -> np.ndarray:
+    """The eps of each of a dataset's `count` trajectories: its `eps_batch` variable (one eps per
+    trajectory, as `integrate(..., eps=[...])` writes it), else its `eps` attribute for all."""
+    if "eps_batch" in ds:
+        return np.broadcast_to(np.asarray(ds["eps_batch"].values, dtype=float).ravel(), (count,))
+    return np.full(count, float(ds.attrs["eps"]))
+
+
+def _eps_text(eps) -> str:
+    """`eps = 0.1`, or `eps = 0.01 to 0.5` for trajectories of several eps."""
+    lo, hi = float(np.min(eps)), float(np.max(eps))
+    return f"eps = {lo:g}" if lo == hi else f"eps = {lo:g} to {hi:g}"
+
+
 def plot_trajectory(ds, *, ax=None):
     """Two panels: `x_i(t)` (solid) with `p_st,i(y(t))` overlaid (dashed), and `y(t)`.
 
+    A batched dataset (dimension `batch`) draws every trajectory, in the colour of its state (of
+    its slow component in the `y` panel), with one legend entry per state; the title counts the
+    trajectories. `ds.isel(batch=k)` plots one trajectory alone.
     `ax`: two Axes `(for x, for y)`, or None for a new figure. Returns the Figure.
     """
     t = ds["time"].values
@@ -102,21 +128,30 @@ def plot_trajectory(ds, *, ax=None):
                                     gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
     n = ds.sizes["state"]
     colors = state_colors(n)
+    x = _trajectories(ds, "x", "state")
+    p = _trajectories(ds, "p_st", "state") if "p_st" in ds else None
+    y = _trajectories(ds, "y", "slow")
+    B = len(x)
+    lw, alpha = (1.4, 1.0) if B == 1 else (1.0, 0.7)
     for i in range(n):
-        ax_x.plot(t, ds["x"].values[:, i], color=colors[i], lw=1.4, label=f"$x_{{{i}}}$")
-        if "p_st" in ds:
-            ax_x.plot(t, ds["p_st"].values[:, i], color=colors[i], lw=1.0, ls="--")
-    if "p_st" in ds:
+        for b in range(B):
+            ax_x.plot(t, x[b, :, i], color=colors[i], lw=lw, alpha=alpha,
+                      label=f"$x_{{{i}}}$" if b == 0 else "_nolegend_")  # fmt: skip
+            if p is not None:
+                ax_x.plot(t, p[b, :, i], color=colors[i], lw=1.0, ls="--", alpha=alpha)
+    if p is not None:
         ax_x.plot([], [], color="k", ls="--", lw=1.0, label=r"$p_{st}(y(t))$")
     ax_x.set_ylabel(axis_label(ds["x"], "probability"))
-    eps = ds.attrs.get("eps")
+    count = "" if "batch" not in ds.dims and B == 1 else f", {B:,} trajectories"
     ax_x.set_title(
-        f"{ds.attrs.get('system', '')}: eps = {eps:g}, method {ds.attrs.get('method', '')}, "
-        f"status {ds.attrs.get('status', '')}"
+        f"{ds.attrs.get('system', '')}: {_eps_text(_trajectory_eps(ds, B))}, method "
+        f"{ds.attrs.get('method', '')}, status {ds.attrs.get('status', '')}{count}"
     )
     ax_x.legend(ncol=3, fontsize=8, loc="center right")
     for k in range(ds.sizes["slow"]):
-        ax_y.plot(t, ds["y"].values[:, k], lw=1.5, label=f"$y_{{{k}}}$")
+        for b in range(B):
+            ax_y.plot(t, y[b, :, k], lw=1.5 if B == 1 else 1.0, alpha=alpha, color=f"C{k % 10}",
+                      label=f"$y_{{{k}}}$" if b == 0 else "_nolegend_")  # fmt: skip
     ax_y.set_xlabel(axis_label(ds["time"], "slow time t"))
     ax_y.set_ylabel(axis_label(ds["y"], "slow variable y"))
     ax_y.legend(fontsize=8)
@@ -155,7 +190,8 @@ def plot_convergence(ds, *, ax=None):
 def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
     """Trajectories for several `eps` in the `(y, x_i)` plane with `h0(y)` and `h0 + eps h1`.
 
-    `runs`: datasets from `integrate` (one per `eps`); `curve`: dataset with `y_grid`,
+    `runs`: datasets from `integrate` (one per `eps`; a batched one draws each of its trajectories,
+    in the colour of its eps, `eps_batch` where it has one); `curve`: dataset with `y_grid`,
     `h0(y_grid, state)` and `h1(y_grid, state)`; one panel per state in `states` (default all).
     `ax`: one Axes per state, or None for a new figure. Returns the Figure.
     """
@@ -164,13 +200,21 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
     fig, axes = figure_axes(ax, len(states), nrows=1, ncols=len(states),
                             figsize=(WIDTH * min(1.0, len(states) / 3), 3.8))  # fmt: skip
     y_grid = curve["y_grid"].values
-    colors = [eps_color(ds.attrs["eps"]) for ds in runs]
+    # each run's trajectories (every one of a batched run), grouped by eps in the order met:
+    # [(eps, [(y_0(t), x(t, state)), ...]), ...]
+    groups = []
+    for ds in runs:
+        x, y = _trajectories(ds, "x", "state"), _trajectories(ds, "y", "slow")
+        eps_run = _trajectory_eps(ds, len(x))
+        for e in dict.fromkeys(eps_run.tolist()):
+            groups.append((e, [(y[b, :, 0], x[b]) for b in np.flatnonzero(eps_run == e)]))
     for ax, i in zip(axes, states):
         ax.plot(y_grid, curve["h0"].values[:, i], color="k", lw=2.0, label=r"$h_0(y) = p_{st}(y)$")
-        for ds, col in zip(runs, colors):
-            eps = ds.attrs["eps"]
-            ax.plot(ds["y"].values[:, 0], ds["x"].values[:, i], color=col, lw=1.1,
-                    label=rf"$\varepsilon$ = {eps:g}")  # fmt: skip
+        for eps, trajectories in groups:
+            col = eps_color(eps)
+            for j, (y_b, x_b) in enumerate(trajectories):
+                ax.plot(y_b, x_b[:, i], color=col, lw=1.1,
+                        label=rf"$\varepsilon$ = {eps:g}" if j == 0 else "_nolegend_")  # fmt: skip
             ax.plot(y_grid, curve["h0"].values[:, i] + eps * curve["h1"].values[:, i],
                     color=col, lw=0.9, ls="--")  # fmt: skip
         ax.set_xlabel(axis_label(runs[0]["y"], "slow variable y") if runs else "slow variable y")

@@ -20,6 +20,7 @@ adds about `6 N_slow / P + 12 L C T / P^2`.
 
 from __future__ import annotations
 
+from ..validation import positive_int
 from .model import BridgeConfig
 
 __all__ = ["flops_per_token", "measured_flops_per_token", "mfu", "peak_flops", "PEAK_FLOPS"]
@@ -58,9 +59,9 @@ def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:
     """FLOPs per token per module, forward and forward+backward, for `config.variant`.
 
     Returns `{"modules": {name: {"fwd": f, "train": f}}, "fwd": total, "train": total}`.
-    `T` defaults to the context length.
+    `T` (tokens per sequence, a positive integer) defaults to the context length.
     """
-    T = config.block_size if T is None else T
+    T = config.block_size if T is None else positive_int("T (tokens per sequence)", T)
     C, V, L, P = config.n_embd, config.vocab_size, config.n_layer, config.P
     nb = T // P  # complete blocks: the pooled sequence length
     frac = nb / T  # pooled tokens per token (1/P when P divides T)

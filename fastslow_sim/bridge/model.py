@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import InputError
+from ..validation import plain_int
 from .variants import VARIANTS
 
 GATES = ("scalar", "channel")
@@ -60,6 +61,8 @@ class BridgeConfig:
     phi_mult: int = 4  # hidden width of phi_theta, in units of n_embd
 
     def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult", "P"):
+            setattr(self, name, plain_int(getattr(self, name)))  # np.int64(8) -> 8
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -378,8 +381,17 @@ class FastSlowLM(nn.Module):
     # ------------------------------------------------------------------------------------------
 
     def _check_idx(self, idx):
+        if not isinstance(idx, torch.Tensor):
+            raise InputError(
+                f"token ids must be a tensor of shape (batch, T); got {type(idx).__name__}."
+            )
         if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
             raise InputError(f"token ids must be integers; got dtype {idx.dtype}.")
+        if idx.dim() != 2:
+            raise InputError(
+                f"token ids must have shape (batch, T); got shape {tuple(idx.shape)}"
+                + (" (one sequence: pass idx[None])." if idx.dim() == 1 else ".")
+            )
         B, T = idx.shape
         if torch.compiler.is_compiling():  # checked by the eager caller; keep the graph whole
             return
@@ -391,6 +403,29 @@ class FastSlowLM(nn.Module):
             raise InputError(
                 f"token ids must lie in [0, {self.config.vocab_size - 1}]; got values from "
                 f"{int(idx.min())} to {int(idx.max())}."
+            )
+
+    def _check_targets(self, targets, idx):
+        """`InputError` unless `targets` are token ids of `idx`'s shape in `[0, V-1]` (or -100,
+        `F.cross_entropy`'s ignored position)."""
+        if not isinstance(targets, torch.Tensor) or targets.dtype not in (
+            torch.int64, torch.int32, torch.int16, torch.uint8
+        ):  # fmt: skip
+            what = targets.dtype if isinstance(targets, torch.Tensor) else type(targets).__name__
+            raise InputError(f"targets must be a tensor of integer token ids; got {what}.")
+        if targets.shape != idx.shape:
+            raise InputError(
+                f"targets must have the shape of the token ids {tuple(idx.shape)}; got "
+                f"{tuple(targets.shape)}."
+            )
+        if torch.compiler.is_compiling() or not targets.numel():
+            return
+        V = self.config.vocab_size
+        if bool((((targets < 0) & (targets != -100)) | (targets >= V)).any()):  # one sync
+            kept = targets[targets != -100]
+            raise InputError(
+                f"targets must lie in [0, {V - 1}] (or be -100, ignored); "
+                f"got values from {int(kept.min())} to {int(kept.max())}."
             )
 
     def embed(self, idx):
@@ -412,10 +447,12 @@ class FastSlowLM(nn.Module):
     def forward(self, idx, targets=None):
         """Logits `(B, T, V)` and, with `targets`, the mean cross-entropy."""
         self._check_idx(idx)
+        if targets is not None:
+            self._check_targets(targets, idx)
         logits = self.forward_embeddings(self.embed(idx))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1).long())
         return logits, loss
 
     # accessors for analysis ------------------------------------------------------------------
@@ -454,6 +491,7 @@ class FastSlowLM(nn.Module):
         self._check_idx(idx)
         if idx.shape[1] < 1:
             raise InputError("the prompt must hold at least one token; got an empty prompt.")
+        max_new_tokens, top_k = plain_int(max_new_tokens), plain_int(top_k)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:  # fmt: skip
             raise InputError(
