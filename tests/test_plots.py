@@ -264,6 +264,12 @@ def test_branches_split_by_stability_and_labelled():
     np.testing.assert_array_equal(repelling.get_ydata(), ds["curve_mean"].values[~sel])
     assert ax.get_xlabel() == "slow variable y"
     assert ax.get_ylabel() == "mean state c.x [state]"
+    # the folds are in the legend (unexplained black dots before), drawn above other marks
+    folds = [ln for ln in ax.lines if ln.get_label() == "fold"]
+    assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in folds] == [
+        (f["y"], f["mean"]) for f in json.loads(ds.attrs["folds"])]
+    assert "fold" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert all(ln.get_zorder() > 3 for ln in folds)
 
 
 def test_branches_of_unresolved_stability_have_their_own_colour_and_label():

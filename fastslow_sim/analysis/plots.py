@@ -276,8 +276,9 @@ def plot_branches(ds, *, ax=None):
                 color=BRANCH_STYLES[None]["color"], label=UNRESOLVED_LABEL, zorder=3)  # fmt: skip
     ax.plot(ds["curve_y"].values, ds["linear_mean"].values, color="gray", lw=1, ls=":",
             label=r"linear identity $p_{st}(Q(x_{ref}, y))$")  # fmt: skip
-    for f in json.loads(ds.attrs["folds"]):
-        ax.plot(f["y"], f["mean"], "ko", ms=6)
+    for f in json.loads(ds.attrs["folds"]):  # above the unresolved marks: a fold often is one
+        ax.plot(f["y"], f["mean"], "o", mfc="none", mec="k", mew=1.5, ms=8, zorder=4,
+                label="fold")  # fmt: skip
     if has_osc:
         ax.plot(ds["osc_y"].values, ds["osc_mean"].values, color="C2", lw=0.8, alpha=0.8,
                 label=f"full system, eps = {ds.attrs['osc_eps']:g}")  # fmt: skip
