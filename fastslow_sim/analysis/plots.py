@@ -110,6 +110,8 @@ def plot_trajectory(ds, *, ax=None):
         ax_x.plot([], [], color="k", ls="--", lw=1.0, label=r"$p_{st}(y(t))$")
     ax_x.set_ylabel(axis_label(ds["x"], "probability"))
     eps = ds.attrs.get("eps")
+    if "eps_batch" in ds and ds["eps_batch"].ndim == 0:  # one trajectory of an eps batch
+        eps = float(ds["eps_batch"])
     ax_x.set_title(
         f"{ds.attrs.get('system', '')}: eps = {eps:g}, method {ds.attrs.get('method', '')}, "
         f"status {ds.attrs.get('status', '')}"
