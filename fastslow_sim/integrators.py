@@ -79,6 +79,7 @@ __all__ = [
 ]
 
 STIFF_THRESHOLD = 500.0
+RTOL, ATOL, N_EVAL = 1e-8, 1e-10, 401  # integrate's defaults (None there)
 VERY_STIFF = 1e9  # S above which `auto` takes rodas4 (see the module docstring)
 AUTO_RTOL_MIN = 100 * 2.0**-52  # scipy's smallest rtol
 EPS_MIN = 1e-12
@@ -166,6 +167,12 @@ def _max_rates(jac):
     """`max |Re lambda|` of each Jacobian of `jac (N, N)` or `(k, N, N)` (Gershgorin's bound on
     the balanced one above `EIG_MAX` unknowns, `stiffness_index`), an array `(k,)`."""
     jac = jac.reshape(-1, *jac.shape[-2:])
+    if not np.all(np.isfinite(jac)):  # eigvals would raise numpy's LinAlgError
+        raise InputError(
+            "the Jacobian of the system is not finite at the initial state, so its stiffness "
+            "cannot be measured and no implicit solver can start; expected an initial state "
+            "where f and g have finite derivatives."
+        )
     if jac.shape[-1] <= EIG_MAX:
         return np.max(np.abs(np.linalg.eigvals(jac).real), axis=-1)
     import scipy.linalg
@@ -273,13 +280,17 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
     check_eps_range(system.eps if eps is None else eps, method)
     for b in range(x0.shape[0]):
         _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
+    _check_field_finite(system, np.concatenate([x0, y0], axis=1), eps, t0, names)
+    given_t_eval = t_eval is not None
     t_eval = _output_times(t0, t1, t_eval, n_eval, names.get("n_eval", "n_eval"))
     if method != "multirate":  # the map saves one state per block (`check_block_count`)
         check_output_size(system, x0.shape[0], len(t_eval))
     else:
-        from .solvers.multirate import DEFAULT_H, whole_blocks
+        from .solvers.multirate import DEFAULT_H, block_rows, whole_blocks
 
         whole_blocks(t0, t1, options.get("H", DEFAULT_H))
+        if given_t_eval:  # only block ends: the map has no state between them
+            block_rows(t0, t1, options.get("H", DEFAULT_H), t_eval)
     z0 = np.concatenate([x0, y0], axis=1)
     explicit = method != "auto" and chosen.explicit_stability
     if explicit and 1 < len(z0) and len(z0) * z0.shape[1] ** 3 <= STIFFNESS_BATCH_WORK:
@@ -294,7 +305,8 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 
 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
-              rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
+              rtol: float | None = None, atol: float | None = None, t_eval=None,
+              n_eval: int | None = None,
               eps=None, names: dict | None = None, threads: int | None = None,
               warn: bool = True, **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
@@ -303,7 +315,12 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     or `eps` of shape `(B,)` give a batch (see the module docstring). `options` are the method's
     own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
-    saved at block ends, `t_eval` ignored; the span must be a whole number of blocks). `names`:
+    saved at block ends, or at those of them that `t_eval` names (another time is refused); the
+    span must be a whole number of blocks; `rtol`, `atol` and `n_eval`, which the map cannot
+    honour, are ignored with an `IgnoredOptionWarning` where given, and its dataset records no
+    tolerance). Every method starts at `t_span[0]` from `(x0, y0)` and saves the states at the
+    times of `t_eval` (which need not include `t_span[0]`). `rtol`, `atol`, `n_eval`: None
+    takes the defaults 1e-8, 1e-10 and 401. `names`:
     how a refusal calls the arguments (`check_inputs`). `threads`: torch's intra-op threads
     during the solve (restored after); `None` chooses (`small_problem_threads`: one for a
     torch method's small problem on the CPU, else torch's own setting). `warn=False`: the
@@ -326,12 +343,19 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     if threads is not None:
         threads = check_threads(threads)
+    # None: the default (RTOL, ATOL, N_EVAL); what the caller gave, the map says it ignored
+    given = {k: v is not None for k, v in (("rtol", rtol), ("atol", atol), ("n_eval", n_eval))}
+    given_t_eval = t_eval
+    rtol = RTOL if rtol is None else rtol
+    atol = ATOL if atol is None else atol
+    n_eval = N_EVAL if n_eval is None else n_eval
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
         eps=eps, names=names, **options,
     )  # fmt: skip
     B = x0.shape[0]
     z0 = np.concatenate([x0, y0], axis=1)
+    given_t_eval = None if given_t_eval is None else t_eval
 
     solver_rtol, solver_atol = rtol, atol
     said = {}  # the warnings' sentences, also kept in the attributes
@@ -349,6 +373,16 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             if warn:
                 warnings.warn(said["ignored_options_warning"], IgnoredOptionWarning, stacklevel=2)
         options = {k: v for k, v in options.items() if k in chosen.options}
+    elif method == "multirate":
+        # the map takes no tolerance and saves one state per block: options it cannot honour
+        # are said (not refused: a sweep's `--grid method=...` passes them to every method)
+        ignored = [k for k in ("rtol", "atol", "n_eval") if given[k]]
+        if ignored:
+            said["ignored_options_warning"] = (
+                f"method 'multirate' takes no tolerance and saves one state per block of H, so "
+                f"the options {ignored} were ignored (the dataset records no rtol or atol).")  # fmt: skip
+            if warn:
+                warnings.warn(said["ignored_options_warning"], IgnoredOptionWarning, stacklevel=2)
     elif chosen.explicit_stability and np.max(stiffness) > STIFF_THRESHOLD:  # (step checked)
         worst, where = _stiffest(system, stiffness, eps)
         cost = estimate_explicit_nfev(chosen.name, worst)
@@ -368,18 +402,39 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     if threads is None:
         threads = small_problem_threads(chosen.backend, step_elements(system, B),
                                         options.get("device"))  # fmt: skip
+    # every method starts at t0 from (x0, y0) and saves at t_eval only: a t_eval after t0 gets
+    # t0 in front for the solver, and its row is dropped below (the solvers start at their
+    # first time). The multirate map marches whole blocks over [t0, t1] (`_multirate_rows`)
+    multirate = chosen.name == "multirate"
+    if multirate:
+        t_solve = np.array([t0, t1])
+    elif t_eval[0] > t0:
+        t_solve = np.concatenate([[t0], t_eval])
+    else:
+        t_solve = t_eval
     start = time.perf_counter()
     try:
         with torch_threads(threads):
-            sol = chosen.solve(system, z0, t_eval, solver_rtol, solver_atol, eps=eps, **options)
+            sol = chosen.solve(system, z0, t_solve, solver_rtol, solver_atol, eps=eps, **options)
     except InputError:
         raise
     except SOLVER_ERRORS as err:  # a status, not an exception in the middle of a run
         text = f"{chosen.name} raised {type(err).__name__}: {err}"
-        sol = Solution(np.full((len(t_eval), B, z0.shape[1]), np.nan), ["error"] * B, [text] * B,
-                       {k: np.zeros(B, int) for k in ("nfev", "njev", "nlu")})  # fmt: skip
+        sol = Solution(np.full((len(t_solve), B, z0.shape[1]), np.nan), ["error"] * B,
+                       [text] * B, {k: np.zeros(B, int) for k in ("nfev", "njev", "nlu")})  # fmt: skip
     wall = time.perf_counter() - start
-    t_out = t_eval if sol.t is None else sol.t
+    if multirate:
+        t_out = sol.t if sol.t is not None else t_eval
+        if given_t_eval is not None and sol.t is not None:  # the block ends asked for
+            from .solvers.multirate import DEFAULT_H, block_rows
+
+            rows = block_rows(t0, t1, options.get("H", DEFAULT_H), t_eval)
+            sol.z, t_out = sol.z[rows], sol.t[rows]
+    else:
+        if len(t_solve) > len(t_eval):  # drop the start that the solver was given
+            sol.z = sol.z[1:]
+            sol.t = None if sol.t is None else sol.t[1:]
+        t_out = t_eval if sol.t is None else sol.t
     for b in range(B):  # never a success with NaN states
         if sol.status[b] == "success" and not np.all(np.isfinite(sol.z[:, b])):
             sol.status[b], sol.message[b] = "non_finite", "the solution became non-finite"
@@ -391,6 +446,10 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         "t_start": t0, "t_end": t1, "stiffness_index": float(np.max(stiffness)),
         **sol.attrs, **said,
     }  # fmt: skip
+    if multirate:  # it ran with no tolerance: the record claims none
+        for k in ("rtol", "atol", "solver_rtol", "solver_atol"):
+            del attrs[k]
+        attrs["tolerance"] = "none: the multirate map's fast propagation is exact per token"
     if chosen.backend == "torchdiffeq":
         attrs["differentiable"] = int(system.has_torch_form())
     x, y = system.split(np.moveaxis(sol.z, 1, 0))  # (B, T, .)
@@ -425,8 +484,23 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             f"at the first trajectory only (all {B:,} would take eigenvalue problems of about "
             f"B N^3 = {B * N**3:.3g} operations, above {STIFFNESS_BATCH_WORK:.3g}); a stiffer "
             f"later trajectory is not warned of")  # fmt: skip
-    if eps is not None:
+    if eps is not None:  # the runs' eps, not the system's: each one's, and one where shared
+        Ps = [system.with_eps(float(e)).P for e in eps]
         ds["eps_batch"] = ("batch", eps, {"long_name": "eps of each trajectory", "units": "1"})
+        ds["P_batch"] = ("batch", np.array([-1 if p is None else p for p in Ps], dtype=np.int64),
+                         {"long_name": "P = 1/eps of each trajectory; -1 when 1/eps is not an "
+                                       "integer"})  # fmt: skip
+        params = system.params()
+        if np.all(eps == eps[0]):
+            ds.attrs["eps"], ds.attrs["P"] = float(eps[0]), -1 if Ps[0] is None else Ps[0]
+            params["eps"] = float(eps[0])
+        else:
+            ds.attrs["eps"], ds.attrs["P"] = float("nan"), -1
+            params["eps"] = None
+        ds.attrs["system_params"] = json.dumps(params, default=float)
+        if not np.all(eps == eps[0]):
+            ds.attrs["P_note"] = ("eps varies per trajectory (NaN here, P -1): each one's eps "
+                                  "and P in the variables eps_batch and P_batch")  # fmt: skip
     return _mass_drift(_finite_or_failed(ds), system, rtol, atol, warn)
 
 
@@ -446,8 +520,15 @@ def trajectory_summary(ds: xr.Dataset) -> dict:
     L1 distance to `p_st(y)` (the largest in a batch), the largest mass error, the statistics,
     the status (with counts per status in a batch) and the wall time."""
     a = ds.attrs
-    out = {k: a[k] for k in ("eps", "method", "method_requested", "rtol", "atol", "t_start",
-                             "t_end", "status", "message", "wall_time_s")}  # fmt: skip
+    out = {k: a[k] for k in ("eps", "method", "method_requested", "t_start", "t_end", "status",
+                             "message", "wall_time_s")}  # fmt: skip
+    # the multirate map records no tolerance (None here)
+    out.update(rtol=a.get("rtol"), atol=a.get("atol"))
+    if "eps_batch" in ds:  # one eps per trajectory: each one's (eps None where they differ)
+        out["eps_batch"] = ds["eps_batch"].values.tolist()
+        out["P_batch"] = [None if p == -1 else int(p) for p in ds["P_batch"].values.tolist()]
+        if len(set(out["eps_batch"])) > 1:
+            out["eps"] = None
     out.update(
         P=None if a["P"] == -1 else int(a["P"]),
         stiffness_index=a.get("stiffness_index", float("nan")),
@@ -566,6 +647,18 @@ def _initial_states(system, x0, y0, eps, names=None):
     `check_inputs`'s."""
     names = names or {}
     x_name, y_name = names.get("x0", "x0"), names.get("y0", "y0")
+    for name, v, default in ((x_name, x0, system.x0), (y_name, y0, system.y0)):
+        if v is None and default is None:
+            raise InputError(
+                f"the {system.name} system has no default initial state {name}; expected "
+                f"{x_name} and {y_name} given (x0 of {plural(system.n_fast, 'entry', spec=',')}, "
+                f"y0 of {plural(system.n_slow, 'entry', spec=',')})."
+            )
+        if v is not None and np.ndim(v) > 2:
+            raise InputError(
+                f"{name} must be one initial state (1-D) or a batch of them (2-D, one row per "
+                f"trajectory); got an array of shape {tuple(np.shape(v))}."
+            )
     x0 = np.atleast_2d(np.asarray(system.x0 if x0 is None else x0, dtype=np.float64))
     y0 = np.asarray(system.y0 if y0 is None else y0, dtype=np.float64)
     # a 2-D y0 given as (m, B) is read as (B, m); a 1-D y0 is one trajectory's slow state, so
@@ -574,6 +667,12 @@ def _initial_states(system, x0, y0, eps, names=None):
         y0 = y0.T
     y0 = np.atleast_2d(y0)
     n_eps = 1 if eps is None else int(np.size(eps))
+    for name, n in ((x_name, x0.shape[0]), (y_name, y0.shape[0]), ("eps", n_eps)):
+        if n == 0:
+            raise InputError(
+                f"{name} holds no trajectories (a batch of 0 rows); expected at least one "
+                f"initial state."
+            )
     B = max(x0.shape[0], y0.shape[0], n_eps)
     if x0.shape[0] not in (1, B) or y0.shape[0] not in (1, B):
         raise InputError(
@@ -641,6 +740,39 @@ def _check_rates_finite(system, y0) -> None:
             f"the rates of the {system.name} generator over eps = {system.eps:g} are not finite "
             f"at y0 = {np.asarray(y0).ravel().tolist()}; expected y0 where they are."
         )
+
+
+def _check_field_finite(system, z0, eps, t0, names=None) -> None:
+    """`InputError` unless the right-hand side `[f / eps, g]` is finite at every initial state
+    `z0 (B, N)` (each with its own `eps`, if given): no solver can start from a state outside
+    the domain of `f` or `g` (a custom system's `sqrt(y - 2)` at `y = 1`; it ended in numpy's
+    LinAlgError from the stiffness index's eigenvalues), so it is refused as bad input, before
+    any work, as non-finite initial states and rates are. One stacked call where the system
+    takes the batch, else row by row."""
+    names = names or {}
+    e = np.full(len(z0), system.eps) if eps is None else np.asarray(eps, dtype=np.float64)
+    for value in np.unique(e):
+        one = system if eps is None else system.with_eps(float(value))
+        rows = np.flatnonzero(e == value)
+        z = z0[rows]
+        with np.errstate(all="ignore"):
+            try:
+                v = np.asarray(one.rhs(t0, z), dtype=np.float64)
+            except (ValueError, IndexError, TypeError):
+                v = None
+            if v is None or v.shape != z.shape:  # a user's f and g written for one state
+                v = np.stack([np.asarray(one.rhs(t0, r), dtype=np.float64).reshape(-1)
+                              for r in z])  # fmt: skip
+        bad = ~np.all(np.isfinite(v), axis=-1)
+        if bad.any():
+            k = int(np.argmax(bad))
+            x, y = system.split(z[k])
+            which = f" (batch index {int(rows[k])})" if len(z0) > 1 else ""
+            raise InputError(
+                f"f or g of the {system.name} system is not finite at the initial state "
+                f"{names.get('x0', 'x0')}={x.tolist()}, {names.get('y0', 'y0')}={y.tolist()}"
+                f"{which} (eps = {value:g}); expected an initial state where both are finite."
+            )
 
 
 def _finite_or_failed(ds: xr.Dataset) -> xr.Dataset:

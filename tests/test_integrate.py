@@ -893,3 +893,91 @@ def test_the_summary_of_a_saved_and_reloaded_run_is_json(tmp_path, batch):
     fs.save_dataset(ds, tmp_path / "run.nc")
     back = trajectory_summary(fs.load_dataset(tmp_path / "run.nc"))
     assert json.loads(json.dumps(back)) == back == trajectory_summary(ds)
+
+
+# --- fix11-A: t_eval after t0, multirate's ignored options, per-trajectory eps, bad inputs ---
+
+_ODE_METHODS = [m for m in fs.METHODS if m != "multirate"]
+
+
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("method", _ODE_METHODS)
+def test_t_eval_after_t0_starts_at_t0(method, batch):
+    # the run starts at t_span[0] from (x0, y0), whatever the first saved time (it started at
+    # t_eval[0] from (x0, y0): y(0.5) was the initial 0.9, y(1) the true y(0.5))
+    system = fs.make_system("two-state", eps=0.1)
+    x0, y0 = (np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.9], [0.2]])) if batch else (None, None)
+    slow = method == "adaptive_heun"  # order 2: 150 s at rtol 1e-7
+    kw = dict(method=method, rtol=1e-4 if slow else 1e-7, atol=1e-6 if slow else 1e-9, warn=False)
+    full = fs.integrate(system, (0, 1), x0, y0, t_eval=[0.0, 0.5, 1.0], **kw)
+    late = fs.integrate(system, (0, 1), x0, y0, t_eval=[0.5, 1.0], **kw)
+    np.testing.assert_array_equal(late["time"].values, [0.5, 1.0])
+    assert late.attrs["t_start"] == 0.0
+    for v in ("x", "y"):
+        np.testing.assert_allclose(late[v].values, full[v].isel(time=slice(1, None)).values,
+                                   rtol=0, atol=1e-3 if slow else 1e-5)  # the bug: 0.009-0.03
+
+
+def test_multirate_t_eval_block_ends_and_refusal():
+    system = fs.make_system("two-state", eps=0.1)
+    every = fs.integrate(system, (0, 1), method="multirate", H=0.25)
+    some = fs.integrate(system, (0, 1), method="multirate", H=0.25, t_eval=[0.5, 1.0])
+    np.testing.assert_array_equal(some["time"].values, [0.5, 1.0])
+    np.testing.assert_array_equal(some["y"].values, every["y"].sel(time=[0.5, 1.0]).values)
+    with pytest.raises(fs.InputError, match=r"^t_eval holds t = 0\.3, which is not the end of a "
+                                            r"block .*H = 0\.25.*\.$"):  # fmt: skip
+        fs.integrate(system, (0, 1), method="multirate", H=0.25, t_eval=[0, 0.3, 1.0])
+
+
+def test_multirate_warns_of_ignored_options_and_records_no_tolerance():
+    system = fs.make_system("two-state", eps=0.1)
+    with pytest.warns(fs.IgnoredOptionWarning, match=r"multirate.*\['rtol', 'n_eval'\]"):
+        ds = fs.integrate(system, (0, 1), method="multirate", H=0.5, rtol=1e-3, n_eval=5)
+    for k in ("rtol", "atol", "solver_rtol", "solver_atol"):
+        assert k not in ds.attrs
+    assert "ignored_options_warning" in ds.attrs and "none" in ds.attrs["tolerance"]
+    assert trajectory_summary(ds)["rtol"] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing given, nothing said
+        quiet = fs.integrate(system, (0, 1), method="multirate", H=0.5)
+    assert "ignored_options_warning" not in quiet.attrs
+
+
+def test_per_trajectory_eps_is_recorded_per_trajectory():
+    system = fs.make_system("two-state", eps=0.01)
+    x0, y0 = np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([[0.3], [0.3]])
+    ds = fs.integrate(system, (0, 1), x0, y0, method="multirate", H=0.5, eps=[0.01, 0.5])
+    assert ds["message"].values[0].endswith("100 tokens each")
+    assert ds["message"].values[1].endswith("2 tokens each")
+    assert "tokens_per_block" not in ds.attrs
+    np.testing.assert_array_equal(ds["P_batch"].values, [100, 2])
+    assert np.isnan(ds.attrs["eps"]) and ds.attrs["P"] == -1
+    summary = trajectory_summary(ds)
+    assert summary["eps"] is None and summary["P"] is None
+    assert summary["eps_batch"] == [0.01, 0.5] and summary["P_batch"] == [100, 2]
+    one = fs.integrate(system, (0, 1), method="radau", eps=[0.5])
+    assert one.attrs["eps"] == 0.5 and one.attrs["P"] == 2
+    assert '"eps": 0.5' in one.attrs["system_params"]
+    assert trajectory_summary(one)["eps"] == 0.5 and trajectory_summary(one)["P"] == 2
+
+
+def test_custom_system_non_finite_field_or_no_default_state():
+    bad = fs.FastSlowSystem(f=lambda x, y: np.sqrt(y - 2.0) - x, g=lambda x, y: -x,
+                            n_fast=1, n_slow=1, eps=0.1)  # fmt: skip
+    with pytest.raises(fs.InputError, match=r"^f or g of the custom system is not finite at the "
+                                            r"initial state x0=\[0\.0\], y0=\[1\.0\]"):  # fmt: skip
+        fs.integrate(bad, (0, 1), x0=[0.0], y0=[1.0], method="radau")
+    bare = fs.FastSlowSystem(f=lambda x, y: y - x, g=lambda x, y: -x, n_fast=1, n_slow=1, eps=0.1)
+    with pytest.raises(fs.InputError, match=r"^the custom system has no default initial state "
+                                            r"x0; expected x0 and y0 given"):  # fmt: skip
+        fs.integrate(bare, (0, 1), method="radau")
+    assert fs.integrate(bare, (0, 1), x0=[1.0], y0=[0.5], method="radau").attrs["status"] == "success"
+
+
+def test_empty_and_3d_batches_are_refused_in_one_sentence():
+    system = fs.make_system("two-state", eps=0.1)
+    with pytest.raises(fs.InputError, match=r"^x0 holds no trajectories .*expected at least one"):
+        fs.integrate(system, (0, 1), np.zeros((0, 2)), np.zeros((0, 1)), method="radau")
+    with pytest.raises(fs.InputError, match=r"^x0 must be one initial state \(1-D\) or a batch .*"
+                                            r"shape \(1, 1, 2\)\.$"):  # fmt: skip
+        fs.integrate(system, (0, 1), np.full((1, 1, 2), 0.5), [0.3], method="radau")

@@ -272,10 +272,9 @@ def integrate(
                    f"saved.", err=True)  # fmt: skip
 
     # its warnings are one line each, as they are issued (`ode_command`: `solver_warnings`)
-    ds = run_integrate(
-        system, (0.0, t_end), x0v, y0v, method=method, rtol=rtol, atol=atol, n_eval=n_eval,
-        **kwargs,
-    )  # fmt: skip
+    if method != "multirate":  # (refused above where given: the map takes none of them)
+        kwargs.update(rtol=rtol, atol=atol, n_eval=n_eval)
+    ds = run_integrate(system, (0.0, t_end), x0v, y0v, method=method, **kwargs)
     if batch is not None:  # the initial conditions came from this seed: save it with them
         ds.attrs["seed"] = seed
 

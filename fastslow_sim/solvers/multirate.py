@@ -43,6 +43,26 @@ def whole_blocks(t0, t1, H) -> int:
     return n
 
 
+def block_rows(t0, t1, H, t_eval) -> np.ndarray:
+    """The rows (blocks) of the map's states over `[t0, t1]` at the times of `t_eval`, or
+    `InputError` unless each is a block end `t0 + k H` (within 1e-9 of a block): the map has no
+    state between block ends, so a t_eval elsewhere is refused rather than answered at other
+    times."""
+    n = whole_blocks(t0, t1, H)
+    t_eval = np.asarray(t_eval, dtype=np.float64)
+    k = (t_eval - t0) / H
+    rows = np.rint(k).astype(np.int64)
+    off = np.abs(k - rows) > 1e-9 * np.maximum(np.abs(k), 1.0)
+    if np.any(off) or np.any(rows < 0) or np.any(rows > n):
+        bad = float(t_eval[np.argmax(off | (rows < 0) | (rows > n))])
+        raise InputError(
+            f"t_eval holds t = {bad:g}, which is not the end of a block of the multirate map "
+            f"(blocks of H = {H:g} from t = {t0:g}); expected times t0 + k H, or no t_eval (the "
+            f"map saves every block end)."
+        )
+    return rows
+
+
 def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
     from ..multirate import multirate_map
 
@@ -57,10 +77,16 @@ def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
         z[:, b] = np.concatenate([run["x_blocks"], run["y_blocks"]], axis=1)
         P.append(run["P"])
     B = z0.shape[0]
-    message = f"{plural(n_blocks, 'block')} of slow time H={H:g}, {plural(P[0], 'token')} each"
+    # each trajectory's own P (one eps per trajectory): its message, and the dataset's
+    # `tokens_per_block` only where they all share it (else the variable P_batch says each)
+    message = [f"{plural(n_blocks, 'block')} of slow time H={H:g}, {plural(p, 'token')} each"
+               for p in P]  # fmt: skip
     stats = {"nfev": np.full(B, n_blocks), "njev": np.zeros(B, int), "nlu": np.zeros(B, int)}
-    return Solution(z, ["success"] * B, [message] * B, stats, t=t0 + H * np.arange(n_blocks + 1),
-                    attrs={"H": H, "tokens_per_block": P[0]})  # fmt: skip
+    attrs = {"H": H}
+    if len(set(P)) == 1:
+        attrs["tokens_per_block"] = P[0]
+    return Solution(z, ["success"] * B, message, stats, t=t0 + H * np.arange(n_blocks + 1),
+                    attrs=attrs)  # fmt: skip
 
 
 register(Method(
