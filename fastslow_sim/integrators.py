@@ -250,7 +250,10 @@ def check_eps_range(eps, method) -> None:
 def random_initial_conditions(system, batch: int, seed=None):
     """`(x0 (batch, n), y0 (batch, m))` drawn with `numpy.random.default_rng(seed)`: `x0` uniform
     on the probability simplex (Dirichlet(1)), `y0` uniform in [0, 1] (what
-    `fastslow-sim integrate --batch N --seed S` integrates)."""
+    `fastslow-sim integrate --batch N --seed S` integrates). `batch` is an integer >= 0."""
+    if isinstance(batch, bool):  # True is no count of trajectories
+        raise InputError(f"batch must be an integer >= 0; got {batch!r}.")
+    batch = int(number("batch", batch, lo=0, integer=True))
     rng = np.random.default_rng(seed)
     return rng.dirichlet(np.ones(system.n_fast), batch), rng.uniform(
         0.0, 1.0, (batch, system.n_slow)
@@ -443,7 +446,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         "rtol": rtol, "atol": atol if np.ndim(atol) == 0 else atol.tolist(),
         "solver_rtol": solver_rtol,
         "solver_atol": solver_atol if np.ndim(solver_atol) == 0 else solver_atol.tolist(),
-        "t_start": t0, "t_end": t1, "stiffness_index": float(np.max(stiffness)),
+        # the solver stops at its last time: a t_eval that ends before t1 ends the run there
+        "t_start": t0, "t_end": float(t_solve[-1]), "stiffness_index": float(np.max(stiffness)),
         **sol.attrs, **said,
     }  # fmt: skip
     if multirate:  # it ran with no tolerance: the record claims none

@@ -60,6 +60,17 @@ def test_random_generators_refuse_negative_sizes_in_one_sentence(count, n, fragm
     assert fs.random_generators(0, 3).shape == (0, 3, 3)
 
 
+@pytest.mark.parametrize("batch", [-1, 2.5, "x", True])
+def test_random_initial_conditions_refuse_a_bad_batch_in_one_sentence(batch):
+    """random_initial_conditions(s, -1) failed in numpy ("negative dimensions")."""
+    s = fs.make_system("two-state", eps=0.1)
+    with pytest.raises(fs.InputError, match=rf"^batch must be an integer >= 0; got {batch!r}\.$"):
+        fs.random_initial_conditions(s, batch)
+    x0, y0 = fs.random_initial_conditions(s, 3, seed=0)
+    assert x0.shape == (3, 2) and y0.shape == (3, 1)
+    np.testing.assert_allclose(x0.sum(1), 1.0, rtol=0, atol=1e-15)
+
+
 @pytest.mark.parametrize(
     "Q, fragment",
     [

@@ -918,6 +918,15 @@ def test_t_eval_after_t0_starts_at_t0(method, batch):
                                    rtol=0, atol=1e-3 if slow else 1e-5)  # the bug: 0.009-0.03
 
 
+@pytest.mark.parametrize("method", ["radau", "rodas4", "dopri5"])
+def test_t_end_is_where_the_run_ended(method):
+    # a t_eval that ends before t_span[1] ends the run there; t_end had said t_span[1]
+    system = fs.make_system("two-state", eps=0.1)
+    ds = fs.integrate(system, (0, 1), method=method, t_eval=[0.0, 0.25, 0.5], warn=False)
+    assert (ds.attrs["t_start"], ds.attrs["t_end"]) == (0.0, 0.5)
+    assert fs.integrate(system, (0, 1), method=method, n_eval=3, warn=False).attrs["t_end"] == 1.0
+
+
 def test_multirate_t_eval_block_ends_and_refusal():
     system = fs.make_system("two-state", eps=0.1)
     every = fs.integrate(system, (0, 1), method="multirate", H=0.25)
