@@ -582,6 +582,9 @@ def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -
     Hamiltonian cycle of rates in `[0.1, 1)` (which makes each one irreducible). `count` is an
     integer >= 0, `n` >= 1.
     """
+    for name, value in (("count", count), ("n (states)", n)):
+        if isinstance(value, bool):  # True is no count
+            raise InputError(f"{name} must be an integer; got {value!r}.")
     count = number("count", count, lo=0, integer=True)
     n = number("n (states)", n, lo=1, integer=True)
     rng = np.random.default_rng(seed)

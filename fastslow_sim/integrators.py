@@ -423,8 +423,15 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
         raise
     except SOLVER_ERRORS as err:  # a status, not an exception in the middle of a run
         text = f"{chosen.name} raised {type(err).__name__}: {err}"
-        sol = Solution(np.full((len(t_solve), B, z0.shape[1]), np.nan), ["error"] * B,
-                       [text] * B, {k: np.zeros(B, int) for k in ("nfev", "njev", "nlu")})  # fmt: skip
+        t_rows = t_solve
+        if multirate:  # the map's rows are its block ends, as a finished run's
+            from .solvers.multirate import DEFAULT_H, whole_blocks
+
+            H = options.get("H", DEFAULT_H)
+            t_rows = t0 + H * np.arange(whole_blocks(t0, t1, H) + 1)
+        sol = Solution(np.full((len(t_rows), B, z0.shape[1]), np.nan), ["error"] * B,
+                       [text] * B, {k: np.zeros(B, int) for k in ("nfev", "njev", "nlu")},
+                       t=t_rows if multirate else None)  # fmt: skip
     wall = time.perf_counter() - start
     if multirate:
         t_out = sol.t if sol.t is not None else t_eval

@@ -792,7 +792,8 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
         validate_generator(q)  # raises: not a batch of square matrices
     n = q.shape[-1]
     dq = np.asarray(dQ, dtype=np.float64)
-    if dq.ndim != q.ndim + 1 or dq.shape[-2:] != (n, n):
+    # at least Q's dimensions and an m axis; more leading ones broadcast (one Q, a batch of dQ)
+    if dq.ndim < q.ndim + 1 or dq.shape[-2:] != (n, n):
         raise InputError(
             f"dQ must have shape (..., m, {n}, {n}) for Q of shape {q.shape} (the leading "
             f"dimensions of Q, then one {n} x {n} derivative per slow variable); got shape "

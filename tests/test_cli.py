@@ -304,6 +304,13 @@ def test_click_usage_errors_are_one_line_and_exit_2(args, line, tmp_path, monkey
     assert not list(tmp_path.iterdir())
 
 
+def test_bare_command_prints_its_help():
+    # no error to one-line: click's help, as before the usage errors became one line
+    res = CliRunner().invoke(main, [], prog_name="fastslow-sim")
+    assert res.output.startswith("Usage: fastslow-sim [OPTIONS] COMMAND [ARGS]...")
+    assert "Commands:" in res.output and "Error" not in res.output
+
+
 @pytest.mark.parametrize(
     "paths, fragment",
     [

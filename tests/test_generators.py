@@ -51,7 +51,8 @@ def test_random_family_is_seeded():
 @pytest.mark.parametrize(
     "count, n, fragment",
     [(-1, 3, "count must be an integer >= 0; got -1"), (2, 0, r"n \(states\) must be an integer >= 1"),
-     (2.5, 3, "count must be an integer")],
+     (2.5, 3, "count must be an integer"), (True, 3, "count must be an integer; got True"),
+     (2, True, r"n \(states\) must be an integer; got True")],
 )  # fmt: skip
 def test_random_generators_refuse_negative_sizes_in_one_sentence(count, n, fragment):
     """random_generators(-1, 3) failed in numpy ("negative dimensions are not allowed")."""

@@ -927,6 +927,25 @@ def test_t_end_is_where_the_run_ended(method):
     assert fs.integrate(system, (0, 1), method=method, n_eval=3, warn=False).attrs["t_end"] == 1.0
 
 
+@pytest.mark.parametrize("t_eval", [None, [0.2, 0.5, 1.0]])
+def test_multirate_error_is_a_status_at_its_block_ends(t_eval, monkeypatch):
+    # a solver error is a dataset with status error, at the times a finished run has; it had
+    # become a ValueError (2 NaN rows against 11 block ends) when t_solve became [t0, t1]
+    import fastslow_sim.multirate as mr
+
+    def fails(*args, **kwargs):
+        raise FloatingPointError("overflow")
+
+    monkeypatch.setattr(mr, "multirate_map", fails)
+    system = fs.make_system("birth-death", eps=0.125)
+    ds = fs.integrate(system, (0, 1), method="multirate", H=0.1, t_eval=t_eval)
+    assert ds.attrs["status"] == "error"
+    assert ds.attrs["message"] == "multirate raised FloatingPointError: overflow"
+    expect = np.linspace(0, 1, 11) if t_eval is None else t_eval
+    np.testing.assert_allclose(ds["time"].values, expect, rtol=0, atol=1e-12)
+    assert np.isnan(ds["x"].values).all()
+
+
 def test_multirate_t_eval_block_ends_and_refusal():
     system = fs.make_system("two-state", eps=0.1)
     every = fs.integrate(system, (0, 1), method="multirate", H=0.25)

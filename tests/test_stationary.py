@@ -197,6 +197,16 @@ def test_stationary_derivative_refuses_shapes_in_one_sentence(args, fragment):
     assert len(str(err.value).splitlines()) == 1
 
 
+def test_stationary_derivative_broadcasts_one_Q_over_a_batch_of_dQ():
+    # the shape check of bc2101e had refused this (dQ with more leading dimensions than Q)
+    Q = fs.random_generators(3, 4, seed=1)
+    dQ = Q[:, None]  # (3, m = 1, 4, 4)
+    batched = fs.stationary_derivative(Q[0], dQ)
+    assert batched.shape == (3, 4, 1)
+    for i in range(3):
+        np.testing.assert_array_equal(batched[i], fs.stationary_derivative(Q[0], dQ[i]))
+
+
 @pytest.mark.parametrize("method", STATIONARY_METHODS)
 def test_torch_autograd_matches_finite_differences(method):
     Q = torch.tensor(fs.random_generators(2, 5, seed=4), requires_grad=True)

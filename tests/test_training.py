@@ -269,6 +269,7 @@ def test_train_network_cli(tmp_path, text_file):
         (["corpus", "random", "--P", "4"], "--P applies to the me corpus only; got it with the "
          "corpus 'random'."),
         (["corpus", "text:x.txt", "--context", "64"], "--context applies to the me corpus only"),
+        (["corpus", "wiki", "--P", "4"], "unknown corpus 'wiki'"),  # not misnamed as --P's fault
         (["phi-vs-pst", "OUT/none"], "no checkpoint"),
     ],
 )

@@ -97,7 +97,11 @@ class Group(click.Group):
 
 def _usage_error(err: click.UsageError, command: str):
     """click's usage error as one line and exit status 2: its sentence, then where help is
-    (click prints the usage line, a hint and a blank line before it)."""
+    (click prints the usage line, a hint and a blank line before it). A bare `fastslow-sim`
+    is no error: its help, as click prints it."""
+    if isinstance(err, click.exceptions.NoArgsIsHelpError):
+        err.show()
+        sys.exit(err.exit_code)
     text = err.format_message().strip()
     text = re.sub(r"\.? \(?Did you mean (.*?)\)?$", r" (did you mean \1)", text).rstrip(".")
     where = err.ctx.command_path if err.ctx is not None else command

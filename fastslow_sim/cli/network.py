@@ -38,11 +38,9 @@ def corpus(spec, P, context, as_json):
       fastslow-sim corpus text:../shared/data/tinyshakespeare.txt --json
     """
     from ..corpora import load_corpus
-    from ..me_corpus import parse_me_spec
-
     given = [f"--{name}" for name in ("P", "context")
              if click.get_current_context().get_parameter_source(name).name == "COMMANDLINE"]  # fmt: skip
-    if given and parse_me_spec(spec) is None:  # random and text corpora have no blocks
+    if given and (spec == "random" or spec.startswith("text:")):  # no blocks, no windows
         verb, it = ("applies", "it") if len(given) == 1 else ("apply", "them")
         raise InputError(f"{' and '.join(given)} {verb} to the me corpus only; got {it} with "
                          f"the corpus {spec!r}.")  # fmt: skip
