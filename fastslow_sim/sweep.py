@@ -250,7 +250,8 @@ def _run_integrate(cells):
         cell["x0"] = ("state", x0[b], {"long_name": "initial fast state"})
         cell["y0"] = ("slow", y0[b], {"long_name": "initial slow state"})
         cell["solver_status"] = ((), str(ds["status"].values[b]), {"long_name": "solver status"})
-        cell["solver_message"] = ((), str(ds["message"].values[b]), {"long_name": "solver message"})
+        cell["solver_message"] = ((), _sweep_message(str(ds["message"].values[b])),
+                                  {"long_name": "solver message"})  # fmt: skip
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
         cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
         cell["stiffness_warning"] = ((), str(ds.attrs.get("stiffness_warning", "")), {
@@ -265,6 +266,20 @@ def _run_integrate(cells):
             _drift_vars(cell, text)
         out.append(cell.drop_vars("batch", errors="ignore"))
     return out
+
+
+# a sweep has no --max-steps (not a parameter of its integrate task): the solvers' advice to
+# raise it is replaced in a cell's message by what works from a sweep
+SWEEP_MAX_STEPS_HINT = ("a sweep takes no max_steps: run this cell alone with fastslow-sim "
+                        "integrate --max-steps N, or sweep a stiff method (--method radau, "
+                        "--grid method=...)")
+
+
+def _sweep_message(text: str) -> str:
+    """A solver's message as a sweep cell keeps it (`SWEEP_MAX_STEPS_HINT`)."""
+    from .solvers import MAX_STEPS_HINT
+
+    return text.replace(MAX_STEPS_HINT, SWEEP_MAX_STEPS_HINT)
 
 
 UNRECORDED_NOTE = ("where mass_drift_checked is False (cells written before the drift was "

@@ -180,7 +180,12 @@ def _device(name: str) -> torch.device:
 
 
 def _lr(cfg: TrainConfig, step: int, steps: int) -> float:
-    """Linear warm-up to `lr`, then cosine decay to `min_lr` at the last step."""
+    """Learning rate of step `step` (0-based) of `steps`: a linear warm-up over the first `warm`
+    steps, `lr (s + 1) / warm`, reaching `lr` at step `warm - 1`; then the cosine
+    `min_lr + (lr - min_lr) (1 + cos(pi (s - warm) / (steps - warm))) / 2`, which starts at `lr`
+    again (step `warm`) and would reach `min_lr` one step after the last: the last step's rate
+    is a little above `min_lr` (1.02e-4 for 32 steps from 1e-3 to 1e-4). Kept as it is: every
+    saved run and published number used it."""
     warm = min(cfg.warmup_steps, max(steps - 1, 0))
     if step < warm:
         return cfg.lr * (step + 1) / warm
@@ -277,6 +282,12 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise InputError(f"{called(name)} must be a positive number; got {v!r}.")
+    v = cfg.stop_after_steps
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise InputError(f"{called('stop_after_steps')} must be None or a positive integer; "
+                         f"got {v!r}.")  # fmt: skip
+    if str(cfg.out) == "":  # Path("") is the current folder
+        raise InputError(f"{called('out')} must name a folder; got an empty string.")
     for name in ("lr", "min_lr"):  # the schedule passes through both
         v = getattr(cfg, name)
         if v > LR_MAX:
@@ -285,6 +296,9 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
                 f"up to the learning rate / (1 - {BETA1}), which must fit in the model's float32); "
                 f"got {v!r}."
             )
+    if cfg.min_lr > cfg.lr:  # the cosine would climb from lr to min_lr
+        raise InputError(f"{called('min_lr')} must be at most {called('lr')} (the schedule "
+                         f"decays from lr to min_lr); got {cfg.min_lr!r} > {cfg.lr!r}.")  # fmt: skip
     v = cfg.warmup_steps
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise InputError(f"warmup_steps must be a non-negative integer; got {v!r}.")
@@ -373,11 +387,12 @@ def check_config(cfg: TrainConfig, corpus: Corpus | None = None):
 # what a run folder holds (`train`); `train-network`, `reproduce` and sweeps never replace them
 
 
-def _difference(saved: dict, ours: dict) -> str | None:
-    """`"k = a there, b here"` for the first setting of `ours` that `saved` has otherwise."""
+def _difference(saved: dict, ours: dict, names: dict | None = None, free=()) -> str | None:
+    """`"k = a there, b here"` for the first setting of `ours` that `saved` has otherwise (not
+    counting those in `free`), `k` as `names` calls it (the command line's option names)."""
     for k, v in ours.items():
-        if saved.get(k) != v:
-            return f"{k} = {saved.get(k)!r} there, {v!r} here"
+        if k not in free and saved.get(k) != v:
+            return f"{(names or {}).get(k, k)} = {saved.get(k)!r} there, {v!r} here"
     return None
 
 
@@ -567,7 +582,8 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
             raise InputError(
                 f"the checkpoint {str(ckpt_path)!r} is corrupt or unreadable ({type(err).__name__})."
             ) from None
-        diff = _difference(saved_cfg, cfg.comparable())
+        # how often checkpoints are written changes no number: a killed run resumes with any
+        diff = _difference(saved_cfg, cfg.comparable(), names, free=("ckpt_interval",))
         if diff:
             raise InputError(
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration ({diff})."
@@ -628,12 +644,18 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     val_batches = [_batch(corpus.val, cfg.block_size, cfg.batch_size, val_gen, device, align)
                    for _ in range(cfg.eval_batches)]  # fmt: skip
 
+    # the run's first batch (step 0), kept in the checkpoint so that a resumed run reports the
+    # same one as an uninterrupted run (None: a checkpoint written before it was kept)
+    first_batch = None if checkpoint is None else \
+        (checkpoint.get("first_batch_sha256") or [None] * world)[rank]  # fmt: skip
+
     def save_checkpoint(step, wall):
-        states = _gather((data_gen.get_state(), torch.get_rng_state()), world)
+        states = _gather((data_gen.get_state(), torch.get_rng_state(), first_batch), world)
         if rank == 0:
             _save_atomic({
                 "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
-                "data_rng": [d for d, _ in states], "torch_rng": [t for _, t in states],
+                "data_rng": [d for d, _, _ in states], "torch_rng": [t for _, t, _ in states],
+                "first_batch_sha256": [f for _, _, f in states],
                 "logs": logs, "step": step, "wall_time_s": wall, "world_size": world,
                 "train_config": asdict(cfg), "model_config": mcfg.to_dict(),
                 "corpus_sha256": corpus.stats.get("sha256"),
@@ -654,7 +676,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         for group in opt.param_groups:
             group["lr"] = lr
         xb, yb = _batch(corpus.train, cfg.block_size, cfg.batch_size, data_gen, device, align)
-        if step == start_step:
+        if step == 0:
             first_batch = _sha256(xb)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_on):
             _, loss = step_model(xb, yb)
@@ -694,7 +716,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     wall = wall_before + time.perf_counter() - t_start
     done = len(logs["loss"])
     rank_params = _gather(_sha256(*raw_model.state_dict().values()), world)
-    rank_batches = _gather(first_batch if end > start_step else None, world)
+    rank_batches = _gather(first_batch, world)
     finished = done == steps
     # in float32 even on CUDA: the gap to the me corpus's floor is a few thousandths of a nat
     val_full = evaluate_windows(raw_model, corpus, cfg.block_size, device) \

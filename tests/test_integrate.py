@@ -918,6 +918,18 @@ def test_t_eval_after_t0_starts_at_t0(method, batch):
                                    rtol=0, atol=1e-3 if slow else 1e-5)  # the bug: 0.009-0.03
 
 
+@pytest.mark.parametrize("eps", [1e-10, 1e-4, 0.1])
+def test_auto_on_a_batch_meets_the_tolerance_a_single_run_meets(eps):
+    # a batch (and so every sweep cell) took rodas4 at the requested tolerances: 7.4 times the
+    # tolerance off at eps 1e-10, where one run (rodas4 at 100x tighter) was within 0.27 of it
+    s = fs.make_system("birth-death", eps=eps)
+    ref = fs.integrate(s, (0, 0.5), method="rodas4", rtol=1e-12, atol=1e-14, n_eval=5)
+    batch = fs.integrate_batch(s, (0, 0.5), n_eval=5)
+    assert batch.attrs["method"] == "rodas4" and batch.attrs["solver_rtol"] == 1e-10
+    tol = 1e-8 * np.abs(ref["x"].values) + 1e-10
+    assert np.max(np.abs(batch["x"].values[0] - ref["x"].values) / tol) < 1.0
+
+
 @pytest.mark.parametrize("method", ["radau", "rodas4", "dopri5"])
 def test_t_end_is_where_the_run_ended(method):
     # a t_eval that ends before t_span[1] ends the run there; t_end had said t_span[1]

@@ -289,6 +289,24 @@ def test_batched_chunk_matches_cells_one_by_one(tmp_path):
             assert int(cell["stat_naccept"]) == int(one["stat_naccept"])
 
 
+def test_a_cell_out_of_steps_gives_advice_that_works_from_a_sweep(tmp_path, monkeypatch):
+    """The solvers' advice, "raise it with --max-steps N", is refused by a sweep (no such
+    parameter); a cell's message says what works instead."""
+    import fastslow_sim.solvers.scipy_ivp as scipy_ivp
+    from fastslow_sim.solvers import MAX_STEPS_HINT
+    from fastslow_sim.sweep import SWEEP_MAX_STEPS_HINT
+
+    monkeypatch.setattr(scipy_ivp, "MAX_STEPS", 5)  # rk45 runs out at once
+    store = tmp_path / "m.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1", "--method", "rk45",
+                                    "--store", str(store), "--workers", "0", "--t-end", "0.5",
+                                    "--n-eval", "5", "--json"])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    message = str(xr.open_zarr(store)["message"].values[0])
+    assert message.startswith("solver status max_steps: rk45 stopped after max_steps = 5 steps")
+    assert SWEEP_MAX_STEPS_HINT in message and MAX_STEPS_HINT not in message
+
+
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     """A computation that raises (here a stand-in LinAlgError for eps = 0.05, in its batch and
     alone): the batch is re-run cell by cell, that eps's cells fail, the other cells finish."""

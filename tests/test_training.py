@@ -96,13 +96,40 @@ def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
     part = _cfg(tmp_path, "part", spec, tokens=3000, stop_after_steps=5)
     s1 = train(part, corpus)
     assert not s1["finished"] and s1["steps"] == 5
-    s2 = train(_cfg(tmp_path, "part", spec, tokens=3000, resume=True), corpus)
+    # another --checkpoint-every changes no number: a killed run resumes with any (it was
+    # refused as "another configuration (ckpt_interval = 4 there, 2 here)")
+    s2 = train(_cfg(tmp_path, "part", spec, tokens=3000, resume=True, ckpt_interval=2), corpus)
     assert s2["finished"]
+    # the run's first batch, not the one the resumed part began with (nor None once finished)
+    s_full = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert s2["rank_first_batch_sha256"] == s_full["rank_first_batch_sha256"] != [None]
+    s3 = train(_cfg(tmp_path, "part", spec, tokens=3000, resume=True), corpus)
+    assert s3["rank_first_batch_sha256"] == s_full["rank_first_batch_sha256"]
     a = torch.load(tmp_path / "full" / "ckpt.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "part" / "ckpt.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     la, lb = (fs.load_dataset(tmp_path / n / "train.nc") for n in ("full", "part"))
     assert np.array_equal(la["loss"].values, lb["loss"].values)
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"min_lr": 2e-3}, "min_lr must be at most lr (the schedule decays from lr to min_lr); got "
+                       "0.002 > 0.001."),
+    ({"stop_after_steps": 0}, "stop_after_steps must be None or a positive integer; got 0."),
+    ({"stop_after_steps": -3}, "stop_after_steps must be None or a positive integer; got -3."),
+    ({"stop_after_steps": 2.5}, "stop_after_steps must be None or a positive integer; got 2.5."),
+    ({"out": ""}, "out must name a folder; got an empty string."),
+])  # fmt: skip
+def test_train_config_refuses_a_climbing_schedule_a_bad_stop_and_an_empty_out(fields, fragment,
+                                                                              tmp_path, monkeypatch):
+    # each had been taken: min_lr > lr climbed to min_lr, stop_after_steps=0 wrote a 0-step
+    # summary (2.5: a TypeError), out="" trained into the current folder
+    monkeypatch.chdir(tmp_path)
+    cfg = TrainConfig(corpus="random", tokens=2048, **{**TINY, "out": str(tmp_path / "r"), **fields})
+    with pytest.raises(fs.InputError) as err:
+        train(cfg)
+    assert str(err.value) == fragment
+    assert not list(tmp_path.iterdir())
 
 
 def test_resume_errors(tmp_path, text_file):

@@ -497,7 +497,8 @@ class FastSlowLM(nn.Module):
             raise InputError(
                 f"max_new_tokens must be a non-negative integer; got {max_new_tokens!r}."
             )
-        if not (math.isfinite(temperature) and temperature >= 0):
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+                math.isfinite(temperature) and temperature >= 0):  # fmt: skip
             raise InputError(
                 f"temperature must be a finite number >= 0 (0: greedy); got {temperature!r}."
             )
@@ -527,7 +528,9 @@ class FastSlowLM(nn.Module):
 def _sample(logits, temperature, top_k, generator):
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits / temperature
+    # max first: every entry <= 0, so a tiny temperature gives -inf (probability 0), never the
+    # inf - inf = NaN of logits / 1e-45; in float64, where a temperature of 1e-300 is not 0
+    logits = (logits - logits.max(-1, keepdim=True).values).double() / temperature
     if top_k is not None:
         v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
         logits = logits.masked_fill(logits < v[:, [-1]], -float("inf"))

@@ -115,7 +115,7 @@ ATOL_TESTED = 1e-300  # the floor of the methods that fail somewhere below it (t
 register(Method(
     "auto", "auto", True,
     "lsoda at 10x tighter tolerances; rodas4 at 100x tighter when very stiff (S > 1e9); "
-    "a batch takes rodas4 where the system has a torch form",
+    "a batch takes rodas4 at 100x tighter where the system has a torch form",
     atol_min=ATOL_TESTED,
     atol_why="it was tested down to 1e-300, where lsoda runs at 1e-301 and rodas4 at 1e-302; at "
     "5e-324 lsoda runs at atol 0 and fails",
