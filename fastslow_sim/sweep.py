@@ -270,15 +270,16 @@ def _run_integrate(cells):
 
 # a sweep has no --max-steps (not a parameter of its integrate task): the solvers' advice to
 # raise it is replaced in a cell's message by what works from a sweep
-SWEEP_MAX_STEPS_HINT = ("a sweep takes no max_steps: run this cell alone with fastslow-sim "
-                        "integrate --max-steps N, or sweep a stiff method (--method radau, "
-                        "--grid method=...)")
+SWEEP_MAX_STEPS_HINT = ("a sweep takes no max_steps: if the run is slow but advancing, run "
+                        "this cell alone with fastslow-sim integrate --max-steps N, or sweep a "
+                        "stiff method (--method radau, --grid method=...)")
 
 
 def _sweep_message(text: str) -> str:
     """A solver's message as a sweep cell keeps it (`SWEEP_MAX_STEPS_HINT`)."""
     from .solvers import MAX_STEPS_HINT
 
+    text = text.replace(f"{MAX_STEPS_HINT} if the run is slow but advancing", SWEEP_MAX_STEPS_HINT)
     return text.replace(MAX_STEPS_HINT, SWEEP_MAX_STEPS_HINT)
 
 

@@ -67,6 +67,11 @@ ACTIVATION_BYTES = 40
 # the largest of those measurements: the batch that a refusal offers is the one that fits at it
 ACTIVATION_BYTES_MEASURED = 102
 
+# settings that change no number of a run: how often checkpoints are written (a killed run
+# resumes with another --checkpoint-every, and a finished run is reused whatever its value);
+# they stay in the saved configuration
+RESULT_FREE = ("ckpt_interval",)
+
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress",
                 "threads"}  # fmt: skip
@@ -184,7 +189,8 @@ def _lr(cfg: TrainConfig, step: int, steps: int) -> float:
     steps, `lr (s + 1) / warm`, reaching `lr` at step `warm - 1`; then the cosine
     `min_lr + (lr - min_lr) (1 + cos(pi (s - warm) / (steps - warm))) / 2`, which starts at `lr`
     again (step `warm`) and would reach `min_lr` one step after the last: the last step's rate
-    is a little above `min_lr` (1.02e-4 for 32 steps from 1e-3 to 1e-4). Kept as it is: every
+    is a little above `min_lr` (1.02e-4 for 32 steps from 1e-3 to 1e-4 without warm-up, 1.15e-4
+    with the default 20 steps of it). Kept as it is: every
     saved run and published number used it."""
     warm = min(cfg.warmup_steps, max(steps - 1, 0))
     if step < warm:
@@ -448,7 +454,8 @@ def check_run_folder(out, resume: bool = False, same_as=None) -> None:
         )
     held = _held_config(out)
     cfg, corpus = (None, None) if held is None else same_as()
-    diff = "no readable configuration" if held is None else _difference(held, cfg.comparable())
+    diff = "no readable configuration" if held is None else \
+        _difference(held, cfg.comparable(), free=RESULT_FREE)  # fmt: skip
     if diff is None and _corpus_changed(held.get("corpus_sha256"), corpus):
         raise InputError(
             f"{_changed_text(corpus, str(out))}, which this run would replace; expected another "
@@ -582,8 +589,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
             raise InputError(
                 f"the checkpoint {str(ckpt_path)!r} is corrupt or unreadable ({type(err).__name__})."
             ) from None
-        # how often checkpoints are written changes no number: a killed run resumes with any
-        diff = _difference(saved_cfg, cfg.comparable(), names, free=("ckpt_interval",))
+        diff = _difference(saved_cfg, cfg.comparable(), names, free=RESULT_FREE)
         if diff:
             raise InputError(
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration ({diff})."
@@ -1013,7 +1019,9 @@ def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None
         s = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    same = s.get("finished") and s.get("train_config") == cfg.comparable()
+    held = s.get("train_config")
+    same = s.get("finished") and isinstance(held, dict) and \
+        _difference(held, cfg.comparable(), free=RESULT_FREE) is None  # fmt: skip
     return s if same and not _corpus_changed(s.get("corpus_sha256"), corpus) else None
 
 

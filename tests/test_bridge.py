@@ -416,6 +416,8 @@ def test_bad_tokens():
         (3, {"max_new_tokens": 2, "temperature": -1.0}, "temperature must be"),
         (3, {"max_new_tokens": 2, "temperature": float("nan")}, "temperature must be"),
         (3, {"max_new_tokens": 2, "top_k": 0}, "top_k must be"),
+        (3, {"max_new_tokens": 2, "temperature": "1"}, "temperature must be"),  # TypeError before
+        (3, {"max_new_tokens": 2, "temperature": None}, "temperature must be"),
     ],
 )
 def test_bad_generate_arguments(prompt_len, kwargs, fragment):
@@ -483,3 +485,21 @@ def test_peak_table_is_keyed_by_exact_device_names():
     assert mfu(cfg, 1e6, "NVIDIA GeForce RTX 4090") is None
     want = flops_per_token(cfg, 256)["train"] * 1e6 / 989e12
     assert mfu(cfg, 1e6, "NVIDIA H200", "bf16", 256) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-300, 5e-324, np.float32(1e-30)])
+def test_a_tiny_temperature_samples_the_greedy_tokens(temperature):
+    # logits / 1e-45 overflowed to inf, and softmax gave NaN probabilities (torch's error)
+    model = make("coupled").eval()
+    idx = torch.zeros(2, 3, dtype=torch.long)
+    g = torch.Generator().manual_seed(0)
+    sampled = model.generate(idx, 6, temperature=temperature, generator=g)
+    assert torch.equal(sampled, model.generate(idx, 6, temperature=0))
+
+
+def test_numpy_temperatures_are_numbers():
+    model = make("coupled").eval()
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    for t in (np.float32(0.8), np.int64(1), np.float64(0.5)):
+        out = model.generate(idx, 2, temperature=t, generator=torch.Generator().manual_seed(0))
+        assert out.shape == (1, 5)

@@ -304,7 +304,7 @@ def test_a_cell_out_of_steps_gives_advice_that_works_from_a_sweep(tmp_path, monk
     assert res.exit_code == 1, res.output
     message = str(xr.open_zarr(store)["message"].values[0])
     assert message.startswith("solver status max_steps: rk45 stopped after max_steps = 5 steps")
-    assert SWEEP_MAX_STEPS_HINT in message and MAX_STEPS_HINT not in message
+    assert message.endswith(f"; {SWEEP_MAX_STEPS_HINT}.") and MAX_STEPS_HINT not in message
 
 
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):

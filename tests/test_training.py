@@ -105,6 +105,12 @@ def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
     assert s2["rank_first_batch_sha256"] == s_full["rank_first_batch_sha256"] != [None]
     s3 = train(_cfg(tmp_path, "part", spec, tokens=3000, resume=True), corpus)
     assert s3["rank_first_batch_sha256"] == s_full["rank_first_batch_sha256"]
+    # and a finished run is reused whatever its --checkpoint-every (reproduce, sweeps)
+    from fastslow_sim.training import _finished_run, check_run_folder
+
+    other = _cfg(tmp_path, "part", spec, tokens=3000, ckpt_interval=3)
+    assert _finished_run(other, corpus) is not None
+    check_run_folder(tmp_path / "part", same_as=lambda: (other, corpus))  # does not refuse
     a = torch.load(tmp_path / "full" / "ckpt.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "part" / "ckpt.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -33,6 +33,7 @@ identical dense weights and identical logits at initialisation.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 
 import torch
@@ -497,7 +498,7 @@ class FastSlowLM(nn.Module):
             raise InputError(
                 f"max_new_tokens must be a non-negative integer; got {max_new_tokens!r}."
             )
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
                 math.isfinite(temperature) and temperature >= 0):  # fmt: skip
             raise InputError(
                 f"temperature must be a finite number >= 0 (0: greedy); got {temperature!r}."

@@ -101,7 +101,8 @@ def _train_options(f):
 # the library's messages name the option a user typed (`training.train`'s `names`)
 OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size": "--context",
                 "ckpt_interval": "--checkpoint-every", "seed": "--seed",
-                "threads": "--threads", "retry_failed": "--retry-failed"}  # fmt: skip
+                "threads": "--threads", "retry_failed": "--retry-failed", "variant": "--variant",
+                "corpus": "--corpus", "P": "--P", "out": "--out"}  # fmt: skip
 
 
 def _base_config(P, device, batch_size, block_size, use_compile, threads):
