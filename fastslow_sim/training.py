@@ -190,8 +190,8 @@ def _lr(cfg: TrainConfig, step: int, steps: int) -> float:
     `min_lr + (lr - min_lr) (1 + cos(pi (s - warm) / (steps - warm))) / 2`, which starts at `lr`
     again (step `warm`) and would reach `min_lr` one step after the last: the last step's rate
     is a little above `min_lr` (1.02e-4 for 32 steps from 1e-3 to 1e-4 without warm-up, 1.15e-4
-    with the default 20 steps of it). Kept as it is: every
-    saved run and published number used it."""
+    with the default 20 steps of it). Kept as it is: every saved run and published number used
+    it."""
     warm = min(cfg.warmup_steps, max(steps - 1, 0))
     if step < warm:
         return cfg.lr * (step + 1) / warm
