@@ -23,8 +23,8 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .generators import domain_text, validate_generator
-from .stationary import stationary_derivative
+from .generators import domain_text
+from .stationary import require_square, stationary_derivative
 from .wording import number_text, plural
 
 __all__ = [
@@ -144,8 +144,7 @@ def spectral_gap(Q) -> np.ndarray:
     """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`,
     `n >= 2` (a one-state generator has no non-zero eigenvalue: an `InputError`)."""
     q = np.asarray(Q, dtype=np.float64)
-    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
-        validate_generator(q)  # raises: not a batch of square matrices
+    require_square(q)
     if q.shape[-1] == 1:
         raise InputError(
             f"a one-state generator (Q of shape {q.shape}) has no non-zero eigenvalue, so no "

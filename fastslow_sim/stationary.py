@@ -633,6 +633,13 @@ def _torch_function():
 _STATIONARY_FN = None
 
 
+def require_square(q) -> None:
+    """`InputError` (from `validate_generator`'s own wording) unless `q` is a batch of square
+    matrices `(..., n, n)` with `n >= 1`."""
+    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
+        validate_generator(q)  # raises: not a batch of square matrices
+
+
 def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = False, check=True):
     """Stationary distribution `p` with `Q^T p = 0`, `sum(p) = 1`, batched over `Q[..., n, n]`.
 
@@ -664,8 +671,7 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
             # diagonal; the other methods get it rebuilt in float64)
             validate_generator(q_in)
             check = False
-    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
-        validate_generator(q)  # raises: not a batch of square matrices
+    require_square(q)
     if method != "gth":  # GTH never reads the diagonal; the others get it rebuilt
         if check:  # check the caller's matrix, not the rebuilt one
             validate_generator(q)
@@ -788,8 +794,7 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
     """
     q_in = np.asarray(Q)
     q = np.asarray(q_in, dtype=np.float64)
-    if q.ndim < 2 or q.shape[-1] != q.shape[-2] or q.shape[-1] < 1:
-        validate_generator(q)  # raises: not a batch of square matrices
+    require_square(q)
     n = q.shape[-1]
     dq = np.asarray(dQ, dtype=np.float64)
     # at least Q's dimensions and an m axis; more leading ones broadcast (one Q, a batch of dQ)
