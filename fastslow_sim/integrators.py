@@ -172,8 +172,8 @@ def _max_rates(jac):
     if not np.all(np.isfinite(jac)):  # eigvals would raise numpy's LinAlgError
         raise InputError(
             "the Jacobian of the system is not finite at the initial state, so its stiffness "
-            "cannot be measured and no implicit solver can start; expected an initial state "
-            "where f and g have finite derivatives."
+            "(by which auto chooses a method and every method is judged) cannot be measured; "
+            "expected an initial state where f and g have finite derivatives."
         )
     if jac.shape[-1] <= EIG_MAX:
         return np.max(np.abs(np.linalg.eigvals(jac).real), axis=-1)

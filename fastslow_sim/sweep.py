@@ -1301,7 +1301,7 @@ def _local_cluster(workers: int, threads: int | None = None):
     `threads` (default cores // workers, so that BLAS and torch do not oversubscribe)."""
     from distributed import LocalCluster
 
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    threads = threads or max(1, usable_cpus() // workers)
     env = {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                         dashboard_address="127.0.0.1:0", host="127.0.0.1", env=env,

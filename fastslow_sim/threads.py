@@ -47,12 +47,13 @@ def usable_cpus() -> int:
 
 
 def check_threads(threads, name: str = "threads") -> int:
-    """`threads` as an int from 1 to the CPUs here, or `InputError` naming it `name`."""
-    cpus = os.cpu_count() or 1
+    """`threads` as an int from 1 to the CPUs this process may use (`usable_cpus`), or
+    `InputError` naming it `name`."""
+    cpus = usable_cpus()
     if not isinstance(threads, bool):
         with contextlib.suppress(InputError):
             return int(number(name, threads, 1, cpus, integer=True))
-    raise InputError(f"{name} must be an integer from 1 to {cpus} (the CPUs here); got "
+    raise InputError(f"{name} must be an integer from 1 to {cpus} (the CPUs this process may use); got "
                      f"{threads!r}.")  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import fastslow_sim as fs
 from fastslow_sim.integrators import STIFF_THRESHOLD, estimate_explicit_nfev, trajectory_summary
+from fastslow_sim.threads import usable_cpus
 
 
 @pytest.mark.parametrize("name", list(fs.SYSTEMS))
@@ -686,9 +687,23 @@ def test_bad_threads_are_refused_before_any_work(threads):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(fs.InputError, match=re.escape(
-                f"threads must be an integer from 1 to {os.cpu_count()} (the CPUs here); got "
-                f"{threads!r}.")):  # fmt: skip
+                f"threads must be an integer from 1 to {usable_cpus()} (the CPUs this process "
+                f"may use); got {threads!r}.")):  # fmt: skip
             fs.integrate(system, (0, 1), method="dopri5", n_eval=3, threads=threads)
+
+
+def test_threads_are_bounded_by_the_affinity_mask_not_the_machine(monkeypatch):
+    """Under `taskset -c 0` (or a container's CPU set) a process may use one CPU of many: more
+    threads than that are refused, as the bound says (it was `os.cpu_count()`)."""
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("this platform has no affinity mask (os.sched_getaffinity)")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    system = fs.make_system("two-state", eps=1e-3)
+    with pytest.raises(fs.InputError, match=re.escape(
+            "threads must be an integer from 1 to 1 (the CPUs this process may use); got 2.")):
+        fs.integrate(system, (0, 1), method="radau", n_eval=3, threads=2)  # fmt: skip
+    assert fs.integrate(system, (0, 1), method="radau", n_eval=3, threads=1).attrs["status"] == "success"
 
 
 def test_threads_are_restored_when_the_solve_raises(monkeypatch):
@@ -1012,6 +1027,24 @@ def test_custom_system_non_finite_field_or_no_default_state():
                                             r"x0; expected x0 and y0 given"):  # fmt: skip
         fs.integrate(bare, (0, 1), method="radau")
     assert fs.integrate(bare, (0, 1), x0=[1.0], y0=[0.5], method="radau").attrs["status"] == "success"
+
+
+@pytest.mark.parametrize("method", ["rk45", "radau", "auto"])
+def test_a_non_finite_jacobian_is_refused_for_every_method(method):
+    """f = sqrt(|y|) - x is finite at y = 0, its f_y = 1/(2 sqrt(y)) is not: the stiffness that
+    auto chooses by and every method is judged by cannot be measured (the sentence had said "no
+    implicit solver can start" also for rk45)."""
+    system = fs.FastSlowSystem(
+        f=lambda x, y: np.sqrt(np.abs(y)) - x, g=lambda x, y: -x, n_fast=1, n_slow=1, eps=0.1,
+        f_x=lambda x, y: -np.ones((*np.shape(x)[:-1], 1, 1)),
+        f_y=lambda x, y: (0.5 / np.sqrt(np.abs(y)))[..., None],
+        g_x=lambda x, y: -np.ones((*np.shape(x)[:-1], 1, 1)),
+        g_y=lambda x, y: np.zeros((*np.shape(x)[:-1], 1, 1)))  # fmt: skip
+    with np.errstate(divide="ignore"), pytest.raises(fs.InputError, match=re.escape(
+            "the Jacobian of the system is not finite at the initial state, so its stiffness (by "
+            "which auto chooses a method and every method is judged) cannot be measured; expected "
+            "an initial state where f and g have finite derivatives.")):  # fmt: skip
+        fs.integrate(system, (0, 1), x0=[0.0], y0=[0.0], method=method)
 
 
 def test_empty_and_3d_batches_are_refused_in_one_sentence():
