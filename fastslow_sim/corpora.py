@@ -157,16 +157,11 @@ def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256) -> Cor
     seed (`seed=` in the spec, else `seed`) is separate from a training seed: every run on `"me"`
     with the same `P` sees the same corpus; `P` is the model's, and `context` is the window
     length of the me corpus's reference losses."""
-    from dataclasses import replace
-
     from .me_corpus import parse_me_spec
 
-    me = parse_me_spec(spec)
+    me = parse_me_spec(spec, P=P, context=context, seed=seed)
     if me is not None:
-        own_seed = any(item.strip().startswith("seed=") for item in spec[3:].split(","))
-        return _cached_me_corpus(
-            replace(me, P=P, seed=me.seed if own_seed else seed, context=context)
-        )
+        return _cached_me_corpus(me)
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):

@@ -219,8 +219,11 @@ def largest_rate(n: int, beta: float) -> float | None:
     return r
 
 
-def parse_me_spec(spec: str) -> MECorpusConfig | None:
-    """`"me"` or `"me:tokens=3M,beta=6,..."` -> a config; `None` for other corpora."""
+def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusConfig.context,
+                  seed: int = MECorpusConfig.seed) -> MECorpusConfig | None:  # fmt: skip
+    """`"me"` or `"me:tokens=3M,beta=6,..."` -> a config with the model's `P` and `context` (the
+    spec may not set them) and `seed` where the spec sets none; `None` for other corpora. The
+    config is validated with these, not the defaults: `tokens=3k` is enough at context 16."""
     if spec != "me" and not spec.startswith("me:"):
         return None
     kwargs = {}
@@ -248,7 +251,7 @@ def parse_me_spec(spec: str) -> MECorpusConfig | None:
             what = ("a positive count like 500k, 2M or 250000" if key == "tokens"
                     else "an integer" if types[key] in ("int", int) else "a number")  # fmt: skip
             raise InputError(f"corpus option {key}={value!r} is not {what}.") from None
-    return MECorpusConfig(**kwargs)
+    return MECorpusConfig(**{"seed": seed, **kwargs, "P": P, "context": context})
 
 
 def _propagators(cfg: MECorpusConfig, ys) -> np.ndarray:
@@ -377,7 +380,7 @@ def me_corpus(config: MECorpusConfig | None = None):
     n_train = (n_blocks - val_blocks) * P
     p_st = stationary_distribution(cfg.generator().rates(ys))
     corpus = Corpus(
-        "me" if cfg == MECorpusConfig() else _spec_name(cfg),
+        _spec_name(cfg),
         n,
         toks[:n_train],
         toks[n_train:],
@@ -400,9 +403,12 @@ def me_corpus(config: MECorpusConfig | None = None):
 
 
 def _spec_name(cfg: MECorpusConfig) -> str:
+    """The spec that makes `cfg` at its `P` and context (which are not spec options: they are
+    set with --P and --context)."""
     default = MECorpusConfig()
-    diff = [f"{k}={v}" for k, v in asdict(cfg).items() if getattr(default, k) != v]
-    return "me:" + ",".join(diff)
+    diff = [f"{k}={v}" for k, v in asdict(cfg).items()
+            if k not in ("P", "context") and getattr(default, k) != v]  # fmt: skip
+    return "me:" + ",".join(diff) if diff else "me"
 
 
 def me_reference_losses(corpus, cfg: MECorpusConfig, T: int, split: str = "val",

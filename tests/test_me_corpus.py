@@ -19,6 +19,7 @@ from fastslow_sim.me_corpus import (
     _interp_entry,
     _propagator_table,
     _propagators,
+    _spec_name,
     bayes_filter,
     largest_rate,
     me_corpus,
@@ -156,6 +157,29 @@ def test_spec_options_and_bad_values():
                            ("me:feedback=-3", "feedback"), ("me:tokens=100", "tokens >=")]:  # fmt: skip
         with pytest.raises(fs.InputError, match=fragment):
             parse_me_spec(spec)
+
+
+def test_spec_seed_with_spaces_is_the_seed_used():
+    """`seed =3` is parsed (the key is stripped); `load_corpus` had looked for "seed=" to know
+    whether the spec set a seed, so it replaced 3 by the training's default seed 0."""
+    for spec in ("me:tokens=20k,seed =3", "me:tokens=20k, seed= 3"):
+        corpus = load_corpus(spec, P=8, context=32, seed=0)
+        assert corpus.stats["config"]["seed"] == 3
+        assert corpus.name == "me:tokens=20000,seed=3"  # a spec that makes it again
+    assert load_corpus("me:tokens=20k", P=8, context=32, seed=5).stats["config"]["seed"] == 5
+
+
+def test_spec_is_validated_at_the_given_context_and_P():
+    """`tokens=3k` is enough at context 16 (20 windows of 2 blocks of 8); it had been refused
+    as if at the default context 256, in a message naming 256."""
+    corpus = load_corpus("me:tokens=3k", P=8, context=16)
+    assert corpus.stats["config"]["tokens"] == 3000 and corpus.stats["config"]["context"] == 16
+    assert corpus.name == "me:tokens=3000"  # P and context are not spec options
+    assert parse_me_spec("me:tokens=3k", P=8, context=16) == MECorpusConfig(tokens=3000, context=16)
+    with pytest.raises(fs.InputError, match=re.escape(
+            "tokens >= 640 (20 windows of the context 32, 4 blocks of P=8); got 500.")):
+        parse_me_spec("me:tokens=500", P=8, context=32)
+    assert parse_me_spec("me") == MECorpusConfig() and _spec_name(MECorpusConfig()) == "me"
 
 
 @pytest.mark.parametrize("spec, fragment", [
