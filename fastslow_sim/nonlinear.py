@@ -25,7 +25,7 @@ import numpy as np
 from .errors import InputError
 from .generators import BirthDeath, Generator, domain_text, rate_domain, readout_vector
 from .stationary import stationary_distribution
-from .systems import FastSlowSystem, LinearSlowLaw
+from .systems import FastSlowSystem, LinearSlowLaw, merged_params
 from .wording import plural
 
 __all__ = [
@@ -311,7 +311,7 @@ class NonlinearMasterEquationSystem(FastSlowSystem):
             g_x=slow_law.dx,
             g_y=slow_law.dy,
             name=f"nonlinear-{family.name}",
-            parameters={**family.params(), **slow_law.params()},
+            parameters=merged_params(family.params(), slow_law.params()),
             x0=x0,
             y0=y0,
             conserves_mass=True,

@@ -116,6 +116,15 @@ def _fd_jacobian(fun, v, h=1e-7):
     return np.stack(cols, axis=-1)
 
 
+def merged_params(generator: dict, slow_law: dict) -> dict:
+    """A generator's parameters and its slow law's in one record; a law's name that the generator
+    also uses is kept as `slow_law_NAME`, so that neither value replaces the other."""
+    out = dict(generator)
+    for key, value in slow_law.items():
+        out[f"slow_law_{key}" if key in generator else key] = value
+    return out
+
+
 @dataclass
 class FastSlowSystem:
     """`eps dx/dt = f(x, y)`, `dy/dt = g(x, y)`; `x` of size `n_fast`, `y` of size `n_slow`.
@@ -217,7 +226,9 @@ class LinearSlowLaw(SlowLaw):
         return np.full(y.shape[:-1] + (1, 1), -self.a)
 
     def params(self):
-        return {"slow_law": "linear", "c": [float(v) for v in self.c], "a": self.a, "b": self.b}
+        # named apart from the generator's (two-state's rates are a and b too)
+        return {"slow_law": "linear", "slow_law_c": [float(v) for v in self.c],
+                "slow_law_a": self.a, "slow_law_b": self.b}  # fmt: skip
 
     def torch_form(self, dtype, device):
         import torch
@@ -312,7 +323,7 @@ class MasterEquationSystem(FastSlowSystem):
             g_x=slow_law.dx,
             g_y=slow_law.dy,
             name=name or generator.name,
-            parameters={**generator.params(), **slow_law.params()},
+            parameters=merged_params(generator.params(), slow_law.params()),
             x0=x0,
             y0=y0,
             conserves_mass=True,

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -168,3 +170,16 @@ def test_where_the_up_rate_underflows_the_domain_stays_open(gen):
 def test_a_family_of_huge_constant_rates_has_no_domain():
     with pytest.raises(fs.InputError, match="leave no y where its rates"):
         fs.TwoState(b=1e308).domain()
+
+
+def test_a_system_records_its_generator_and_slow_law_parameters_apart():
+    """Two-state's rates are called a and b, as are the linear law's; the law's had replaced the
+    generator's in every saved dataset's system_params (rate b = 0: an absorbing chain)."""
+    system = fs.MasterEquationSystem(fs.generators.TwoState(a=2.0, b=3.0, beta=1.0),
+                                     LinearSlowLaw(np.array([0.0, 1.0])), 0.1)  # fmt: skip
+    params = system.params()
+    assert (params["a"], params["b"], params["beta"]) == (2.0, 3.0, 1.0)
+    assert (params["slow_law_a"], params["slow_law_b"], params["slow_law_c"]) == (1.0, 0.0, [0.0, 1.0])
+    ds = fs.integrate(system, (0, 0.1), [1.0, 0.0], [0.5], method="radau", n_eval=3)
+    saved = json.loads(ds.attrs["system_params"])
+    assert (saved["a"], saved["b"], saved["slow_law_b"]) == (2.0, 3.0, 0.0)

@@ -557,18 +557,21 @@ def test_bytes_text_names_the_unit_it_reaches(value, text):
 
 def test_radau_drift_of_the_mass_is_a_warning_where_rodas4_keeps_it():
     """Far from state 0 at eps 1e-12, radau's stage solves lose mass: `1^T x` drifted by 2.7e-7
-    over [0, 1] (measured; 2.9e-7 over [0, 3]), 2.5 times its budget 1.1e-7 (10 times the
+    over [0, 1] (measured; 2.9e-7 over [0, 3]; 2.7e-6 on an AMD EPYC's BLAS), 2.5 times its budget 1.1e-7 (10 times the
     tolerance of the sum, rtol + 8 atol = 1.08e-8, which is above the round-off of its 5,732
     evaluations), reported as a plain success. It now warns and says so in the dataset; the
     compiled rodas4 march (partial sums, GTH-like pivots) keeps it to round-off and does not."""
     system = fs.make_system("birth-death", eps=1e-12)
     run = dict(y0=[150.0], rtol=1e-8, atol=1e-10)
-    with pytest.warns(fs.MassDriftWarning, match=r"drifted by up to 2\.\de-07, more than its "
+    with pytest.warns(fs.MassDriftWarning, match=r"drifted by up to \d\.\de-0[67], more than its "
                       r"budget 1\.1e-07 \(10 times the larger of rtol \+ sum\(atol\) = "
-                      r"1\.1e-08 and the round-off of [\d,]+ evaluations of f\)"):  # fmt: skip
+                      r"1\.1e-08 and the round-off of [\d,]+ evaluations of f\)") as rec:  # fmt: skip
         ds = fs.integrate(system, (0, 1), method="radau", **run)
     assert ds.attrs["status"] == "success"
-    assert 1.08e-7 < np.abs(ds["mass_error"].values).max() < 1e-6
+    # how far depends on the machine's BLAS: 2.7e-7 on one, 2.7e-6 on another (any threads)
+    drift = np.abs(ds["mass_error"].values).max()
+    assert 1.08e-7 < drift < 1e-5
+    assert f"drifted by up to {drift:.1e}," in str(rec[0].message)
     assert ds.attrs["mass_drift_warning"].startswith("the total probability 1^T x drifted")
     assert trajectory_summary(ds)["mass_drift_warning"] == ds.attrs["mass_drift_warning"]
     with warnings.catch_warnings():

@@ -3,6 +3,7 @@ remote, a worker killed, the client killed), and results equal to the cells run 
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1211,8 +1212,8 @@ def test_a_failed_new_store_removes_only_the_cells_this_run_wrote(tmp_path):
 
 
 def test_sweep_keeps_each_cells_mass_drift_and_warns_once_at_the_end(tmp_path):
-    """radau from y0 = 150 at eps 1e-12 drifts 1^T x by 2.7e-7 against its budget 1.1e-7
-    (test_integrate); from y0 = 0.5 it does not. The sweep keeps, per cell, the drift, its
+    """radau from y0 = 150 at eps 1e-12 drifts 1^T x by 2.7e-7 or 2.7e-6 (by the machine)
+    against its budget 1.1e-7 (test_integrate); from y0 = 0.5 it does not. The sweep keeps, per cell, the drift, its
     budget, whether it warned and integrate's own sentence; the command ends with one line in
     integrate's form naming how many cells warned and the first, and no Python warning."""
     store = tmp_path / "d.zarr"
@@ -1227,12 +1228,16 @@ def test_sweep_keeps_each_cells_mass_drift_and_warns_once_at_the_end(tmp_path):
     text = str(ds["mass_drift_warning"].sel(y0=150.0).values)
     assert warned[0] == (f"Warning: 1 cell of 2 warned of a drift of the total probability "
                          f"(mass_drift_warned in the store); the first, y0=150: {text}")  # fmt: skip
-    assert text.startswith("the total probability 1^T x drifted by up to 2.7e-07, more than its "
-                           "budget 1.1e-07 (10 times the larger of rtol + sum(atol) = 1.1e-08 "
-                           "and the round-off of 5,732 evaluations of f)")  # fmt: skip
+    # the drift and the count of evaluations depend on the machine's BLAS (2.7e-7 and 5,732 on
+    # one, 2.7e-6 and 5,809 on another): read from the sentence, checked against the store
+    m = re.match(r"the total probability 1\^T x drifted by up to (\d\.\de-0\d), more than its "
+                 r"budget 1\.1e-07 \(10 times the larger of rtol \+ sum\(atol\) = 1\.1e-08 "
+                 r"and the round-off of [\d,]+ evaluations of f\)", text)  # fmt: skip
+    assert m, text
+    assert float(m[1]) == pytest.approx(float(ds["mass_drift"].sel(y0=150.0)), rel=0.05)
     assert ds["mass_drift_warned"].values.tolist() == [True, False]
     assert str(ds["mass_drift_warning"].sel(y0=0.5).values) == ""
-    assert 2.6e-7 < float(ds["mass_drift"].sel(y0=150.0)) < 2.8e-7
+    assert 1.08e-7 < float(ds["mass_drift"].sel(y0=150.0)) < 1e-5
     assert float(ds["mass_drift"].sel(y0=0.5)) < 1e-14
     assert ds["mass_drift_budget"].values.tolist() == [pytest.approx(1.08e-7)] * 2
     assert ds.attrs["n_mass_drift"] == 1 and (ds["status"].values == "done").all()
