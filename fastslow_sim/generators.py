@@ -620,6 +620,17 @@ def rate_domain(log_scale, slope, room, center=0.0, positive=False):
     return (lo, hi) if lo <= hi else None
 
 
+def into_domain(family, y, slack):
+    """`y` with the values that lie outside `family.domain()` by at most `slack` (a number or an
+    array like `y`) set to the domain's end: a solver's tolerance at an end that the dynamics
+    approach (Michaelis-Menten's substrate, used up, reaches y = -3e-13). Values farther out
+    are kept, for the caller's check to refuse."""
+    lo, hi = family.domain()
+    y = np.asarray(y, dtype=np.float64)
+    y = np.where((y < lo) & (y >= lo - slack), lo, y)
+    return np.where((y > hi) & (y <= hi + slack), hi, y)
+
+
 def domain_text(family) -> str:
     """`"the NAME generator's domain [lo, hi], where REASON"`, for the sentences that refuse a
     `y` outside `family.domain()`: the ends to 6 significant digits, rounded inward (a printed

@@ -61,7 +61,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .generators import domain_text
+from .generators import domain_text, into_domain
 from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
 from .threads import check_threads, small_problem_threads, torch_threads
 from .validation import number, positive
@@ -918,6 +918,19 @@ def check_output_size(system, batch: int, times: int, names=("batch", "n_eval"))
         )
 
 
+def _within_tolerance_of_the_domain(system, y, attrs):
+    """`y` for `p_st(y)`: within the solver's tolerance of the generator's domain set to its end
+    (`generators.into_domain`), so that a run that ends at an end of the domain, as
+    Michaelis-Menten's y -> 0, is not a failure for the round-off that took it past."""
+    family = getattr(system, "generator", None)
+    if family is None:
+        return y
+    atol = attrs.get("solver_atol", 0.0)
+    if np.ndim(atol):
+        atol = np.asarray(atol, dtype=np.float64)[system.n_fast :]
+    return into_domain(family, y, atol + attrs.get("solver_rtol", 0.0) * np.abs(y))
+
+
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     """Label a trajectory as a Dataset; adds `p_st`, manifold distance and mass error for ME systems."""
     lead = ("batch", "time") if batch else ("time",)
@@ -927,6 +940,7 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
     }
     if hasattr(system, "critical_manifold"):
         ok = np.all(np.isfinite(y), axis=-1)
+        y_in = _within_tolerance_of_the_domain(system, y, attrs)
         p = np.full_like(x, np.nan)
         where = np.nonzero(ok)
         # in chunks of saved points: all of them at once would hold (batch, time, n, n) rates,
@@ -938,11 +952,11 @@ def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:
         for a in range(0, where[0].size, rows):
             idx = tuple(w[a : a + rows] for w in where)
             try:
-                p[idx] = system.critical_manifold(y[idx])
+                p[idx] = system.critical_manifold(y_in[idx])
             except InputError:  # rates beyond the float range at some y: left NaN, flagged
                 for i in zip(*idx):
                     with contextlib.suppress(InputError):
-                        p[i] = system.critical_manifold(y[i])
+                        p[i] = system.critical_manifold(y_in[i])
         data["p_st"] = (
             (*lead, "state"), p,
             {"long_name": "stationary distribution p_st(Q(y(t))), the critical manifold h0(y)"},

@@ -23,7 +23,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .generators import domain_text
+from .generators import domain_text, into_domain
 from .stationary import require_square, stationary_derivative
 from .wording import number_text, plural
 
@@ -77,8 +77,8 @@ def h0(system, y):
 def h1(system, y):
     """First-order correction `h1 = Z (dh0/dy) g(h0, y)`, shape `(..., n)`; no numerical derivatives.
 
-    `dh0/dy = -Z (dQ/dy)^T h0` (DESIGN 3.1), so `h1 = -Z Z (dQ/dy)^T h0 . g` in one batched
-    factorisation of `Q^T - h0 1^T`.
+    `dh0/dy = -Z (dQ/dy)^T h0` (DESIGN 3.1), so `h1 = -Z Z (dQ/dy)^T h0 . g`: two batched
+    solves with `Q^T - h0 1^T` (`stationary_derivative`'s, then one more).
     """
     _require_me(system)
     y = _slow(system, y)
@@ -110,6 +110,7 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
     """
     from scipy.integrate import solve_ivp
 
+    _require_me(system)
     y0 = system.y0 if y0 is None else np.asarray(y0, dtype=np.float64).reshape(-1)
     given = t_eval
     try:
@@ -131,8 +132,11 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
         )
     if t_eval.size == 1:  # no time to integrate over: the start alone
         return np.array(y0, dtype=np.float64).reshape(1, -1)
+    # a stage within the tolerance outside the domain is at its end (y -> 0 in Michaelis-
+    # Menten, used up, had a stage at y = -5e-15 refused)
     sol = solve_ivp(
-        lambda t, y: reduced_rhs(system, y, order),
+        lambda t, y: reduced_rhs(system, into_domain(system.generator, y, rtol * abs(y) + atol),
+                                 order),
         (t_eval[0], t_eval[-1]), y0, method="DOP853", t_eval=t_eval, rtol=rtol, atol=atol,
     )  # fmt: skip
     if sol.status != 0:
@@ -352,8 +356,9 @@ def convergence(
         if ds.attrs["status"] != "success":
             raise RuntimeError(f"the full system failed at eps={eps:g}: {ds.attrs['message']}")
         x, y = ds["x"].values[keep], ds["y"].values[keep]
-        x0 = h0(s, y)
-        x1 = x0 + eps * h1(s, y)
+        y_in = into_domain(s.generator, y, rtol * np.abs(y) + atol)  # (a run ending at its edge)
+        x0 = h0(s, y_in)
+        x1 = x0 + eps * h1(s, y_in)
         errs["err_h0"].append(np.max(np.abs(x - x0)))
         errs["err_h1"].append(np.max(np.abs(x - x1)))
         errs["err_y"].append(np.max(np.abs(y - y_red)))
@@ -398,7 +403,9 @@ def convergence(
         attrs={
             "title": f"convergence in eps of the {system.name} system",
             "system": system.name,
-            "system_params": json.dumps(system.params(), default=float),
+            # the runs' eps are the coordinate `eps`, so the system's own is left out
+            "system_params": json.dumps({k: v for k, v in system.params().items() if k != "eps"},
+                                        default=float),  # fmt: skip
             "t_end": t_end,
             "t_window": t_window,
             "layer_factor": layer_factor,

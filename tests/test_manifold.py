@@ -206,3 +206,28 @@ def test_system_without_slow_variable():
     system.n_slow = 0
     with pytest.raises(fs.InputError, match="no slow variable"):
         mf.h0(system, [0.1])
+
+
+def test_michaelis_menten_used_up_runs_past_its_domain_end_by_round_off_only():
+    """The substrate y decays to 0, the end of the generator's domain; the solvers end a little
+    past it (y = -2.7e-13 for bdf at t = 100), which had made p_st NaN and the run a failure
+    ("non_finite", every method), and convergence at --t-end 100 refused the reduced system's
+    stage at y = -5e-15. Within the solver's tolerance of the end, p_st is taken there."""
+    from fastslow_sim.generators import into_domain
+
+    system = fs.make_system("michaelis-menten", eps=0.02)
+    ds = fs.integrate(system, (0, 100), method="bdf")
+    assert ds.attrs["status"] == "success", ds.attrs["message"]
+    assert float(ds["y"].values.min()) < 0  # past the end (the saved y is the solver's)
+    assert np.all(np.isfinite(ds["p_st"].values))
+    np.testing.assert_allclose(ds["p_st"].values[-1], [1, 0, 0, 0, 0], atol=1e-12)  # h0(0)
+    conv = mf.convergence(system, [0.02, 0.01], t_end=100)  # theory: slopes 1, 2, 1
+    for name, slope in (("err_h0", 1), ("err_h1", 2), ("err_y", 1)):
+        assert abs(conv.attrs[f"slope_{name}"] - slope) < 0.01
+    # the runs' eps are the coordinate; system_params had said eps 0.02 alone
+    assert "eps" not in json.loads(conv.attrs["system_params"]) and conv["eps"].size == 2
+    # farther out than the slack stays out, for h0's check to refuse
+    gen = system.generator
+    assert into_domain(gen, [-1e-14, -1e-9, 0.5], 1e-13).tolist() == [0.0, -1e-9, 0.5]
+    with pytest.raises(fs.InputError, match="leave the michaelis-menten generator's domain"):
+        mf.h0(system, [-1e-9])
