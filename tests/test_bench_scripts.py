@@ -219,3 +219,99 @@ def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| network, tiny-gate")]
     assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
     assert all("(16 steps) |" in row for row in rows), rows  # both settings trained 16 steps
+
+
+def test_march_target_needs_the_speed_and_the_error_against_radau():
+    """bench_march's issue-15 verdict: met only when bdf/c2 reaches its target and c2's error
+    against the Radau reference is <= 1e-5; otherwise it names what failed."""
+    march = load_script("bench_march")
+    assert march.target_verdict(51.6, 30.0, 2e-8) == "met"
+    slow, wrong = march.target_verdict(12.0, 30.0, 2e-8), march.target_verdict(51.6, 30.0, 3e-4)
+    assert slow.startswith("NOT met") and "bdf/c2 12.0x < 30x" in slow and "error" not in slow
+    assert wrong.startswith("NOT met") and "error 3.0e-04 > 1e-05" in wrong and "bdf" not in wrong
+    both = march.target_verdict(float("nan"), 10.0, float("nan"))
+    assert "bdf/c2" in both and "error" in both
+
+
+class _Counted:
+    """A float that counts the +, -, *, /, ** and exp done with it (`OPS[0]`), not the sign
+    flips, abs or comparisons: a kernel's `py_func` on arrays of these executes, and so counts,
+    what the compiled kernel executes."""
+
+    OPS = [0]
+
+    def __init__(self, v):
+        self.v = float(v)
+
+    def _op(self, other, f):
+        _Counted.OPS[0] += 1
+        return _Counted(f(self.v, other.v if isinstance(other, _Counted) else float(other)))
+
+    def __add__(self, o): return self._op(o, lambda a, b: a + b)  # noqa: E704
+    def __radd__(self, o): return self._op(o, lambda a, b: b + a)  # noqa: E704
+    def __sub__(self, o): return self._op(o, lambda a, b: a - b)  # noqa: E704
+    def __rsub__(self, o): return self._op(o, lambda a, b: b - a)  # noqa: E704
+    def __mul__(self, o): return self._op(o, lambda a, b: a * b)  # noqa: E704
+    def __rmul__(self, o): return self._op(o, lambda a, b: b * a)  # noqa: E704
+    def __truediv__(self, o): return self._op(o, lambda a, b: a / b)  # noqa: E704
+    def __rtruediv__(self, o): return self._op(o, lambda a, b: b / a)  # noqa: E704
+    def __pow__(self, o): return self._op(o, lambda a, b: a**b)  # noqa: E704
+    def exp(self): return self._op(0.0, lambda a, _: float(np.exp(a)))  # noqa: E704
+    def __neg__(self): return _Counted(-self.v)  # noqa: E704
+    def __abs__(self): return _Counted(abs(self.v))  # noqa: E704
+    def __gt__(self, o): return self.v > float(o)  # noqa: E704
+    def __ge__(self, o): return self.v >= float(o)  # noqa: E704
+    def __lt__(self, o): return self.v < float(o)  # noqa: E704
+    def __le__(self, o): return self.v <= float(o)  # noqa: E704
+    def __float__(self): return self.v  # noqa: E704
+
+
+def test_march_flops_per_step_is_what_the_kernels_execute(monkeypatch):
+    """bench_march's `flops_per_step` against the operations that the compiled march's kernels
+    (`_factor`, `_rhs`, `chain_solve`, `error_norm`, run as Python on counting floats) execute on
+    an n-state chain (linear slow law, the heaviest state inside the chain), plus the stage sums
+    of `_march_block` (RODAS4: N for the new state, stiffly accurate; the plain error estimate)."""
+    import fastslow_sim.cpu_kernels as ck
+    import fastslow_sim.rosenbrock.compiled as cm
+    from fastslow_sim.rosenbrock import RODAS4
+
+    march = load_script("bench_march")
+    for mod in (ck, cm):  # the Python bodies, calling each other's Python bodies
+        for name in ("heaviest", "chain_factor", "chain_border", "chain_sigma", "chain_solve",
+                     "error_norm", "_error_scale", "_rates", "_rhs", "_factor"):  # fmt: skip
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, getattr(mod, name).py_func)
+    rng = np.random.default_rng(0)
+
+    def arr(*shape):
+        a = np.empty(shape, dtype=object)
+        for i in np.ndindex(shape):
+            a[i] = _Counted(rng.uniform(0.1, 1.0))
+        return a
+
+    def count(fn, *args):
+        _Counted.OPS[0] = 0
+        fn(*args)
+        return _Counted.OPS[0]
+
+    S = RODAS4.stages
+    assert RODAS4.stiffly_accurate and RODAS4.plain_error
+    for n in (4, 8):
+        N, m1 = n + 1, n - 1
+        z = arr(N, 1)
+        z[2, 0] = _Counted(5.0)  # the heaviest state, inside the chain
+        kr, lr, dr, up, dup = (arr(m1, 1) for _ in range(5))
+        inv, pm, g, wv, vv = (arr(n, 1) for _ in range(5))
+        w, c, tmp, s, inv_sigma = arr(n), arr(n), arr(4, 1), arr(1), arr(1)
+        piv = np.zeros(1, dtype=np.int64)
+        beta, a, b, kappa = _Counted(2.0), _Counted(1.0), _Counted(0.5), 0.0
+        factor = count(cm._factor, z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv,
+                       pm, g, wv, vv, inv_sigma, piv)  # fmt: skip
+        assert piv[0] == 2
+        rhs = count(cm._rhs, z, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, arr(N, 1))
+        solve = count(ck.chain_solve, n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, arr(N, 1))
+        norm = count(ck.error_norm, arr(N, 1), arr(N, 1), arr(N, 1), _Counted(1e-6),
+                     _Counted(1e-9), arr(1))  # fmt: skip
+        stages = sum((N if RODAS4.from_previous[i] else 2 * i * N) + 2 * i * N + 2 * N
+                     for i in range(1, S))  # fmt: skip
+        assert march.flops_per_step(n) == factor + S * (rhs + solve) + N + norm + stages, n
