@@ -315,3 +315,43 @@ def test_march_flops_per_step_is_what_the_kernels_execute(monkeypatch):
         stages = sum((N if RODAS4.from_previous[i] else 2 * i * N) + 2 * i * N + 2 * N
                      for i in range(1, S))  # fmt: skip
         assert march.flops_per_step(n) == factor + S * (rhs + solve) + N + norm + stages, n
+
+
+def test_stationary_tables_call_every_timed_function_before_the_clock(monkeypatch, capsys):
+    """bench_stationary's chain and panel tables: one untimed call of every timed function before
+    the first clock reading (a compiled kernel's first call would otherwise land in round 1),
+    the panel table's at its own size (at BLOCK_MIN states: the blocked kernel's path)."""
+    import types
+
+    import fastslow_sim as fs
+
+    stat = load_script("bench_stationary")
+    events = []
+
+    def clock():
+        events.append("clock")
+        return time.perf_counter()
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            events.append((name, a[0].shape[-1] if hasattr(a[0], "shape") else None))
+            return fn(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(stat, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(fs, "stationary_distribution", spy("dense", fs.stationary_distribution))
+    monkeypatch.setattr(fs.MasterEquationSystem, "critical_manifold",
+                        spy("chain", fs.MasterEquationSystem.critical_manifold))  # fmt: skip
+    stat.chain_table([16], rounds=1)
+    first = events[: events.index("clock")]
+    # the O(n) path, the compiled dense GTH, the vectorised one (through stationary_distribution)
+    assert [e[0] for e in first] == ["chain", "dense", "dense"], first
+    events.clear()
+    for name in ("_censor", "_censor_blocked"):
+        monkeypatch.setattr(stat, name, spy(name, getattr(stat, name)))
+    stat.panel_table([stat.BLOCK_MIN], rounds=1)
+    first = events[: events.index("clock")]
+    assert sorted(first) == sorted([("_censor", stat.BLOCK_MIN), ("_censor_blocked", stat.BLOCK_MIN),
+                                    ("dense", stat.BLOCK_MIN)]), first  # fmt: skip
+    assert f"| {stat.BLOCK_MIN} |" in capsys.readouterr().out
