@@ -355,3 +355,57 @@ def test_stationary_tables_call_every_timed_function_before_the_clock(monkeypatc
     assert sorted(first) == sorted([("_censor", stat.BLOCK_MIN), ("_censor_blocked", stat.BLOCK_MIN),
                                     ("dense", stat.BLOCK_MIN)]), first  # fmt: skip
     assert f"| {stat.BLOCK_MIN} |" in capsys.readouterr().out
+
+
+def test_network_quick_keeps_every_table_at_t_256_and_1024_and_3_rounds(monkeypatch, capsys):
+    """bench_network --quick: every table (the breakdown and the slow-attention scaling too) at
+    T = 256 and 1024 only, 3 rounds."""
+    net = load_script("bench_network")
+    calls = []
+
+    def record(name, ret=None):
+        def table(*args, **kw):
+            calls.append((name, args))
+            return ret(args) if ret else None
+
+        return table
+
+    monkeypatch.setattr(net, "training_loop_table", record("loop"))
+    monkeypatch.setattr(net, "slow_path_breakdown", record("breakdown"))
+    monkeypatch.setattr(net, "table_dense_vs_coupled",
+                        record("fwd+bwd", lambda a: {T: 1.0 for T in a[0]}))  # fmt: skip
+    monkeypatch.setattr(net, "slow_attention_scaling", record("scaling"))
+    monkeypatch.setattr(net, "training_throughput", record("throughput"))
+    monkeypatch.setattr(sys, "argv", ["bench_network.py", "--quick"])
+    net.main()
+    capsys.readouterr()
+    got = {name: args for name, args in calls}
+    assert set(got) == {"loop", "breakdown", "fwd+bwd", "scaling", "throughput"}, calls
+    for name in ("loop", "fwd+bwd", "scaling"):
+        assert set(got[name][0]) <= {256, 1024}, (name, got[name])
+    assert got["breakdown"][0] in (256, 1024)
+    rounds = {"loop": got["loop"][1], "breakdown": got["breakdown"][1],
+              "fwd+bwd": got["fwd+bwd"][2], "scaling": got["scaling"][2],
+              "throughput": got["throughput"][0]}  # fmt: skip
+    assert all(r == 3 for r in rounds.values()), rounds
+    assert {T for T, _ in net.NANOGPT_ANCHOR} <= {256, 1024}  # the throughput table's T
+
+
+def test_network_rotates_the_order_and_reads_the_process_cpu_time(monkeypatch, capsys):
+    """bench_network: `time_interleaved` (the dense-vs-coupled table, the breakdown) rotates the
+    order of its functions per round, as the training-loop table does; the training-loop table's
+    CPU column is the process CPU time (all threads: torch's OpenMP workers), not the thread's."""
+    import types
+
+    import torch
+
+    net = load_script("bench_network")
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in ("dense", "coupled")}
+    net.time_interleaved(fns, rounds=4, device=torch.device("cpu"), warmup=0)
+    assert order == ["dense", "coupled", "coupled", "dense"] * 2, order
+    # no thread_time here: the table must read process_time
+    monkeypatch.setattr(net, "time", types.SimpleNamespace(perf_counter=time.perf_counter,
+                                                           process_time=time.process_time))  # fmt: skip
+    net.training_loop_table([16], rounds=1, device=torch.device("cpu"), warmup=0)
+    assert "| coupled/dense process CPU time (all threads) |" in capsys.readouterr().out
