@@ -409,3 +409,36 @@ def test_network_rotates_the_order_and_reads_the_process_cpu_time(monkeypatch, c
                                                            process_time=time.process_time))  # fmt: skip
     net.training_loop_table([16], rounds=1, device=torch.device("cpu"), warmup=0)
     assert "| coupled/dense process CPU time (all threads) |" in capsys.readouterr().out
+
+
+def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys):
+    """bench_auto: each timed integrate call (between two clock readings) follows an untimed,
+    identical one, so the first row is not charged the first call of the method auto picks."""
+    import types
+
+    import fastslow_sim as fs
+
+    auto = load_script("bench_auto")
+    events = []
+
+    def clock():
+        events.append("clock")
+        return time.perf_counter()
+
+    def integrate(system, span, **kw):
+        events.append((system.eps, kw["method"], kw["rtol"]))
+        return real(system, span, **kw)
+
+    real = fs.integrate
+    monkeypatch.setattr(auto, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(fs, "integrate", integrate)
+    monkeypatch.setattr(auto, "EPS", (0.5,))
+    monkeypatch.setattr(sys, "argv", ["bench_auto.py", "--t-end", "0.05", "--compare", "rodas4"])
+    auto.main()
+    assert "| 0.5 | auto |" in capsys.readouterr().out
+    clocks = [i for i, e in enumerate(events) if e == "clock"]
+    starts = clocks[::2]  # start, stop, start, stop, ...
+    timed = [events[i + 1] for i in starts]
+    for i, call in zip(starts, timed):
+        assert call in events[:i], (call, events)  # the same call, before the clock
+    assert [c[1] for c in timed] == ["auto", "rodas4"]
