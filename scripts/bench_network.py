@@ -11,13 +11,14 @@ Run: python scripts/bench_network.py [--rounds N] [--quick] [--only-training-loo
    implementation before the fused upsampling) as a baseline row. The wall-clock ratio
    coupled/dense (median of the per-round ratios) beside the FLOP ratio of
    fastslow_sim.bridge.cost (and with attention at half its square, as a causal kernel does
-   it); beside it the thread-CPU-time ratio and the ratio of each arm's fastest round (both
-   disturbed less by other processes on a shared machine), the forward+backward ratio, and the
-   clip+AdamW time per arm (the coupled arm has about twice the parameters). The per-round
-   excess of the wall ratio over the FLOP ratio has its mean with a 95% t interval (df = rounds
-   - 1; the arms of one round are paired) and that mean split exactly into its two parts: clip
-   + AdamW, `(opt_coupled - opt_dense) / wall_dense` (work per parameter, which the FLOP model
-   of fastslow_sim.bridge.cost does not count: the slow path has as many parameters as the
+   it); beside it the ratio of the process CPU time (all threads: torch's OpenMP workers too)
+   and the ratio of each arm's fastest round (both disturbed less by other processes on a
+   shared machine), the forward+backward ratio, and the clip+AdamW time per arm (the coupled
+   arm has about twice the parameters). The per-round excess of the wall ratio over the FLOP
+   ratio has its mean with a 95% t interval (df = rounds - 1; the arms of one round are
+   paired) and that mean split exactly into its two parts: clip + AdamW, `(opt_coupled -
+   opt_dense) / wall_dense` (work per parameter, which the FLOP model of
+   fastslow_sim.bridge.cost does not count: the slow path has as many parameters as the
    dense blocks, and only its FLOPs are amortised over P tokens), and forward+backward, the
    rest. Target (issue 15): the wall ratio within 0.03 of the FLOP ratio, judged on the t
    interval (met inside +-0.03, NOT met outside, else inconclusive). Then (fp32) one layer's
@@ -26,9 +27,9 @@ Run: python scripts/bench_network.py [--rounds N] [--quick] [--only-training-loo
    phi_theta, and the slow path's linear maps as bare matmuls, each with its FLOP share.
 
 1. Forward plus backward time per step, dense and coupled interleaved in the same run (each
-   round runs one step of each), medians and their ratio, for L=4, d=128, 4 heads, batch 8,
-   P=8 at T = 256, 1024, 4096 (CPU, fp32). Targets (issue 5): coupled/dense <= 1.15 at
-   T=1024 and <= 1.10 at T=4096.
+   round runs one step of each, in a rotating order), medians and their ratio, for L=4, d=128,
+   4 heads, batch 8, P=8 at T = 256, 1024, 4096 (CPU, fp32). Targets (issue 5): coupled/dense
+   <= 1.15 at T=1024 and <= 1.10 at T=4096.
 2. The slow-path attention alone (pooled tokens) as T grows: it should scale as (T/P)^2 once
    the quadratic term dominates; the fitted log-log slope over the largest T is printed.
 3. Dense-arm training throughput (forward, backward, AdamW step) at the configurations of the
@@ -55,6 +56,7 @@ from fastslow_sim.me_corpus import MECorpusConfig
 from fastslow_sim.training import TrainConfig, make_optimizer, paired_comparison
 
 NANOGPT_ANCHOR = {(256, 8): 9560.0, (1024, 2): 6780.0}
+QUICK_TS = [256, 1024]  # --quick: every table at these T only
 
 
 def sync(device):
@@ -81,8 +83,11 @@ def time_interleaved(fns: dict, rounds: int, device, warmup: int = 1) -> dict:
         for _ in range(warmup):
             fn()
     times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:  # rotate the order: no function always first
+            fn = fns[name]
             sync(device)
             t0 = time.perf_counter()
             fn()
@@ -130,7 +135,8 @@ def causal_train_flops(cfg, T) -> float:
 def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=False,
                         fused_adamw=False, batch=None):  # fmt: skip
     """The training loop's iteration, dense / coupled / coupled with the reference slow path,
-    interleaved: wall (and thread CPU time), split into forward+backward and clip+AdamW step;
+    interleaved: wall (and process CPU time, all threads), split into forward+backward and
+    clip+AdamW step;
     `compile`: every arm's model through `torch.compile`, as `train-network --compile` does
     (its compilation in the warm-up); `fused_adamw`: AdamW's fused kernel instead of the training
     loop's default one (faster, not bit for bit the same); `batch`: another batch size than the
@@ -156,7 +162,8 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
             "wall - FLOP: mean, 95% t interval (df)",
             f"the same over means of {BATCH_ROUNDS} rounds (df)", "lag-1 autocorrelation",
             "of which clip+AdamW", "of which fwd+bwd",
-            "FLOP ratio, causal half-square", "coupled/dense CPU time", "ratio of fastest rounds",
+            "FLOP ratio, causal half-square", "coupled/dense process CPU time (all threads)",
+            "ratio of fastest rounds",
             "fwd+bwd ratio", "clip+AdamW ms dense / coupled", "reference slow path: coupled ms",
             "reference coupled/dense wall"] + (["MFU dense", "MFU coupled"] if peak else [])  # fmt: skip
     print("| " + " | ".join(cols) + " |\n|" + "---:|" * len(cols))
@@ -183,7 +190,7 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
             def it(model=model, step_model=step_model, opt=opt, idx=idx, clip=cfg.grad_clip):
                 """One iteration as in fastslow_sim.training.train; (wall, CPU, fwd+bwd, opt) s."""
                 sync(device)
-                c0, t0 = time.thread_time(), time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                     _, loss = step_model(idx[:, :-1], idx[:, 1:])
                 opt.zero_grad(set_to_none=True)
@@ -194,7 +201,7 @@ def training_loop_table(Ts, rounds, device, autocast=False, warmup=2, compile=Fa
                 opt.step()
                 sync(device)
                 t2 = time.perf_counter()
-                return t2 - t0, time.thread_time() - c0, t1 - t0, t2 - t1
+                return t2 - t0, time.process_time() - c0, t1 - t0, t2 - t1
 
             arms[arm] = it
         for fn in arms.values():
@@ -418,7 +425,9 @@ def training_throughput(rounds, device):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="T = 256, 1024 only, 3 rounds")
+    parser.add_argument("--quick", action="store_true",
+                        help="every table at T = 256 and 1024 only (unless --loop-Ts or --Ts), "
+                        "3 rounds each, the slow-path breakdown's too (unless --loop-rounds)")  # fmt: skip
     parser.add_argument(
         "--only-training-loop", action="store_true", help="the training-loop table (0.) alone"
     )
@@ -442,7 +451,8 @@ def main():
     parser.add_argument("--compile", action="store_true",
                         help="the training-loop table with every arm through torch.compile")  # fmt: skip
     parser.add_argument(
-        "--Ts", default=None, help="comma-separated T of table 1 on cuda [1024,4096,8192]"
+        "--Ts", default=None,
+        help="comma-separated T of table 1 on cuda [1024,4096,8192; --quick: 256,1024]",
     )
     args = parser.parse_args()
     if args.rounds < 1 or (args.loop_rounds is not None and args.loop_rounds < 1):
@@ -453,7 +463,8 @@ def main():
         parser.error("--device cuda: no CUDA device is available here")
     try:
         loop_Ts = [int(t) for t in args.loop_Ts.split(",")]
-        Ts_gpu = [int(t) for t in args.Ts.split(",")] if args.Ts else [1024, 4096, 8192]
+        Ts_gpu = ([int(t) for t in args.Ts.split(",")] if args.Ts
+                  else QUICK_TS if args.quick else [1024, 4096, 8192])  # fmt: skip
     except ValueError:
         parser.error("--loop-Ts and --Ts take comma-separated integers")
     if min(loop_Ts + Ts_gpu) < 8:
@@ -466,7 +477,8 @@ def main():
                         compile=args.compile, fused_adamw=args.fused_adamw,
                         batch=args.loop_batch)  # fmt: skip
     if not (args.autocast or args.compile or args.fused_adamw or args.loop_batch):  # the breakdown is fp32: where the excess at the smallest T goes
-        slow_path_breakdown(min(loop_Ts), 10 * (args.loop_rounds or rounds), device)
+        loop_rounds = args.loop_rounds or rounds
+        slow_path_breakdown(min(loop_Ts), loop_rounds if args.quick else 10 * loop_rounds, device)
     if args.only_training_loop:
         return
     if device.type == "cuda":
@@ -474,10 +486,11 @@ def main():
         table_dense_vs_coupled(Ts_gpu, 8, rounds, device, autocast=args.autocast)
         return
     cpu = torch.device("cpu")
-    Ts = [256, 1024] if args.quick else [256, 1024, 4096]
+    Ts = QUICK_TS if args.quick else [256, 1024, 4096]
     ratios = table_dense_vs_coupled(Ts, 8, rounds, cpu)
-    slow_attention_scaling([1024, 2048, 4096, 8192, 16384, 32768], 8, rounds, cpu)
-    training_throughput(rounds, cpu)
+    slow_attention_scaling(QUICK_TS if args.quick else [1024, 2048, 4096, 8192, 16384, 32768], 8,
+                           rounds, cpu)  # fmt: skip
+    training_throughput(rounds, cpu)  # (the anchor's T = 256 and 1024)
     targets = {1024: 1.15, 4096: 1.10}
     print("\ntargets: " + "; ".join(
         f"coupled/dense at T={T} <= {lim}: {'met' if ratios[T] <= lim else 'NOT met'} ({ratios[T]:.3f})"
@@ -485,7 +498,7 @@ def main():
     if torch.cuda.is_available():
         gpu = torch.device("cuda")
         print(f"\n# CUDA: {torch.cuda.get_device_name()}")
-        table_dense_vs_coupled([1024, 4096, 8192], 8, rounds, gpu, autocast=True)
+        table_dense_vs_coupled(Ts_gpu, 8, rounds, gpu, autocast=True)
     else:
         print("\n(no CUDA device here: the GPU table is not measured)")
 

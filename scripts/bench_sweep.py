@@ -6,7 +6,8 @@ Run: python scripts/bench_sweep.py [--rounds 3] [--t-end 2] [--tokens 4096] [--s
 Workloads:
 - a 64-cell `integrate` sweep (eps = 0.1, 0.05, 0.02, 0.01 x seed = 0..15, birth-death): in
   one process (`workers=0`, the batch as one chunk of 64 cells, one rodas4 call) and on 2
-  workers (the default chunking: 4 chunks of 16, two per worker);
+  workers (the default chunking, `ceil(64 / 2 workers)`: 2 chunks of 32, one per worker, each
+  one call across its eps; and with `chunk_size=8`: 8 chunks of 8);
 - the `reproduce` grid (5 arms x SEEDS seeds on a small me corpus, a tiny model and a small
   token budget `--tokens`), in one process and on 2 workers.
 

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 15 as one short script for a machine with CUDA (none was lent when this
-# was written: every step is implemented and its code path run on the CPU with
-# DEVICE_CHECK_CPU=1, but the CUDA numbers are unmeasured). The whole script stops within
-# DEVICE_CHECK_BUDGET_S (default 420 s, so that it fits one 600-s device call with time to spare
-# in a 15-minute device budget): each step has its own time limit, cut to what is left of the
-# budget, and a step with under 15 s left is skipped and says so. Logs go to ${OUT:-gpu-check}/;
-# a failing step does not stop the others (the summary lists every step's exit status).
+# was written: the CUDA numbers are unmeasured). DEVICE_CHECK_CPU=1 runs, on the CPU at tiny
+# sizes, steps 0 and 1 (the imports; torch's version, not the device query), step 3's rodas4
+# rows through the accelerator path (`--accelerator-device cpu`) and its diffrax row on JAX's
+# CPU backend (skipped, with the reason, where JAX or diffrax is missing), and step 4's
+# training-loop table in bf16 autocast (`--only-training-loop`, T = 16). Only a GPU run
+# exercises the CUDA tests (step 2), nvidia-smi and the device's properties (step 1),
+# rodas4 and diffrax on the GPU, bench_network's forward+backward table and MFU under
+# `--device cuda` (step 4), and train-network --device cuda (step 5). The whole script stops
+# within DEVICE_CHECK_BUDGET_S (default 420 s, so that it fits one 600-s device call with time
+# to spare in a 15-minute device budget): each step has its own time limit, cut to what is left
+# of the budget, and a step with under 15 s left is skipped and says so. Logs go to
+# ${OUT:-gpu-check}/; a failing step does not stop the others (the summary lists every step's
+# exit status).
 #
 #   scripts/device_check.sh                    # on a machine with CUDA
-#   DEVICE_CHECK_CPU=1 scripts/device_check.sh # the same steps on the CPU, tiny sizes (a test)
+#   DEVICE_CHECK_CPU=1 scripts/device_check.sh # steps 0, 1, 3, 4 in part on the CPU (a test)
 #
 # Steps:
 #   0. the imports the steps need (a bare machine may lack some; each missing one is named);
@@ -69,7 +76,7 @@ for m in ('jax', 'diffrax'):
 print('imports: ok')"
 
 if [ "$cpu" = "1" ]; then
-  echo "DEVICE_CHECK_CPU=1: every step on the CPU with tiny sizes (tests the script, measures nothing)"
+  echo "DEVICE_CHECK_CPU=1: steps 0, 1, 3 and 4 in part on the CPU with tiny sizes (tests the script, measures nothing; no CUDA test, forward+backward table or training)"
   step imports 30 "$PY" -c "$imports"
   step device 60 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
   step bench_integrators 600 "$PY" scripts/bench_integrators.py --gpu-only --accelerator-device cpu \
@@ -91,7 +98,10 @@ $PY -c \"import jax; print('jax', jax.__version__, jax.devices())\" || echo 'jax
   step pytest-cuda 90 "$PY" -m pytest -q -p no:cacheprovider tests/test_rosenbrock.py -k cuda
   step bench_integrators 120 "$PY" scripts/bench_integrators.py --gpu-only --gpu-batch 65536 \
     --diffrax-configs Kvaerno3:0.3:0.3 --gpu-diffrax-trajectories 8192 --reference 8
-  step bench_network 90 "$PY" scripts/bench_network.py --device cuda --autocast --rounds 5 --loop-rounds 10
+  # 40 training-loop rounds: the batch-means interval (blocks of 5) has df 7 (10 rounds gave df 1,
+  # almost always "inconclusive"); at a few ms an iteration (L=4, d=128, batch 8 on an H200),
+  # 3 arms x (2 + 40) iterations x 2 T are about 1-3 s of the step's 90
+  step bench_network 90 "$PY" scripts/bench_network.py --device cuda --autocast --rounds 5 --loop-rounds 40
   for v in dense coupled; do
     step "train-$v" 60 "$PY" -m fastslow_sim train-network --variant "$v" --corpus me --device cuda \
       --out "$out/train-$v" --json

@@ -219,3 +219,226 @@ def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| network, tiny-gate")]
     assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
     assert all("(16 steps) |" in row for row in rows), rows  # both settings trained 16 steps
+
+
+def test_march_target_needs_the_speed_and_the_error_against_radau():
+    """bench_march's issue-15 verdict: met only when bdf/c2 reaches its target and c2's error
+    against the Radau reference is <= 1e-5; otherwise it names what failed."""
+    march = load_script("bench_march")
+    assert march.target_verdict(51.6, 30.0, 2e-8) == "met"
+    slow, wrong = march.target_verdict(12.0, 30.0, 2e-8), march.target_verdict(51.6, 30.0, 3e-4)
+    assert slow.startswith("NOT met") and "bdf/c2 12.0x < 30x" in slow and "error" not in slow
+    assert wrong.startswith("NOT met") and "error 3.0e-04 > 1e-05" in wrong and "bdf" not in wrong
+    both = march.target_verdict(float("nan"), 10.0, float("nan"))
+    assert "bdf/c2" in both and "error" in both
+
+
+class _Counted:
+    """A float that counts the +, -, *, /, ** and exp done with it (`OPS[0]`), not the sign
+    flips, abs or comparisons: a kernel's `py_func` on arrays of these executes, and so counts,
+    what the compiled kernel executes."""
+
+    OPS = [0]
+
+    def __init__(self, v):
+        self.v = float(v)
+
+    def _op(self, other, f):
+        _Counted.OPS[0] += 1
+        return _Counted(f(self.v, other.v if isinstance(other, _Counted) else float(other)))
+
+    def __add__(self, o): return self._op(o, lambda a, b: a + b)  # noqa: E704
+    def __radd__(self, o): return self._op(o, lambda a, b: b + a)  # noqa: E704
+    def __sub__(self, o): return self._op(o, lambda a, b: a - b)  # noqa: E704
+    def __rsub__(self, o): return self._op(o, lambda a, b: b - a)  # noqa: E704
+    def __mul__(self, o): return self._op(o, lambda a, b: a * b)  # noqa: E704
+    def __rmul__(self, o): return self._op(o, lambda a, b: b * a)  # noqa: E704
+    def __truediv__(self, o): return self._op(o, lambda a, b: a / b)  # noqa: E704
+    def __rtruediv__(self, o): return self._op(o, lambda a, b: b / a)  # noqa: E704
+    def __pow__(self, o): return self._op(o, lambda a, b: a**b)  # noqa: E704
+    def exp(self): return self._op(0.0, lambda a, _: float(np.exp(a)))  # noqa: E704
+    def __neg__(self): return _Counted(-self.v)  # noqa: E704
+    def __abs__(self): return _Counted(abs(self.v))  # noqa: E704
+    def __gt__(self, o): return self.v > float(o)  # noqa: E704
+    def __ge__(self, o): return self.v >= float(o)  # noqa: E704
+    def __lt__(self, o): return self.v < float(o)  # noqa: E704
+    def __le__(self, o): return self.v <= float(o)  # noqa: E704
+    def __float__(self): return self.v  # noqa: E704
+
+
+def test_march_flops_per_step_is_what_the_kernels_execute(monkeypatch):
+    """bench_march's `flops_per_step` against the operations that the compiled march's kernels
+    (`_factor`, `_rhs`, `chain_solve`, `error_norm`, run as Python on counting floats) execute on
+    an n-state chain (linear slow law, the heaviest state inside the chain), plus the stage sums
+    of `_march_block` (RODAS4: N for the new state, stiffly accurate; the plain error estimate)."""
+    import fastslow_sim.cpu_kernels as ck
+    import fastslow_sim.rosenbrock.compiled as cm
+    from fastslow_sim.rosenbrock import RODAS4
+
+    march = load_script("bench_march")
+    for mod in (ck, cm):  # the Python bodies, calling each other's Python bodies
+        for name in ("heaviest", "chain_factor", "chain_border", "chain_sigma", "chain_solve",
+                     "error_norm", "_error_scale", "_rates", "_rhs", "_factor"):  # fmt: skip
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, getattr(mod, name).py_func)
+    rng = np.random.default_rng(0)
+
+    def arr(*shape):
+        a = np.empty(shape, dtype=object)
+        for i in np.ndindex(shape):
+            a[i] = _Counted(rng.uniform(0.1, 1.0))
+        return a
+
+    def count(fn, *args):
+        _Counted.OPS[0] = 0
+        fn(*args)
+        return _Counted.OPS[0]
+
+    S = RODAS4.stages
+    assert RODAS4.stiffly_accurate and RODAS4.plain_error
+    for n in (4, 8):
+        N, m1 = n + 1, n - 1
+        z = arr(N, 1)
+        z[2, 0] = _Counted(5.0)  # the heaviest state, inside the chain
+        kr, lr, dr, up, dup = (arr(m1, 1) for _ in range(5))
+        inv, pm, g, wv, vv = (arr(n, 1) for _ in range(5))
+        w, c, tmp, s, inv_sigma = arr(n), arr(n), arr(4, 1), arr(1), arr(1)
+        piv = np.zeros(1, dtype=np.int64)
+        beta, a, b, kappa = _Counted(2.0), _Counted(1.0), _Counted(0.5), 0.0
+        factor = count(cm._factor, z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv,
+                       pm, g, wv, vv, inv_sigma, piv)  # fmt: skip
+        assert piv[0] == 2
+        rhs = count(cm._rhs, z, n, kr, beta, lr, dr, w, c, b, a, kappa, up, dup, tmp, arr(N, 1))
+        solve = count(ck.chain_solve, n, inv, pm, g, wv, vv, inv_sigma, piv, tmp, arr(N, 1))
+        norm = count(ck.error_norm, arr(N, 1), arr(N, 1), arr(N, 1), _Counted(1e-6),
+                     _Counted(1e-9), arr(1))  # fmt: skip
+        stages = sum((N if RODAS4.from_previous[i] else 2 * i * N) + 2 * i * N + 2 * N
+                     for i in range(1, S))  # fmt: skip
+        assert march.flops_per_step(n) == factor + S * (rhs + solve) + N + norm + stages, n
+
+
+def test_stationary_tables_call_every_timed_function_before_the_clock(monkeypatch, capsys):
+    """bench_stationary's chain and panel tables: one untimed call of every timed function before
+    the first clock reading (a compiled kernel's first call would otherwise land in round 1),
+    the panel table's at its own size (at BLOCK_MIN states: the blocked kernel's path)."""
+    import types
+
+    import fastslow_sim as fs
+
+    stat = load_script("bench_stationary")
+    events = []
+
+    def clock():
+        events.append("clock")
+        return time.perf_counter()
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            events.append((name, a[0].shape[-1] if hasattr(a[0], "shape") else None))
+            return fn(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(stat, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(fs, "stationary_distribution", spy("dense", fs.stationary_distribution))
+    monkeypatch.setattr(fs.MasterEquationSystem, "critical_manifold",
+                        spy("chain", fs.MasterEquationSystem.critical_manifold))  # fmt: skip
+    stat.chain_table([16], rounds=1)
+    first = events[: events.index("clock")]
+    # the O(n) path, the compiled dense GTH, the vectorised one (through stationary_distribution)
+    assert [e[0] for e in first] == ["chain", "dense", "dense"], first
+    events.clear()
+    for name in ("_censor", "_censor_blocked"):
+        monkeypatch.setattr(stat, name, spy(name, getattr(stat, name)))
+    stat.panel_table([stat.BLOCK_MIN], rounds=1)
+    first = events[: events.index("clock")]
+    assert sorted(first) == sorted([("_censor", stat.BLOCK_MIN), ("_censor_blocked", stat.BLOCK_MIN),
+                                    ("dense", stat.BLOCK_MIN)]), first  # fmt: skip
+    assert f"| {stat.BLOCK_MIN} |" in capsys.readouterr().out
+
+
+def test_network_quick_keeps_every_table_at_t_256_and_1024_and_3_rounds(monkeypatch, capsys):
+    """bench_network --quick: every table (the breakdown and the slow-attention scaling too) at
+    T = 256 and 1024 only, 3 rounds."""
+    net = load_script("bench_network")
+    calls = []
+
+    def record(name, ret=None):
+        def table(*args, **kw):
+            calls.append((name, args))
+            return ret(args) if ret else None
+
+        return table
+
+    monkeypatch.setattr(net, "training_loop_table", record("loop"))
+    monkeypatch.setattr(net, "slow_path_breakdown", record("breakdown"))
+    monkeypatch.setattr(net, "table_dense_vs_coupled",
+                        record("fwd+bwd", lambda a: {T: 1.0 for T in a[0]}))  # fmt: skip
+    monkeypatch.setattr(net, "slow_attention_scaling", record("scaling"))
+    monkeypatch.setattr(net, "training_throughput", record("throughput"))
+    monkeypatch.setattr(sys, "argv", ["bench_network.py", "--quick"])
+    net.main()
+    capsys.readouterr()
+    got = {name: args for name, args in calls}
+    assert set(got) == {"loop", "breakdown", "fwd+bwd", "scaling", "throughput"}, calls
+    for name in ("loop", "fwd+bwd", "scaling"):
+        assert set(got[name][0]) <= {256, 1024}, (name, got[name])
+    assert got["breakdown"][0] in (256, 1024)
+    rounds = {"loop": got["loop"][1], "breakdown": got["breakdown"][1],
+              "fwd+bwd": got["fwd+bwd"][2], "scaling": got["scaling"][2],
+              "throughput": got["throughput"][0]}  # fmt: skip
+    assert all(r == 3 for r in rounds.values()), rounds
+    assert {T for T, _ in net.NANOGPT_ANCHOR} <= {256, 1024}  # the throughput table's T
+
+
+def test_network_rotates_the_order_and_reads_the_process_cpu_time(monkeypatch, capsys):
+    """bench_network: `time_interleaved` (the dense-vs-coupled table, the breakdown) rotates the
+    order of its functions per round, as the training-loop table does; the training-loop table's
+    CPU column is the process CPU time (all threads: torch's OpenMP workers), not the thread's."""
+    import types
+
+    import torch
+
+    net = load_script("bench_network")
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in ("dense", "coupled")}
+    net.time_interleaved(fns, rounds=4, device=torch.device("cpu"), warmup=0)
+    assert order == ["dense", "coupled", "coupled", "dense"] * 2, order
+    # no thread_time here: the table must read process_time
+    monkeypatch.setattr(net, "time", types.SimpleNamespace(perf_counter=time.perf_counter,
+                                                           process_time=time.process_time))  # fmt: skip
+    net.training_loop_table([16], rounds=1, device=torch.device("cpu"), warmup=0)
+    assert "| coupled/dense process CPU time (all threads) |" in capsys.readouterr().out
+
+
+def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys):
+    """bench_auto: each timed integrate call (between two clock readings) follows an untimed,
+    identical one, so the first row is not charged the first call of the method auto picks."""
+    import types
+
+    import fastslow_sim as fs
+
+    auto = load_script("bench_auto")
+    events = []
+
+    def clock():
+        events.append("clock")
+        return time.perf_counter()
+
+    def integrate(system, span, **kw):
+        events.append((system.eps, kw["method"], kw["rtol"]))
+        return real(system, span, **kw)
+
+    real = fs.integrate
+    monkeypatch.setattr(auto, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(fs, "integrate", integrate)
+    monkeypatch.setattr(auto, "EPS", (0.5,))
+    monkeypatch.setattr(sys, "argv", ["bench_auto.py", "--t-end", "0.05", "--compare", "rodas4"])
+    auto.main()
+    assert "| 0.5 | auto |" in capsys.readouterr().out
+    clocks = [i for i, e in enumerate(events) if e == "clock"]
+    starts = clocks[::2]  # start, stop, start, stop, ...
+    timed = [events[i + 1] for i in starts]
+    for i, call in zip(starts, timed):
+        assert call in events[:i], (call, events)  # the same call, before the clock
+    assert [c[1] for c in timed] == ["auto", "rodas4"]
