@@ -311,10 +311,41 @@ def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
                if k not in _RESUME_FREE)  # fmt: skip
 
 
+def _checked_ablation(path: Path):
+    """`reproduce`'s ablation.nc at `path`, loaded; an `InputError` naming it when fastslow-sim
+    did not write it or it lacks what the figures read (a file of the user's is never read as
+    ours, as `_Context.dataset` does for the ODE datasets)."""
+    from .io import load_dataset, written_by_us
+
+    expected = "expected the ablation.nc that fastslow-sim reproduce writes there"
+    if not written_by_us(path):
+        raise InputError(f"the ablation results {str(path)!r} were not written by fastslow-sim; "
+                         f"{expected}.")  # fmt: skip
+    ds = load_dataset(path)
+    lack = [v for v in ("arm", "seed", "val_loss", "wall_time_s") if v not in ds.variables]
+    lack += [a for a in ("corpus", "tokens", "table", "corpus_summary") if a not in ds.attrs]
+    if lack:
+        raise InputError(f"the ablation results {str(path)!r} lack {', '.join(lack)}; "
+                         f"{expected}.")  # fmt: skip
+    return ds
+
+
+def _checked_json(path: Path, what: str, check) -> dict | list:
+    """The JSON at `path`; an `InputError` naming it when it is no JSON or `check(data)` finds
+    it is not the structure that `what` has."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if data is None or not check(data):
+        raise InputError(f"the file {str(path)!r} is not {what} that fastslow-sim can read; "
+                         f"expected the file it writes there (remove or move this one).")  # fmt: skip
+    return data
+
+
 def _ablations(ctx, corpora=("me", "text")) -> dict:
     """`{corpus name: run folder}` of finished ablations of `corpora` (those of them that
     `_corpora` has), running `reproduce` where missing."""
-    from .io import load_dataset
     from .training import reproduce
 
     s = ctx.sizes
@@ -324,7 +355,9 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
             continue
         folder = ctx.runs / f"reproduce-{name}"
         path = folder / "ablation.nc"
-        if path.is_file() and (not ctx.compute or _ablation_matches(load_dataset(path), spec, s)):
+        if path.is_file() and (not ctx.compute or _ablation_matches(_checked_ablation(path), spec, s)):
+            if not ctx.compute:  # read by the figures: checked first
+                _checked_ablation(path)
             ctx.used.append((str(path), "reused"))
             dirs[name] = folder
             continue
@@ -389,7 +422,8 @@ def _phi_result(ctx, run: Path, what: str) -> dict:
     path, ckpt = run / "phi_vs_pst.json", run / "ckpt.pt"
     if path.is_file() and (not ckpt.is_file() or path.stat().st_mtime >= ckpt.stat().st_mtime):
         ctx.used.append((str(path), "reused"))
-        return json.loads(path.read_text())
+        return _checked_json(path, "a phi_theta against p_st result", lambda d: isinstance(
+            d, dict) and all(k in d for k in ("arm", "tv", "binned")))  # fmt: skip
     if not ctx.compute:  # absent, or older than the run beside it (retrained since)
         stale = ", older than its run's checkpoint" if path.is_file() else ""
         raise _MissingError(f"{what} ({path}{stale})")
@@ -467,8 +501,16 @@ def phi_sweep(out, plan, seed: int = 0, base: dict | None = None, max_windows: i
 def sweep_rows(path: Path) -> list:
     """The rows of a `phi_vs_pst_sweep.json` (`{"rows": [...]}`, or the bare list of a file
     written before fastslow-sim marked its JSON files)."""
-    data = json.loads(Path(path).read_text())
-    return data["rows"] if isinstance(data, dict) else data
+    def rows(data):
+        return data.get("rows") if isinstance(data, dict) else data
+
+    def well_formed(data):  # what `_fig_phi_sweep` and `plot_tv_sweep` read of each row
+        r = rows(data)
+        return isinstance(r, list) and all(
+            isinstance(row, dict) and all(k in row for k in ("sweep", "arm", "run", "tv"))
+            and isinstance(row["tv"], dict) for row in r)  # fmt: skip
+
+    return rows(_checked_json(path, "a phi-vs-pst sweep ({\"rows\": [...]})", well_formed))
 
 
 def _fig_phi_sweep(ctx):

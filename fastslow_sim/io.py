@@ -625,5 +625,14 @@ def load_dataset(path) -> xr.Dataset:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"no dataset at {str(p)!r}.")
-    with xr.open_dataset(p, engine=ENGINE) as ds:
-        return ds.load()
+    try:
+        with xr.open_dataset(p, engine=ENGINE) as ds:
+            return ds.load()
+    except OSError as err:
+        if err.errno is not None:  # the read itself failed (EIO, EACCES): a file operation
+            err.filename = err.filename or str(p)
+            raise
+        # h5py's "file signature not found" and the like name no file and no errno
+        raise InputError(f"the file {str(p)!r} is not a NetCDF-4 dataset that can be read "
+                         f"({' '.join(str(err).split()) or type(err).__name__}); expected a "
+                         f"dataset that fastslow-sim wrote.") from None  # fmt: skip

@@ -68,6 +68,21 @@ class SweepError(RuntimeError):
     """A sweep ended with cells that did not finish (their messages are in the store)."""
 
 
+class UnreadableCellError(InputError):
+    """A cell file under the store's cells/ that is there but cannot be read (cut short,
+    overwritten): the message names it and says what to do."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"the sweep cell file {self.path!r} cannot be read ({reason}); expected "
+                         f"a cell file that a sweep wrote: rerun the same sweep, which computes "
+                         f"the cell again.")  # fmt: skip
+
+
+class UnreadableCellWarning(UserWarning):
+    """`run_sweep` found a cell file it cannot read and computes the cell again."""
+
+
 class CellInputError(InputError):
     """A cell of the grid is bad input: `values` are its swept values, `reason` the sentence of
     the task's own check, `flags` the fixed options that take part; the message names them all
@@ -1113,6 +1128,8 @@ class _StoreNotMadeError(OSError):
 
 
 def _read_cell(path: Path) -> xr.Dataset | None:
+    """The cell file `path`; None when there is none, an `UnreadableCellError` naming it when it
+    is there but cannot be read."""
     try:
         return _load_cell(path)
     except FileNotFoundError:
@@ -1120,6 +1137,10 @@ def _read_cell(path: Path) -> xr.Dataset | None:
     except OSError as err:  # a read that failed (EIO) names no file: the cell it was reading
         _named(err, path)
         raise
+    except Exception as err:  # noqa: BLE001 - a file cut short or overwritten raises anything
+        # (BadZipFile, EOFError, ValueError of a file that is no .npz, KeyError, zlib.error)
+        # (numpy's own text of a file that is no .npz suggests loading it with pickle)
+        raise UnreadableCellError(path, f"not a whole .npz file: {type(err).__name__}") from None
 
 
 def _fill(dtype):
@@ -1410,19 +1431,30 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     runs_dir = _check_runs_dir(t, runs_dir, store, parents)
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
-    retry = set()
-    if retry_failed:
-        for _, key, _ in cells:
-            ds = _read_cell(cells_dir / f"{key}{CELL_SUFFIX}")
-            if ds is not None and str(ds["status"].values) == STATUS_FAILED:
-                retry.add(cells_dir / f"{key}{CELL_SUFFIX}")
+    retry, unreadable = set(), {}
+    for _, key, _ in cells:
+        path = cells_dir / f"{key}{CELL_SUFFIX}"
+        try:
+            ds = _read_cell(path)
+        except UnreadableCellError as err:
+            # a cell is written whole (a temporary file linked onto its name), so a file that
+            # cannot be read is no finished cell but one damaged since: it runs again
+            unreadable[path] = err
+            continue
+        if retry_failed and ds is not None and str(ds["status"].values) == STATUS_FAILED:
+            retry.add(path)
     todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()
-            or cells_dir / f"{c[1]}{CELL_SUFFIX}" in retry]  # fmt: skip
+            or cells_dir / f"{c[1]}{CELL_SUFFIX}" in retry | unreadable.keys()]  # fmt: skip
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
     for path in retry:
         path.unlink()
+    for path, err in unreadable.items():  # the store's own file (checked by `_check_store`)
+        warnings.warn(f"the sweep cell file {err.path!r} cannot be read ({err.reason}), so it "
+                      f"is no finished cell; it is removed and the cell computed again.",
+                      UnreadableCellWarning, stacklevel=2)  # fmt: skip
+        path.unlink(missing_ok=True)
     run_id = uuid.uuid4().hex[:12]
     attrs = {**(attrs or {}), "run_id": run_id}
     summary = {"store": str(store), "n_cells": len(cells), "n_skipped": len(cells) - len(todo),

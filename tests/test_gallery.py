@@ -162,6 +162,68 @@ def test_compute_false_does_not_reuse_a_phi_result_older_than_its_run(tmp_path):
     assert ctx.used == []
 
 
+def _foreign_netcdf(path):
+    import xarray as xr
+
+    xr.Dataset({"other": ("x", np.arange(3.0))}).to_netcdf(path, engine="h5netcdf")
+
+
+@pytest.mark.parametrize(
+    "name, write, said",
+    [
+        ("reproduce-me/ablation.nc", _foreign_netcdf, "the ablation results {path!r} were not "
+         "written by fastslow-sim; expected the ablation.nc that fastslow-sim reproduce writes "
+         "there."),
+        ("reproduce-me/ablation.nc", lambda p: p.write_text("not a dataset\n"), "the ablation "
+         "results {path!r} were not written by fastslow-sim; expected the ablation.nc"),
+        ("reproduce-me/ablation.nc", lambda p: fs.save_dataset(
+            __import__("xarray").Dataset({"other": ("x", np.arange(3.0))}), p),
+         "the ablation results {path!r} lack arm, seed, val_loss, wall_time_s, corpus, tokens, "
+         "table, corpus_summary; expected"),
+        ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_text('{"rows": [{"sw'),
+         "the file {path!r} is not a phi-vs-pst sweep ({{\"rows\": [...]}}) that fastslow-sim "
+         "can read; expected the file it writes there (remove or move this one)."),
+        ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_text('{"rows": [{"bad": 1}]}'),
+         "the file {path!r} is not a phi-vs-pst sweep"),
+        ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
+         "the file {path!r} is not a phi-vs-pst sweep"),
+    ],
+)
+def test_training_figures_refuse_a_saved_result_they_cannot_read(tmp_path, monkeypatch, name, write,
+                                                                  said):
+    """A file at a saved result's path that fastslow-sim did not write, or not in the form it
+    writes, is one sentence naming it and exit status 2 (it was a KeyError, JSONDecodeError or
+    h5py OSError traceback, or 'a file operation failed: OSError.'), and is left as it was."""
+    path = tmp_path / "runs" / name
+    path.parent.mkdir(parents=True)
+    write(path)
+    before = path.read_bytes()
+    res = CliRunner().invoke(main, ["training-figures", "--runs", str(tmp_path / "runs"),
+                                    "--out-dir", str(tmp_path / "f")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    assert res.output.startswith("Error: " + said.format(path=str(path))), res.output
+    # `figures` (which computes what is missing) refuses it too, before any training
+    only = "training-ablation" if name.endswith(".nc") else "phi-vs-pst-sweep"
+    monkeypatch.chdir(tmp_path)  # no ../shared/data/tinyshakespeare.txt: no text ablation
+    res = CliRunner().invoke(main, ["figures", "--only", only, "--runs", str(tmp_path / "runs"),
+                                    "--out-dir", str(tmp_path / "f")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]  # after the note that there is no text corpus
+    assert "Traceback" not in res.output and last.startswith("Error: ")
+    assert repr(str(path)) in last, res.output
+    assert path.read_bytes() == before
+
+
+def test_load_dataset_refuses_a_file_that_is_no_netcdf_naming_it(tmp_path):
+    path = tmp_path / "x.nc"
+    path.write_text("text, not HDF5\n")
+    with pytest.raises(fs.InputError, match=f"the file '{path}' is not a NetCDF-4 dataset that "
+                       r"can be read \(.*signature not found.*\); expected a dataset that "
+                       r"fastslow-sim wrote\.$"):  # fmt: skip
+        fs.load_dataset(path)
+
+
 def test_only_names_each_choice_once_and_help_lists_every_figure():
     """`--only`'s choices named `cost` twice (a group and a figure), and `figures --help` did
     not list the figures: now each choice once, and one help line per figure saying what it

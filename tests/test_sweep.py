@@ -349,6 +349,52 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert fixed["n_run"] == 2 and fixed["n_failed"] == 0
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_an_unreadable_cell_file_is_computed_again_with_a_warning(tmp_path, damage):
+    """A cell is written whole (a temporary file linked onto its name), so a cell file that
+    cannot be read (cut short, overwritten) is no finished cell: the same command warns in one
+    line naming it, computes the cell again and ends as the first run did (it raised
+    BadZipFile, or numpy's pickle ValueError, with a traceback). `consolidate` alone refuses it
+    in one sentence naming the file."""
+    from fastslow_sim.sweep import (
+        UnreadableCellError,
+        consolidate,
+        get_task,
+        make_cells,
+        parse_options,
+    )
+
+    store = tmp_path / "s.zarr"
+    args = ["sweep", "integrate", "--grid", "eps=0.1,0.05", "--t-end", "0.5", "--n-eval", "5",
+            "--store", str(store), "--workers", "0", "--json"]  # fmt: skip
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = xr.open_zarr(store).load()
+    cell = store / CELLS / f"{before['cell_key'].values[0]}.npz"
+    if damage == "truncated":
+        os.truncate(cell, 1000)
+    else:
+        cell.write_bytes(bytes(range(256)) * 8)
+    t = get_task("integrate")
+    grid = parse_grid(t, ["eps=0.1,0.05"])
+    fixed = parse_options(t, SHORT, grid)
+    with pytest.raises(UnreadableCellError, match=f"the sweep cell file '{cell}' cannot be read "
+                       r"\(not a whole \.npz file: .*\); expected a cell file that a sweep "
+                       r"wrote: rerun the same sweep"):  # fmt: skip
+        consolidate(store, t, grid, fixed, make_cells(t, grid, fixed))
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("Warning:")]
+    assert warned == [f"Warning: the sweep cell file '{cell}' cannot be read (not a whole .npz "
+                      f"file: {'BadZipFile' if damage == 'truncated' else 'ValueError'}), so it "
+                      f"is no finished cell; it is removed and the cell computed again."]  # fmt: skip
+    out = json.loads(next(ln for ln in res.output.splitlines() if ln.startswith("{")))
+    assert (out["n_skipped"], out["n_run"], out["n_failed"]) == (1, 1, 0)
+    after = xr.open_zarr(store).load()
+    assert (after["status"].values == "done").all()
+    assert np.array_equal(after["x"].values, before["x"].values)
+    assert _cell_files(store) == sorted(f"{k}.npz" for k in before["cell_key"].values)
+
+
 def test_a_store_in_runs_makes_runs_and_another_missing_folder_is_refused(tmp_path, monkeypatch):
     """`--store runs/sweep.zarr`, as the README and --help type it, failed on a fresh clone
     ("folder 'runs' does not exist"): runs/ is the commands' own folder, made as needed."""

@@ -11,7 +11,14 @@ import numpy as np
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, parse_eps_P, path_given
+from .common import (
+    check_cluster_options,
+    in_runs,
+    json_text,
+    parse_eps_P,
+    path_given,
+    solver_warnings,
+)
 
 
 @click.command()
@@ -298,10 +305,11 @@ def reproduce(
     from ..sweep import SweepError
 
     try:
-        table = run_reproduce(corpus_spec, n_tokens, seeds, arm_names, out, base, margin=margin,
-                              log=log, workers=workers or 0, scheduler=scheduler,
-                              names=OPTION_NAMES, parents=parents,
-                              retry_failed=retry_failed)  # fmt: skip
+        with solver_warnings():  # the sweep's (a cell file it cannot read) as one line
+            table = run_reproduce(corpus_spec, n_tokens, seeds, arm_names, out, base,
+                                  margin=margin, log=log, workers=workers or 0,
+                                  scheduler=scheduler, names=OPTION_NAMES, parents=parents,
+                                  retry_failed=retry_failed)  # fmt: skip
     except SweepError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, path_given
+from .common import check_cluster_options, in_runs, json_text, path_given, solver_warnings
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -77,12 +77,14 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         elif not eq:
             value = args.pop(0)
         options[name] = value
-    # the cells issue no warning: each keeps its own in the store, said below from there
-    res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
-                    chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
-                    parents=in_runs(store),  # runs/ is made; other folders must exist
-                    progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
-                    attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
+    # the cells issue no warning: each keeps its own in the store, said below from there; the
+    # sweep's own (a cell file it cannot read, computed again) is one line as it is issued
+    with solver_warnings():
+        res = run_sweep(task, list(grids), options, store, workers=workers, scheduler=scheduler,
+                        chunk_size=chunk_size, retry_failed=retry_failed, runs_dir=runs_dir,
+                        parents=in_runs(store),  # runs/ is made; other folders must exist
+                        progress=not as_json, log=(lambda *a: None) if as_json else click.echo,
+                        attrs={"command": " ".join(["fastslow-sim", "sweep", *sys.argv[2:]])})  # fmt: skip
     ds = res.pop("dataset")
     drifted = _warned_cells(ds, "mass_drift_warning")
     stiff = _warned_cells(ds, "stiffness_warning")
