@@ -355,9 +355,9 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
             continue
         folder = ctx.runs / f"reproduce-{name}"
         path = folder / "ablation.nc"
-        if path.is_file() and (not ctx.compute or _ablation_matches(_checked_ablation(path), spec, s)):
-            if not ctx.compute:  # read by the figures: checked first
-                _checked_ablation(path)
+        # a file there is read by the figures or compared with the run asked for: checked first
+        if path.is_file() and (_ablation_matches(_checked_ablation(path), spec, s)
+                               or not ctx.compute):  # fmt: skip
             ctx.used.append((str(path), "reused"))
             dirs[name] = folder
             continue
