@@ -670,9 +670,12 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
         off_fold = [i for i in sel if not any(np.array_equal(P[i, :n], f["x"]) for f in bounds)]
         judged = np.array(interior or off_fold or list(sel))
         ys = np.concatenate([P[sel, n], [f["y"] for f in ends]])
-        if len(turns) and ys.max() - ys.min() <= tol:
-            continue  # a segment that meets the range only at a fold: that fold, not a branch
         means = np.concatenate([P[sel, :n] @ c, [f["mean"] for f in ends]])
+        # a segment that meets the range only at a fold is that fold, not a branch; one that
+        # spans no y between two folds in the range is a branch, just past the onset of folding
+        # (the folds 2e-12 apart in y at kappa = 1.3333334, its means 0.4999 to 0.5001)
+        if len(turns) and ys.max() - ys.min() <= tol and len(ends) < 2:
+            continue
         branch_of[k] = len(branches)
         branches.append({
             "index": len(branches),

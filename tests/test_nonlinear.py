@@ -53,6 +53,19 @@ def test_kappa_zero_is_the_linear_identity():
     np.testing.assert_allclose(curve["x"], p, atol=1e-12)
 
 
+def test_the_repelling_branch_just_past_the_onset_of_folding_is_listed():
+    """At kappa = 1.3333334 (onset 4/3) the folds are 2e-12 apart in y, below the tolerance of
+    a branch's y span: the branch between them (means 0.4999 to 0.5001) had been dropped as
+    "only a fold", leaving two folds with no branch between them."""
+    curve = critical_branches(NonlinearBirthDeath(kappa=1.3333334), (-1.0, 1.5))
+    assert len(curve["folds"]) == 2
+    low, mid, high = curve["branches"]
+    assert low["stable"] and high["stable"] and mid["stable"] is False
+    lo, hi = sorted(f["mean"] for f in curve["folds"])
+    assert mid["mean_min"] == pytest.approx(lo, abs=1e-9) and mid["mean_max"] == pytest.approx(hi, abs=1e-9)
+    assert mid["y_max"] - mid["y_min"] < 1e-11 and hi - lo > 1e-4
+
+
 @pytest.mark.parametrize("kappa", [2.0, 3.0, 5.0])
 def test_folds_and_stability_against_the_exact_curve(kappa):
     curve = critical_branches(NonlinearBirthDeath(kappa=kappa), (-1.5, 1.5))
