@@ -798,7 +798,8 @@ def _logs_dataset(logs, cfg, mcfg, corpus, summary):
             "val_loss": (
                 "eval_step",
                 np.array(logs["val_loss"]),
-                {"long_name": "validation loss (nats/token)"},
+                {"long_name": f"validation loss on {cfg.eval_batches} sampled batches "
+                              f"(nats/token)"},  # (the summary's val_loss: every window)
             ),
         },
         coords={

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from fastslow_sim import io as fs_io  # noqa: E402
 from fastslow_sim.analysis import (  # noqa: E402
     axis_label,
     plot_branches,
@@ -376,7 +377,25 @@ def test_training_curves_show_exactly_the_runs_of_the_ablation(tmp_path, plot):
     fig = plot({"me": folder})
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["coupled (1 seed)"]
+    assert labels == ["coupled (1 seed)"] + (["final, on every validation window"]
+                                             if plot is plot_val_loss else [])  # fmt: skip
+
+
+def test_the_final_loss_on_every_window_is_drawn_beside_the_sampled_curve(tmp_path):
+    """The curve is the loss on 8 sampled batches (1.5 here); the table's final loss is on every
+    aligned window (ablation.nc, 1.0 here, mean over seeds): the figure had shown only the
+    former under the label "validation loss", below the Bayes floor where the table is above."""
+    folder = _ablation_folder(tmp_path, {"coupled": 2}, [], np.array([2, 4]))
+    ablation = fs_io.load_dataset(folder / "ablation.nc")
+    ablation["val_loss"].values[:] = [[1.0, 1.2]]
+    (folder / "ablation.nc").unlink()
+    fs_io.save_dataset(ablation, folder / "ablation.nc")
+    ax = plot_val_loss({"me": folder}).axes[0]
+    (diamond,) = [ln for ln in ax.get_lines() if ln.get_marker() == "D" and len(ln.get_xdata())]
+    assert diamond.get_xdata().tolist() == [4] and diamond.get_ydata().tolist() == [pytest.approx(1.1)]
+    (curve,) = [ln for ln in ax.get_lines() if ln.get_label() == "coupled (2 seeds)"]
+    assert curve.get_ydata().tolist() == [1.5, 1.5]
+    assert ax.get_ylabel() == "validation loss on sampled batches (nats/token)"
 
 
 def test_a_validation_curve_of_one_evaluation_is_drawn_as_a_marker(tmp_path):
@@ -394,4 +413,4 @@ def test_a_listed_run_that_is_gone_is_left_out_not_an_error(tmp_path, plot):
     (folder / "coupled-seed1" / "train.nc").unlink()
     (folder / "frozen-slow-seed0" / "train.nc").unlink()
     labels = [t.get_text() for t in plot({"me": folder}).axes[0].get_legend().get_texts()]
-    assert labels == ["coupled (1 seed)"]
+    assert labels[0] == "coupled (1 seed)" and len(labels) == (2 if plot is plot_val_loss else 1)

@@ -87,14 +87,20 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
 def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=None):
     """Validation loss per arm against training step: mean over seeds, band from min to max.
 
+    The curves are the losses logged during training, on a few sampled validation batches; the
+    final loss on every aligned validation window (ablation.nc's, the table's, on the targets of
+    the references) is drawn at the last step as a hollow diamond, mean over seeds.
     `references`: `{corpus: {name: loss}}` drawn as dotted lines. `ax`: one Axes per corpus, or
     None for a new figure. Returns the Figure.
     """
+    from fastslow_sim.io import load_dataset
+
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 4.0))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
         runs = _runs(ablation_dirs[corpus])
+        ablation = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
         for arm in ARMS:
             if arm not in runs:
                 continue
@@ -104,6 +110,11 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
             ax.plot(steps, v.mean(0), color=arm_color(arm), label=label, marker=_marker(steps),
                     ms=4)  # fmt: skip
             ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
+            full = ablation["val_loss"].sel(arm=arm).values  # (seed,), NaN for a failed run
+            ax.plot(steps[-1], np.nanmean(full), ls="", marker="D", mfc="none", ms=7,
+                    color=arm_color(arm))  # fmt: skip
+        ax.plot([], [], ls="", marker="D", mfc="none", color="k",
+                label="final, on every validation window")  # fmt: skip
         refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
         for k, (name, value) in enumerate(refs):
             ax.axhline(value, color="k", lw=0.8, ls=":")
@@ -112,7 +123,7 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
                     va="top" if k == 0 and len(refs) > 1 else "bottom", ha="left")  # fmt: skip
         ax.set_xlabel("training step")
         first = next(iter(runs.values()), [None])[0]
-        default = "validation loss (nats/token)"
+        default = "validation loss on sampled batches (nats/token)"
         ax.set_ylabel(default if first is None else axis_label(first["val_loss"], default))
         ax.set_title(corpus)
         ax.legend(loc="best")
