@@ -319,6 +319,7 @@ def _checked_ablation(path: Path):
 
     expected = "expected the ablation.nc that fastslow-sim reproduce writes there"
     if not written_by_us(path):
+        load_dataset(path)  # one that is no NetCDF-4 at all (ours, cut short?) is refused as that
         raise InputError(f"the ablation results {str(path)!r} were not written by fastslow-sim; "
                          f"{expected}.")  # fmt: skip
     ds = load_dataset(path)
@@ -504,11 +505,16 @@ def sweep_rows(path: Path) -> list:
     def rows(data):
         return data.get("rows") if isinstance(data, dict) else data
 
+    refs = ("Bayes filter, head readout", "Bayes filter p_st", "corpus frequencies")
+
     def well_formed(data):  # what `_fig_phi_sweep` and `plot_tv_sweep` read of each row
         r = rows(data)
         return isinstance(r, list) and all(
             isinstance(row, dict) and all(k in row for k in ("sweep", "arm", "run", "tv"))
-            and isinstance(row["tv"], dict) for row in r)  # fmt: skip
+            and row["sweep"] in ("tokens", "P") and isinstance(row.get(row["sweep"]), (int, float))
+            and isinstance(row["tv"], dict) and all(k in row["tv"] for k in refs)
+            and all(isinstance(v, dict) and "mean" in v and "se" in v for v in row["tv"].values())
+            for row in r)  # fmt: skip
 
     return rows(_checked_json(path, "a phi-vs-pst sweep ({\"rows\": [...]})", well_formed))
 

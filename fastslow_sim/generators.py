@@ -627,8 +627,9 @@ def into_domain(family, y, slack):
     are kept, for the caller's check to refuse."""
     lo, hi = family.domain()
     y = np.asarray(y, dtype=np.float64)
-    y = np.where((y < lo) & (y >= lo - slack), lo, y)
-    return np.where((y > hi) & (y <= hi + slack), hi, y)
+    finite = np.isfinite(y)  # (an infinite y has an infinite relative slack)
+    y = np.where(finite & (y < lo) & (y >= lo - slack), lo, y)
+    return np.where(finite & (y > hi) & (y <= hi + slack), hi, y)
 
 
 def domain_text(family) -> str:

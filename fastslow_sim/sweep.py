@@ -42,6 +42,8 @@ import threading
 import time
 import uuid
 import warnings
+import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1137,9 +1139,12 @@ def _read_cell(path: Path) -> xr.Dataset | None:
     except OSError as err:  # a read that failed (EIO) names no file: the cell it was reading
         _named(err, path)
         raise
-    except Exception as err:  # noqa: BLE001 - a file cut short or overwritten raises anything
-        # (BadZipFile, EOFError, ValueError of a file that is no .npz, KeyError, zlib.error)
-        # (numpy's own text of a file that is no .npz suggests loading it with pickle)
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, TypeError,
+            AttributeError, IndexError) as err:  # fmt: skip
+        # what a file cut short or overwritten raises (ValueError: no .npz, or its header no
+        # JSON; the rest: a header of another form), not a MemoryError, which would have the
+        # caller remove a whole cell (numpy's own text of a file that is no .npz suggests
+        # loading it with pickle: the type alone is said)
         raise UnreadableCellError(path, f"not a whole .npz file: {type(err).__name__}") from None
 
 

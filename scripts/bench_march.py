@@ -179,7 +179,7 @@ def main():
             f"{'steps':>9} {'flop/st':>7} {'GF/s c1':>7} {'GF/s c2':>7} {'bdf/c2':>7} "
             f"{'bdf/c1':>7} {'torch/c2':>8} {'err c2':>8} {'err bdf':>8} {'err torch':>9}")  # fmt: skip
     lines = [head, "-" * len(head)]
-    err_c2 = {}  # c2's error against the Radau reference, per cell: half of the target
+    err_c2 = {}  # c2's error against the Radau reference, per cell: one of the verdict's two conditions
     for c in cells:
         n, B = c
         system, z0 = data[c]

@@ -174,8 +174,12 @@ def _foreign_netcdf(path):
         ("reproduce-me/ablation.nc", _foreign_netcdf, "the ablation results {path!r} were not "
          "written by fastslow-sim; expected the ablation.nc that fastslow-sim reproduce writes "
          "there."),
-        ("reproduce-me/ablation.nc", lambda p: p.write_text("not a dataset\n"), "the ablation "
-         "results {path!r} were not written by fastslow-sim; expected the ablation.nc"),
+        ("reproduce-me/ablation.nc", lambda p: p.write_text("not a dataset\n"), "the file "
+         "{path!r} is not a NetCDF-4 dataset that can be read ("),
+        # ours, cut short: not "not written by fastslow-sim"
+        ("reproduce-me/ablation.nc", lambda p: (fs.save_dataset(__import__("xarray").Dataset(
+            {"val_loss": ("x", np.arange(300.0))}), p), p.write_bytes(p.read_bytes()[:800])),
+         "the file {path!r} is not a NetCDF-4 dataset that can be read ("),
         ("reproduce-me/ablation.nc", lambda p: fs.save_dataset(
             __import__("xarray").Dataset({"other": ("x", np.arange(3.0))}), p),
          "the ablation results {path!r} lack arm, seed, val_loss, wall_time_s, corpus, tokens, "
@@ -184,6 +188,10 @@ def _foreign_netcdf(path):
          "the file {path!r} is not a phi-vs-pst sweep ({{\"rows\": [...]}}) that fastslow-sim "
          "can read; expected the file it writes there (remove or move this one)."),
         ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_text('{"rows": [{"bad": 1}]}'),
+         "the file {path!r} is not a phi-vs-pst sweep"),
+        # a row without its x value (tokens) or TV means: the plot's KeyError
+        ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_text(
+            '{"rows": [{"sweep": "tokens", "arm": "dense", "run": "r", "tv": {}}]}'),
          "the file {path!r} is not a phi-vs-pst sweep"),
         ("phi-sweep/phi_vs_pst_sweep.json", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
          "the file {path!r} is not a phi-vs-pst sweep"),

@@ -1276,11 +1276,11 @@ def test_sweep_keeps_each_cells_mass_drift_and_warns_once_at_the_end(tmp_path):
                          f"(mass_drift_warned in the store); the first, y0=150: {text}")  # fmt: skip
     # the drift and the count of evaluations depend on the machine's BLAS (2.7e-7 and 5,732 on
     # one, 2.7e-6 and 5,809 on another): read from the sentence, checked against the store
-    m = re.match(r"the total probability 1\^T x drifted by up to (\d\.\de-0\d), more than its "
+    m = re.match(r"the total probability 1\^T x drifted by up to ([\d.]+e-0\d), more than its "
                  r"budget 1\.1e-07 \(10 times the larger of rtol \+ sum\(atol\) = 1\.1e-08 "
                  r"and the round-off of [\d,]+ evaluations of f\)", text)  # fmt: skip
     assert m, text
-    assert float(m[1]) == pytest.approx(float(ds["mass_drift"].sel(y0=150.0)), rel=0.05)
+    assert m[1] == f"{float(ds['mass_drift'].sel(y0=150.0)):.2g}"  # 2.7e-07, or 3e-06
     assert ds["mass_drift_warned"].values.tolist() == [True, False]
     assert str(ds["mass_drift_warning"].sel(y0=0.5).values) == ""
     assert 1.08e-7 < float(ds["mass_drift"].sel(y0=150.0)) < 1e-5
