@@ -896,3 +896,17 @@ def test_figure_folders_above_the_one_given_are_not_made(args, tmp_path, monkeyp
     assert res.output == (f"Error: cannot write the {what} folder 'nodir/x': folder 'nodir' "
                           "does not exist.\n")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+@pytest.mark.parametrize("max_steps, line", [
+    ("300", "(the 3 that reached t_end)"),
+    ("50", "y(t_end)    none (no trajectory reached t_end)"),
+])  # fmt: skip
+def test_a_batch_with_failed_trajectories_says_whose_y_range_it_prints(tmp_path, max_steps, line):
+    """The y(t_end) range skips the trajectories that stopped (NaN): it had been printed as the
+    batch's, and as 'from nan to nan' where none finished."""
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--batch", "6", "--seed", "0",
+                                    "--max-steps", max_steps, "--method", "rodas4", "--no-plot",
+                                    "--out", str(tmp_path / "b.nc")])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert line in res.output and "from nan" not in res.output, res.output

@@ -322,8 +322,11 @@ def _integrate_lines(r: dict) -> list:
     if "stiffness_judged" in r:
         lines.append(f"stiffness   judged {r['stiffness_judged']}")
     if batched:
+        done = np.all(np.isfinite(y), axis=-1)  # a failed trajectory has no y(t_end)
+        of = "" if done.all() else f" (the {int(done.sum()):,} that reached t_end)"
         lines += [f"batch       {plural(r['batch'], 'trajectory')}: {r['status_counts']}",
-                  f"y(t_end)    from {np.nanmin(y):.6g} to {np.nanmax(y):.6g}"]  # fmt: skip
+                  f"y(t_end)    from {np.nanmin(y):.6g} to {np.nanmax(y):.6g}{of}"
+                  if done.any() else "y(t_end)    none (no trajectory reached t_end)"]  # fmt: skip
     else:
         lines += [f"x(t_end)    {fmt_vec(r['x_final'])}", f"p_st(y)     {fmt_vec(r['p_st_final'])}",
                   f"y(t_end)    {fmt_vec(y, 6)}"]  # fmt: skip
