@@ -620,13 +620,14 @@ def rate_domain(log_scale, slope, room, center=0.0, positive=False):
     return (lo, hi) if lo <= hi else None
 
 
-def into_domain(family, y, slack):
-    """`y` with the values that lie outside `family.domain()` by at most `slack` (a number or an
-    array like `y`) set to the domain's end: a solver's tolerance at an end that the dynamics
-    approach (Michaelis-Menten's substrate, used up, reaches y = -3e-13). Values farther out
-    are kept, for the caller's check to refuse."""
+def into_domain(family, y, atol, rtol=0.0):
+    """`y` with the values that lie outside `family.domain()` by at most a solver's tolerance,
+    `atol + rtol |y|` (`atol` a number or an array like `y`), set to the domain's end: an end
+    that the dynamics approach (Michaelis-Menten's substrate, used up, reaches y = -3e-13).
+    Values farther out are kept, for the caller's check to refuse."""
     lo, hi = family.domain()
     y = np.asarray(y, dtype=np.float64)
+    slack = atol + rtol * np.abs(y)
     finite = np.isfinite(y)  # (an infinite y has an infinite relative slack)
     y = np.where(finite & (y < lo) & (y >= lo - slack), lo, y)
     return np.where(finite & (y > hi) & (y <= hi + slack), hi, y)

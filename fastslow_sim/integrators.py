@@ -928,7 +928,7 @@ def _within_tolerance_of_the_domain(system, y, attrs):
     atol = attrs.get("solver_atol", 0.0)
     if np.ndim(atol):
         atol = np.asarray(atol, dtype=np.float64)[system.n_fast :]
-    return into_domain(family, y, atol + attrs.get("solver_rtol", 0.0) * np.abs(y))
+    return into_domain(family, y, atol, attrs.get("solver_rtol", 0.0))
 
 
 def _to_dataset(system, t, x, y, attrs, batch: bool = False) -> xr.Dataset:

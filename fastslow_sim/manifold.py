@@ -135,8 +135,7 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
     # a stage within the tolerance outside the domain is at its end (y -> 0 in Michaelis-
     # Menten, used up, had a stage at y = -5e-15 refused)
     sol = solve_ivp(
-        lambda t, y: reduced_rhs(system, into_domain(system.generator, y, rtol * abs(y) + atol),
-                                 order),
+        lambda t, y: reduced_rhs(system, into_domain(system.generator, y, atol, rtol), order),
         (t_eval[0], t_eval[-1]), y0, method="DOP853", t_eval=t_eval, rtol=rtol, atol=atol,
     )  # fmt: skip
     if sol.status != 0:
@@ -356,7 +355,7 @@ def convergence(
         if ds.attrs["status"] != "success":
             raise RuntimeError(f"the full system failed at eps={eps:g}: {ds.attrs['message']}")
         x, y = ds["x"].values[keep], ds["y"].values[keep]
-        y_in = into_domain(s.generator, y, rtol * np.abs(y) + atol)  # (a run ending at its edge)
+        y_in = into_domain(s.generator, y, atol, rtol)  # (a run ending at its edge)
         x0 = h0(s, y_in)
         x1 = x0 + eps * h1(s, y_in)
         errs["err_h0"].append(np.max(np.abs(x - x0)))

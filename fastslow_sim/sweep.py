@@ -1436,20 +1436,22 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     runs_dir = _check_runs_dir(t, runs_dir, store, parents)
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
-    retry, unreadable = set(), {}
-    for _, key, _ in cells:
-        path = cells_dir / f"{key}{CELL_SUFFIX}"
+    todo, retry, unreadable = [], set(), {}  # the cells to run; the files of failed, damaged ones
+    for cell in cells:
+        path = cells_dir / f"{cell[1]}{CELL_SUFFIX}"
         try:
             ds = _read_cell(path)
         except UnreadableCellError as err:
             # a cell is written whole (a temporary file linked onto its name), so a file that
             # cannot be read is no finished cell but one damaged since: it runs again
             unreadable[path] = err
+            todo.append(cell)
             continue
-        if retry_failed and ds is not None and str(ds["status"].values) == STATUS_FAILED:
+        if ds is None:
+            todo.append(cell)
+        elif retry_failed and str(ds["status"].values) == STATUS_FAILED:
             retry.add(path)
-    todo = [c for c in cells if not (cells_dir / f"{c[1]}{CELL_SUFFIX}").exists()
-            or cells_dir / f"{c[1]}{CELL_SUFFIX}" in retry | unreadable.keys()]  # fmt: skip
+            todo.append(cell)
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
