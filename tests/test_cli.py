@@ -910,3 +910,23 @@ def test_a_batch_with_failed_trajectories_says_whose_y_range_it_prints(tmp_path,
                                     "--out", str(tmp_path / "b.nc")])  # fmt: skip
     assert res.exit_code == 1, res.output
     assert line in res.output and "from nan" not in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "system, first_line",
+    [("cycle", "cycle, kappa = 0, y in [-1, 1.5]"),
+     ("michaelis-menten", "michaelis-menten, kappa = 0, y in [0, 1.5]")],
+)  # fmt: skip
+def test_manifold_defaults_suit_every_system(tmp_path, system, first_line):
+    """`manifold --system cycle` was refused for the default `--kappa 3` (only birth-death has a
+    non-linear family) and `--system michaelis-menten` for the default `--y-range -1 1.5` (its
+    domain is y >= 0): kappa defaults to 0 for the linear systems and the range is cut to the
+    domain. Birth-death keeps kappa 3 (see test_manifold_default_run_prints_...)."""
+    out = tmp_path / "m.nc"
+    res = CliRunner().invoke(main, ["manifold", "--system", system, "--no-plot", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == first_line
+    ds = fs.load_dataset(out)
+    lo = float(first_line.split("[")[1].split(",")[0])
+    assert ds.attrs["kappa"] == 0.0 and list(ds.attrs["y_range"]) == [lo, 1.5]
+    assert float(ds["curve_y"].min()) == lo and float(ds["curve_y"].max()) == 1.5

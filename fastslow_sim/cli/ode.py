@@ -432,23 +432,27 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
         click.echo(f"plot        {plot_path}")
 
 
+MANIFOLD_KAPPA = 3.0  # birth-death's default: the manifold folds (onset at kappa = 4/3)
+MANIFOLD_Y_RANGE = (-1.0, 1.5)  # holds both folds at kappa = 3
+
+
 @click.command()
 @system_option("Named system; only birth-death has a non-linear family (kappa != 0).")
 @click.option(
     "--kappa",
-    default=3.0,
-    show_default=True,
+    default=None,
     type=float,
-    help="Strength of the x-dependence: up rate exp(4 (y - 1/2) + kappa c.x).",
+    help="Strength of the x-dependence: up rate exp(4 (y - 1/2) + kappa c.x)  [default: 3 for "
+    "birth-death; 0, the only value, for the linear systems]",
 )
 @click.option(
     "--y-range",
     nargs=2,
     type=float,
-    default=(-1.0, 1.5),
-    show_default=True,
+    default=None,
     metavar="A B",
-    help="Range of the slow variable to trace.",
+    help="Range of the slow variable to trace  [default: -1 1.5, cut to the system's domain "
+    "(michaelis-menten: 0 1.5)]",
 )
 @click.option(
     "--osc-eps",
@@ -477,6 +481,8 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     from ..nonlinear import OSC_EPS_MIN, check_y_range, family_for, manifold_dataset
     from ..systems import make_system
 
+    if kappa is None:
+        kappa = MANIFOLD_KAPPA if system_name == "birth-death" else 0.0
     if not math.isfinite(kappa):
         raise InputError(f"--kappa must be a finite number; got {kappa}.")
     number("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
@@ -484,6 +490,9 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
         raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
     number("--osc-eps", osc_eps, OSC_EPS_MIN, 1.0)
     family = family_for(system_name, kappa)
+    if y_range is None:  # the default range, cut to the domain (michaelis-menten: y >= 0)
+        lo, hi = family.domain()
+        y_range = (max(MANIFOLD_Y_RANGE[0], lo), min(MANIFOLD_Y_RANGE[1], hi))
     a, b = check_y_range(family, y_range)
     out, plot_path = output_paths(
         f"manifold-{system_name}-kappa{name_number(kappa)}", out, plot_path, no_plot
