@@ -399,6 +399,11 @@ def me_corpus(config: MECorpusConfig | None = None):
         "y_memory_blocks": cfg.memory_blocks(),
         "config": asdict(cfg),
     }
+    if cfg.tokens % P:  # the chain moves y once per block: only whole blocks are generated
+        corpus.stats["note"] = (
+            f"tokens={cfg.tokens:,} is not a whole number of blocks of P = {P}: the corpus "
+            f"holds {cfg.tokens // P:,} blocks, {cfg.tokens // P * P:,} tokens"
+        )
     return corpus
 
 

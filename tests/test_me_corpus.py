@@ -373,3 +373,13 @@ def test_too_few_tokens_for_the_context_says_where_the_bound_comes_from():
                                          r"of P=8\); got 100\."):  # fmt: skip
         MECorpusConfig(tokens=100, context=3)
     assert MECorpusConfig(tokens=160, context=3).tokens == 160  # the bound itself is allowed
+
+
+def test_a_token_count_between_blocks_is_said_to_be_rounded_down():
+    """`me:tokens=50007` gave 50,000 tokens (whole blocks of P) beside the spec's 50007, with no
+    word why; the summary's note says so, and a whole number of blocks has no note."""
+    odd = load_corpus("me:tokens=5003", P=8, context=16).summary()
+    assert odd["tokens"] == 5000 and odd["train_tokens"] + odd["val_tokens"] == 5000
+    assert odd["note"] == ("tokens=5,003 is not a whole number of blocks of P = 8: the corpus "
+                           "holds 625 blocks, 5,000 tokens")  # fmt: skip
+    assert "note" not in load_corpus("me:tokens=5000", P=8, context=16).summary()
