@@ -370,11 +370,14 @@ def test_a_rodas4_failure_says_why(monkeypatch):
 
     real = compiled.march_chain
     system = fs.make_system("birth-death", eps=0.125)
-    for name, says in [
-        ("step_underflow", "its step fell below ten float64 spacings of t"),
-        ("max_steps", "it took max_steps = 1,000,000 steps"),
-        ("non_finite", "the solution or its error estimate became non-finite"),
-    ]:
+    for name, starts, says in [
+        ("step_underflow", "rodas4 stopped: step_underflow at t = 1 (",
+         "its step fell below ten float64 spacings of t"),
+        ("max_steps", "rodas4 stopped after max_steps = 1,000,000 steps at t = 1,",
+         "raise it with --max-steps N"),
+        ("non_finite", "rodas4 stopped: non_finite at t = 1 (",
+         "the solution or its error estimate became non-finite"),
+    ]:  # fmt: skip
 
         def failing(*args, name=name, **kwargs):
             z, status, stats = real(*args, **kwargs)
@@ -384,8 +387,25 @@ def test_a_rodas4_failure_says_why(monkeypatch):
         monkeypatch.setattr(compiled, "march_chain", failing)
         ds = fs.integrate(system, (0, 1), method="rodas4", n_eval=5)
         assert ds.attrs["status"] == name
-        assert ds.attrs["message"].startswith(f"rodas4 stopped: {name} (")
+        assert ds.attrs["message"].startswith(starts)  # the real march reached t = 1
         assert says in ds.attrs["message"]
+
+
+@pytest.mark.parametrize("march", ["compiled", "torch"])
+def test_a_rodas4_march_that_stops_says_where(march):
+    """rodas4's max_steps message did not say how far a trajectory got (radau's does): both
+    marches now return the t each trajectory reached, the same in both, and the message says
+    it. At eps 1e-3 fifty steps of the default tolerances end near t = 1.1e-4."""
+    system = fs.make_system("birth-death", eps=1e-3)
+    x0, y0 = fs.random_initial_conditions(system, 3, 0)
+    runs = {m: fs.integrate(system, (0, 5), x0, y0, method="rodas4", max_steps=50, n_eval=3,
+                            march=m) for m in ("compiled", "torch")}  # fmt: skip
+    ds = runs[march]
+    messages = list(ds["message"].values)
+    t = [float(re.search(r"steps at t = (\S+), the budget", m).group(1)) for m in messages]
+    assert all(m.startswith("rodas4 stopped after max_steps = 50 steps at t = ") for m in messages)
+    assert all(0 < v < 5e-3 for v in t), t  # the stiff transient: far from t_end = 5
+    assert messages == list(runs["torch" if march == "compiled" else "compiled"]["message"].values)
 
 
 def test_radau_overflow_message_bounds_1_over_h_where_h_is_subnormal():

@@ -164,9 +164,10 @@ def _factor(z, n, s, kr, beta, lr, dr, w, c, a, kappa, up, dup, tmp, inv, pm, g,
 @numba.njit(**_JIT)
 def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C,
                  M, E, D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl,
-                 rtol, atol, max_steps, out, status, steps_out, accepted_out, lanes):  # fmt: skip
+                 rtol, atol, max_steps, out, status, steps_out, accepted_out, reached, lanes):  # fmt: skip
     """March trajectories `lo..hi-1` in `lanes` lanes side by side; writes `out (K, B, N)` at the output
-    times, `status` (an index into `march.STATUS`), the steps and the accepted steps."""
+    times, `status` (an index into `march.STATUS`), the steps, the accepted steps and the `t`
+    each trajectory reached."""
     N = z0.shape[1]
     n = N - 1
     S = M.shape[0]
@@ -337,6 +338,7 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
                 code = 1
             if code >= 0:  # the trajectory ends; the lane takes the next one
                 status[j], steps_out[j], accepted_out[j] = code, steps[q], accepted[q]
+                reached[j] = t[q]
                 steps[q], accepted[q] = 0, 0
                 if nxt < hi:
                     traj[q] = nxt
@@ -349,12 +351,12 @@ def _march_block(lo, hi, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a
 @numba.njit(parallel=True, **_JIT)
 def _march_all(chunks, z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c, b, a, kappa, A, C, M, E,
                D, gamma, from_previous, stiffly_accurate, plain_error, dense_output, ctl, rtol,
-               atol, max_steps, out, status, steps, accepted, lanes):  # fmt: skip
+               atol, max_steps, out, status, steps, accepted, reached, lanes):  # fmt: skip
     for p in prange(chunks.shape[0] - 1):
         _march_block(chunks[p], chunks[p + 1], z0, t_eval, h0, inv_eps, k, beta, lin, down, w, c,
                      b, a, kappa, A, C, M, E, D, gamma, from_previous, stiffly_accurate,
                      plain_error, dense_output, ctl, rtol, atol, max_steps, out, status, steps,
-                     accepted, lanes)  # fmt: skip
+                     accepted, reached, lanes)  # fmt: skip
 
 
 @numba.njit(**_JIT)
@@ -458,6 +460,7 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
     status = np.zeros(B, dtype=np.int64)
     steps = np.zeros(B, dtype=np.int64)
     accepted = np.zeros(B, dtype=np.int64)
+    reached = np.full(B, float(te[0]))
     # the batch in contiguous shares, a few per thread (trajectories differ in their steps)
     threads = numba.get_num_threads()
     lanes = max(1, min(_LANES, -(-B // threads))) if lanes is None else int(lanes)
@@ -465,7 +468,7 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
     chunks = np.linspace(0, B, parts + 1).round().astype(np.int64)
     _march_all(chunks, z_np, t_np, h, inv_eps, *physics, *_tableau_arrays(tab, dense_output),
                bool(dense_output), ctl, float(rtol), float(atol), int(max_steps), out, status,
-               steps, accepted, lanes)  # fmt: skip
+               steps, accepted, reached, lanes)  # fmt: skip
     steps_t, s_stages = torch.from_numpy(steps), tab.stages
     stats = {
         "nfev": s_stages * steps_t,
@@ -475,5 +478,6 @@ def march_chain(chain, z0, t_eval, *, eps=None, tableau=None, control=None, rtol
         "naccept": torch.from_numpy(accepted),
         "nreject": steps_t - torch.from_numpy(accepted),
         "iterations": int(steps.max()),
+        "t_reached": torch.from_numpy(reached),
     }
     return torch.from_numpy(out), torch.from_numpy(status), stats

@@ -84,7 +84,9 @@ def solve(
     trajectories `idx` (a long tensor into the batch; `None` means all, in order): only
     trajectories still running are evaluated. `linear_solver`: a name of
     `linalg.LINEAR_SOLVERS`, `"auto"` (by the field's `structure` and the device) or a
-    `LinearSolver`. Returns `(z_out (K, B, n), status (B,) int, stats dict of (B,) int tensors)`;
+    `LinearSolver`. Returns `(z_out (K, B, n), status (B,) int, stats)`: `stats` holds `(B,)` int
+    tensors of counts and `t_reached (B,)`, the time each trajectory reached (`t_eval[-1]` where
+    it succeeded, where it stopped where it failed);
     `STATUS[status[b]]` names each trajectory's outcome. Entries after a failure are NaN.
 
     Output times: with `dense_output` (the default) steps run past them and the solution there
@@ -121,6 +123,7 @@ def solve(
     status = torch.zeros(B, dtype=torch.long, device=device)
     steps = torch.zeros(B, dtype=torch.long, device=device)
     naccept = torch.zeros(B, dtype=torch.long, device=device)
+    t_reached = torch.full((B,), t0, dtype=dtype, device=device)
     grad = differentiable and torch.is_grad_enabled()  # else no graph: the step works in place
     solver = resolve_linear_solver(linear_solver, field.structure, device, grad)
     # without a graph the march runs in inference mode, which skips autograd's bookkeeping on
@@ -219,6 +222,7 @@ def solve(
                 gone = idx[leave]
                 steps[gone] = n_iter
                 naccept[gone] = acc_a[leave]
+                t_reached[gone] = ta[leave].detach()
                 live &= ~leave
                 n_live -= n_leave
                 n_frozen += n_leave
@@ -255,5 +259,6 @@ def solve(
         "naccept": naccept,
         "nreject": steps - naccept,
         "iterations": n_iter,
+        "t_reached": t_reached,
     }
     return out_rows, status, stats

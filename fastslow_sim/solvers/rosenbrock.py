@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..rosenbrock.tableau import TABLEAUS
-from . import ATOL_ANY, MAX_STEPS_HINT, Method, Solution, register
+from . import ATOL_ANY, Method, Solution, max_steps_message, register
 
 MARCHES = ("auto", "torch", "compiled")
 
@@ -82,17 +82,17 @@ def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_0
             dense_output=dense_output, linear_solver=linear_solver, tableau=tab,
         )  # fmt: skip
     status = [STATUS[int(c)] for c in codes.cpu()]
+    t_reached = stats.pop("t_reached").cpu().tolist()
     why = {
-        "success": "integration finished",
-        "max_steps": f"{tableau} stopped: max_steps (it took max_steps = {int(max_steps):,} "
-        f"steps, the budget that bounds its work; {MAX_STEPS_HINT})",
-        "step_underflow": f"{tableau} stopped: step_underflow (its step fell below ten float64 "
-        f"spacings of t, so the tolerances ask for more than float64 resolves there; raise "
-        f"atol or rtol)",
-        "non_finite": f"{tableau} stopped: non_finite (the solution or its error estimate "
-        f"became non-finite)",
+        "success": lambda t: "integration finished",
+        "max_steps": lambda t: max_steps_message(tableau, int(max_steps), t),
+        "step_underflow": lambda t: f"{tableau} stopped: step_underflow at t = {t:.6g} (its step "
+        f"fell below ten float64 spacings of t, so the tolerances ask for more than float64 "
+        f"resolves there; raise atol or rtol)",
+        "non_finite": lambda t: f"{tableau} stopped: non_finite at t = {t:.6g} (the solution or "
+        f"its error estimate became non-finite)",
     }
-    message = [why[s] for s in status]
+    message = [why[s](t) for s, t in zip(status, t_reached)]
     stats = {k: v.cpu().numpy() for k, v in stats.items() if k != "iterations"}
     return Solution(z.cpu().numpy(), status, message, stats, attrs={"march": kind})
 
