@@ -17,6 +17,7 @@ import json
 import math
 import numbers
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -509,6 +510,13 @@ def _check_parent(out: Path, what: str) -> None:
         check_parent(out, what)
 
 
+# One run at a time per process: a run seeds torch's process-wide random state
+# (`torch.manual_seed`, the weights' initialisation and dropout draw from it) and sets its
+# thread count, so two runs in threads of one process (a dask worker with --nthreads 2 under
+# `reproduce --scheduler`) interleaved their draws and trained seeds other than their own.
+_ONE_RUN_AT_A_TIME = threading.RLock()
+
+
 def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
           names: dict | None = None, parents: bool = True) -> dict:  # fmt: skip
     """Train one network; returns the summary (also written to `out/summary.json`).
@@ -519,7 +527,7 @@ def train(cfg: TrainConfig, corpus: Corpus | None = None, log=print, *,
     (a full disk at its first checkpoint) removes the folders it made while they are empty."""
     made = _missing_folders(Path(cfg.out)) if _dist()[0] == 0 else []
     try:
-        with torch_threads(_threads(cfg, names)):
+        with _ONE_RUN_AT_A_TIME, torch_threads(_threads(cfg, names)):
             return _train(cfg, corpus, log, names=names, parents=parents)
     except BaseException:
         for folder in made:  # the run folder first, then those made above it

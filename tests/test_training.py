@@ -755,3 +755,31 @@ def test_reproduce_and_sweeps_refuse_bad_threads_before_any_work(tmp_path, comma
     bad = command[command.index("--threads") + 1]
     assert re.search(rf"threads must be an integer.*got '?{bad}'?\.", res.output), res.output
     assert "Traceback" not in res.output and list(tmp_path.iterdir()) == []
+
+
+def test_runs_in_threads_of_one_process_train_their_own_seeds(tmp_path, text_file):
+    """A dask worker with two threads (`reproduce --scheduler`) ran two cells at once in one
+    process: both seeded torch's process-wide random state and drew the weights from it in turn,
+    so a run's numbers were another seed's (dense seed 0: 2.0412 against 1.8911 alone). Runs in
+    threads now take turns, and each gives what it gives alone."""
+    import threading
+
+    corpus = text_corpus(text_file)
+    spec = f"text:{text_file}"
+    quiet = dict(log=lambda *a, **k: None)
+    alone = {s: train(_cfg(tmp_path, f"alone{s}", spec, tokens=1000, seed=s), corpus, **quiet)
+             for s in (0, 1, 2)}  # fmt: skip
+    together = {}
+
+    def run(s):
+        together[s] = train(_cfg(tmp_path, f"thread{s}", spec, tokens=1000, seed=s), corpus,
+                            **quiet)  # fmt: skip
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (0, 1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {s: r["val_loss"] for s, r in together.items()} == \
+        {s: r["val_loss"] for s, r in alone.items()}  # fmt: skip
+    assert len({r["val_loss"] for r in alone.values()}) == 3  # the seeds differ
