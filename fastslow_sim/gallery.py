@@ -18,6 +18,7 @@ files only (DESIGN 5), and written as PNG and PDF.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -516,7 +517,11 @@ def sweep_rows(path: Path) -> list:
             and all(isinstance(v, dict) and "mean" in v and "se" in v for v in row["tv"].values())
             for row in r)  # fmt: skip
 
-    return rows(_checked_json(path, "a phi-vs-pst sweep ({\"rows\": [...]})", well_formed))
+    r = rows(_checked_json(path, "a phi-vs-pst sweep ({\"rows\": [...]})", well_formed))
+    for row in r:  # strict JSON holds a NaN (the standard error of one window) as null
+        row["tv"] = {k: {m: math.nan if x is None else x for m, x in v.items()}
+                     for k, v in row["tv"].items()}  # fmt: skip
+    return r
 
 
 def _fig_phi_sweep(ctx):

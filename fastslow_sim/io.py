@@ -41,6 +41,7 @@ import errno
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -612,11 +613,29 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     return path
 
 
+def _finite(v):
+    """`v` with every non-finite float as None, numpy and torch values as Python ones."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if hasattr(v, "tolist"):  # numpy scalars and arrays, torch tensors: Python values
+        return _finite(v.tolist())
+    return v
+
+
+def strict_json(obj, indent: int | None = None) -> str:
+    """Strict JSON (RFC 8259 has no NaN or Infinity): non-finite numbers become null."""
+    return json.dumps(_finite(obj), allow_nan=False, default=float, indent=indent)
+
+
 def save_json(obj: dict, path, what="output", indent: int | None = 1) -> Path:
-    """Write the JSON object `obj` to `path`, atomically, its first key `fastslow_sim_version`
-    (the mark that lets a later run replace it)."""
+    """Write the JSON object `obj` to `path`, atomically, as strict JSON (`strict_json`: a NaN
+    is null), its first key `fastslow_sim_version` (the mark that lets a later run replace it)."""
     with atomic_path(path, what) as tmp:
-        tmp.write_text(json.dumps({VERSION_KEY: __version__, **obj}, indent=indent))
+        tmp.write_text(strict_json({VERSION_KEY: __version__, **obj}, indent=indent))
     return Path(path)
 
 

@@ -9,9 +9,14 @@ stationary distribution of the generator that governs block `b` (from the corpus
   `phi_theta(y)`, and it exists for every arm, dense ones included;
 - `slow-state probe`: softmax regression, fitted on training windows with `p_st` targets, from
   the last layer's gated slow state `tanh(alpha) z_{b-1}` (what block `b`'s tokens read);
-  slow-path arms only. The features are standardised, so the probe reads what `z_{b-1}`
-  encodes whatever the gate's size (except an exactly zero gate), not how much the network
-  uses it.
+  slow-path arms whose last gate is open (not frozen-gate: an exactly zero gate passes
+  nothing, and the probe would be one constant distribution). The features are standardised,
+  so the probe reads what `z_{b-1}` encodes whatever the gate's size, not how much the network
+  uses it;
+- `slow-state probe, untrained network`: its control, the same probe on the slow state
+  `z_{b-1}` of the network as initialised (the run's seed, before any step; its gate is 0, so
+  ungated): what a linear readout of random features of the past blocks already gives, so
+  that the trained probe's distance is judged against it, not against the baselines alone.
 Baselines, on the same blocks: uniform; the training split's token frequencies; the previous
 block's histogram (anti-correlated with `p_st(y_b)` under the default negative feedback); the
 slow law replayed from `y = 1/2` over the previous 3 blocks' histograms (a short look-back
@@ -38,7 +43,8 @@ from .io import check_writable, save_json
 
 __all__ = ["load_run", "check_run", "phi_vs_pst", "save_result", "READOUTS"]
 
-READOUTS = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
+READOUTS = ("model head", "slow-state probe", "slow-state probe, untrained network",
+            "Bayes filter, head readout", "Bayes filter p_st",
             "slow law over the last 3 blocks", "previous block's histogram", "corpus frequencies",
             "uniform", "y known")  # fmt: skip
 
@@ -76,9 +82,18 @@ def _load(run_dir):
     return model.eval(), tcfg, progress
 
 
+def initial_network(config: BridgeConfig, seed: int) -> FastSlowLM:
+    """The network of a run with `config` and `seed` as `train` initialises it, before any
+    step (in eval mode), without touching the caller's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))  # as `train` seeds it, just before building the model
+        return FastSlowLM(config).eval()
+
+
 @torch.no_grad()
-def _readouts(model, windows, P):
-    """Head distributions `(W, T, V)` and last-layer gated slow states `(W, nb, C)` or None."""
+def _readouts(model, windows, P, gated=True):
+    """Head distributions `(W, T, V)` and last-layer slow states `(W, nb, C)` (times the gate
+    `tanh(alpha)` where `gated`) or None."""
     heads, slows = [], []
     for i in range(0, len(windows), 32):
         idx = torch.from_numpy(windows[i : i + 32, :-1])
@@ -86,7 +101,7 @@ def _readouts(model, windows, P):
         heads.append(torch.softmax(logits.double(), -1).numpy())
         if model.slow is not None:
             z = model.slow_states()[-1]  # (B, nb, C)
-            slows.append((model.slow[-1].gate() * z).double().numpy())
+            slows.append((model.slow[-1].gate() * z if gated else z).double().numpy())
     return np.concatenate(heads), (np.concatenate(slows) if slows else None)
 
 
@@ -131,6 +146,13 @@ def check_run(run_dir):
     holds at least two blocks, a result path that may be written); else `InputError`."""
     model, tcfg, progress = _load(run_dir)
     check_writable(Path(run_dir) / "phi_vs_pst.json", "phi-vs-pst result")  # before the work
+    bad = [name for name, w in model.named_parameters() if not bool(torch.isfinite(w).all())]
+    if bad:  # a diverged run's checkpoint: every readout would be NaN, reported as a result
+        raise InputError(
+            f"run {str(run_dir)!r}: the checkpoint's weights are not finite ({bad[0]}"
+            f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}), so the run diverged; "
+            f"expected a network with finite weights."
+        )
     corpus_spec = str(tcfg.get("corpus"))
     if not (corpus_spec == "me" or corpus_spec.startswith("me:")):
         raise InputError(
@@ -206,13 +228,21 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     }
     if slow is not None:
         twin, tfirst = _windows(corpus, "train", T, probe_windows)
-        _, tslow = _readouts(model, twin, P)
-        tblocks = tfirst[:, None] + np.arange(1, nb)
-        predict = _fit_probe(tslow[:, : nb - 1].reshape(-1, tslow.shape[-1]),
-                             pst_all[tblocks].reshape(-1, V))  # fmt: skip
-        readouts["slow-state probe"] = predict(
-            slow[:, : nb - 1].reshape(-1, slow.shape[-1])
-        ).reshape(target.shape)
+        ttarget = pst_all[tfirst[:, None] + np.arange(1, nb)].reshape(-1, V)
+
+        def probe(net, val_states, gated):  # fitted on training windows, read on validation
+            _, states = _readouts(net, twin, P, gated)
+            predict = _fit_probe(states[:, : nb - 1].reshape(-1, states.shape[-1]), ttarget)
+            return predict(val_states[:, : nb - 1].reshape(-1, val_states.shape[-1])).reshape(
+                target.shape
+            )
+
+        if bool((model.slow[-1].gate() != 0).any()):
+            readouts["slow-state probe"] = probe(model, slow, gated=True)
+        untrained = initial_network(model.config, tcfg["seed"])
+        readouts["slow-state probe, untrained network"] = probe(
+            untrained, _readouts(untrained, win, P, gated=False)[1], gated=False
+        )
     tv = {}
     for name in READOUTS:
         if name in readouts:
@@ -223,7 +253,8 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     edges = np.quantile(y_blocks, np.linspace(0, 1, bins + 1))
     which = np.clip(np.searchsorted(edges, y_blocks, side="right") - 1, 0, bins - 1)
     binned = {"y": [float(y_blocks[which == k].mean()) for k in range(bins)]}
-    for name in ("y known", "model head", "slow-state probe", "Bayes filter, head readout"):
+    for name in ("y known", "model head", "slow-state probe", "slow-state probe, untrained network",
+                 "Bayes filter, head readout"):
         if name in readouts:
             flat = readouts[name].reshape(-1, V)
             binned[name] = [flat[which == k].mean(axis=0).tolist() for k in range(bins)]

@@ -274,3 +274,18 @@ def test_text_note_only_for_figures_that_read_the_text(tmp_path, monkeypatch, on
     read = {p.parent.name for n in gallery.select(only) for p, _ in gallery._outputs(n, ctx)
             if p.name == "ablation.nc"}  # fmt: skip
     assert ("reproduce-text" in read) == note
+
+
+def test_sweep_rows_read_nulls_as_nan(tmp_path):
+    """`save_json` writes strict JSON, so the standard error of a single validation window (NaN)
+    is null in phi_vs_pst_sweep.json; the rows read it back as NaN, a number the figure's error
+    bars take, not None."""
+    from fastslow_sim.io import save_json
+
+    refs = ("Bayes filter, head readout", "Bayes filter p_st", "corpus frequencies")
+    row = {"sweep": "P", "P": 8, "arm": "coupled", "run": "r",
+           "tv": {k: {"mean": 0.1, "se": float("nan")} for k in (*refs, "model head")}}  # fmt: skip
+    path = save_json({"rows": [row]}, tmp_path / "phi_vs_pst_sweep.json")
+    assert '"se": null' in path.read_text()
+    (back,) = gallery.sweep_rows(path)
+    assert all(v["mean"] == 0.1 and np.isnan(v["se"]) for v in back["tv"].values())

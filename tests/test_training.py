@@ -247,10 +247,10 @@ def test_phi_vs_pst(tmp_path):
         train(cfg, corpus)
         runs[variant] = phi_vs_pst(tmp_path / variant)
     tv = runs["coupled"]["tv"]
-    assert set(tv) == {"model head", "slow-state probe", "Bayes filter, head readout",
-                       "Bayes filter p_st", "slow law over the last 3 blocks",
-                       "previous block's histogram", "corpus frequencies", "uniform",
-                       "y known"}  # fmt: skip
+    assert set(tv) == {"model head", "slow-state probe", "slow-state probe, untrained network",
+                       "Bayes filter, head readout", "Bayes filter p_st",
+                       "slow law over the last 3 blocks", "previous block's histogram",
+                       "corpus frequencies", "uniform", "y known"}  # fmt: skip
     assert all(0 <= v["mean"] <= 1 and v["se"] >= 0 for v in tv.values())
     # the filter tracks y: far closer to p_st than any readout that does not; and read out like
     # the head it is aligned with the block it predicts (one block off, TV would be about 0.8)
@@ -260,11 +260,26 @@ def test_phi_vs_pst(tmp_path):
     # the baselines do not depend on the network
     assert runs["dense"]["tv"]["uniform"] == tv["uniform"]
     # a dense model has a head readout but no slow state to probe
-    assert "slow-state probe" not in runs["dense"]["tv"] and "model head" in runs["dense"]["tv"]
-    # a zero gate passes nothing: the probe of frozen-gate is one constant distribution
-    probe = np.array(runs["frozen-gate"]["binned"]["slow-state probe"])
-    assert np.ptp(probe, axis=0).max() < 1e-9
+    assert not any(k.startswith("slow-state probe") for k in runs["dense"]["tv"])
+    assert "model head" in runs["dense"]["tv"]
+    # a zero gate passes nothing: frozen-gate's probe would be one constant distribution (it was
+    # printed as a readout, 0.45 TV); only its untrained control is reported
+    assert "slow-state probe" not in runs["frozen-gate"]["tv"]
+    assert "slow-state probe, untrained network" in runs["frozen-gate"]["tv"]
     assert np.ptp(np.array(runs["coupled"]["binned"]["slow-state probe"]), axis=0).max() > 1e-3
+    # the control is the run's own initial network: frozen-gate never moves its slow path
+    from fastslow_sim.probe import initial_network, load_run
+
+    trained, tcfg = load_run(tmp_path / "frozen-gate")
+    state = torch.get_rng_state()
+    init = initial_network(trained.config, tcfg["seed"])
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random state untouched
+    for (name, a), (_, b) in zip(init.slow.named_parameters(), trained.slow.named_parameters()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(init.lm_head.weight, trained.lm_head.weight)  # the rest trained
+    # the same control in every arm of one seed (their initial slow paths are the same)
+    control = "slow-state probe, untrained network"
+    assert runs["frozen-gate"]["tv"][control] == tv[control]
     with pytest.raises(fs.InputError, match="needs an 'me' corpus"):
         txt = tmp_path / "t.txt"
         txt.write_text("abc " * 3000)
@@ -783,3 +798,33 @@ def test_runs_in_threads_of_one_process_train_their_own_seeds(tmp_path, text_fil
     assert {s: r["val_loss"] for s, r in together.items()} == \
         {s: r["val_loss"] for s, r in alone.items()}  # fmt: skip
     assert len({r["val_loss"] for r in alone.values()}) == 3  # the seeds differ
+
+
+def test_phi_vs_pst_refuses_a_diverged_checkpoint(tmp_path):
+    """A run that diverged left a checkpoint of NaN weights; phi-vs-pst printed `nan ± nan` for
+    every network readout with exit status 0 and wrote bare NaN into its JSON. It now refuses
+    the checkpoint in one sentence (exit 2), and writes nothing."""
+    spec = "me:tokens=20000"
+    out = tmp_path / "run"
+    train(TrainConfig(corpus=spec, variant="coupled", out=str(out), tokens=1000, **TINY))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["model"]["slow.0.phi.c_fc.weight"][0, 0] = float("nan")
+    torch.save(ckpt, out / "ckpt.pt")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: run {str(out)!r}: the checkpoint's weights are not finite "
+                          "(slow.0.phi.c_fc.weight), so the run diverged; expected a network "
+                          "with finite weights.\n")  # fmt: skip
+    assert not (out / "phi_vs_pst.json").exists()
+
+
+def test_save_json_writes_strict_json(tmp_path):
+    """`save_json` wrote Python's bare NaN and Infinity (not JSON, RFC 8259); a non-finite
+    number is now null, as in every --json output."""
+    from fastslow_sim.io import save_json
+
+    path = save_json({"a": float("nan"), "b": [1.5, float("inf")], "c": np.float64(2.0)},
+                     tmp_path / "x.json")  # fmt: skip
+    data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert {k: v for k, v in data.items() if k != "fastslow_sim_version"} == \
+        {"a": None, "b": [1.5, None], "c": 2.0}  # fmt: skip

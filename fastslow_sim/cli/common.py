@@ -4,7 +4,6 @@ one-sentence errors, output paths, and the summary printing."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -126,19 +125,9 @@ def _raised_writing_stdout(err: OSError) -> bool:
 
 def json_text(obj) -> str:
     """Strict JSON (RFC 8259 has no NaN or Infinity): non-finite numbers become null."""
+    from ..io import strict_json
 
-    def finite(v):
-        if isinstance(v, dict):
-            return {k: finite(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [finite(x) for x in v]
-        if isinstance(v, float):
-            return v if math.isfinite(v) else None
-        if hasattr(v, "tolist"):  # numpy scalars and arrays, torch tensors: Python values
-            return finite(v.tolist())
-        return v
-
-    return json.dumps(finite(obj), allow_nan=False, default=float)
+    return strict_json(obj)
 
 
 def _digits(text: str) -> int | None:

@@ -362,8 +362,10 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     distance (± standard error across validation windows) to p_st(y_b) of the block being
     predicted, through the model's own next-token distribution late in the block (where the
     chain has mixed; every arm) and through a probe on the last layer's gated slow state
-    (slow-path arms), beside the baselines (the Bayes filter read out the same two ways, the
-    previous block's histogram, corpus frequencies, uniform). Writes RUN_DIR/phi_vs_pst.json.
+    (slow-path arms with an open gate), with its control, the same probe on the slow state of
+    the network as initialised (the run's seed, no step), beside the baselines (the Bayes
+    filter read out the same two ways, the previous block's histogram, corpus frequencies,
+    uniform). Writes RUN_DIR/phi_vs_pst.json.
 
     \b
     Example:
