@@ -503,3 +503,22 @@ def test_numpy_temperatures_are_numbers():
     for t in (np.float32(0.8), np.int64(1), np.float64(0.5)):
         out = model.generate(idx, 2, temperature=t, generator=torch.Generator().manual_seed(0))
         assert out.shape == (1, 5)
+
+
+def test_the_mapping_names_the_equation_that_attention_steps():
+    """The printed mapping called `x <- S x` a step of "the master equation with generator
+    S - I"; under the project's convention (eps dx/dt = Q^T x) that is the forward equation,
+    which `S x` is not (it does not conserve the total; see the test above): the row now says
+    backward for `x + Q x` and forward for `p + Q^T p`, and EXPERIMENTS.md carries the table as
+    `fastslow-sim mapping --markdown` prints it."""
+    from pathlib import Path
+
+    from fastslow_sim.bridge.mapping import MAPPING, render_mapping
+
+    (row,) = [r for r in MAPPING if r["ode"].startswith("generator Q")]
+    assert "x <- S x = x + Q x is one unit Euler step of the backward master equation" in row["gap"]
+    assert "p <- S^T p = p + Q^T p (eps dx/dt = Q^T x)" in row["gap"]
+    experiments = Path(__file__).resolve().parents[1] / "scripts" / "EXPERIMENTS.md"
+    if not experiments.is_file():
+        pytest.skip("scripts/EXPERIMENTS.md is not in this tree (an installed wheel's tests)")
+    assert render_mapping("markdown") in experiments.read_text()

@@ -58,9 +58,11 @@ MAPPING = [
         "ode": "generator Q (rows sum to zero, rates >= 0)",
         "network": "attention weights S (rows of softmax weights sum to one): Q = S - I",
         "holds": "exact (with identity value and output maps)",
-        "gap": "with identity W_V and W_O, one attention update x <- S x is one unit Euler step "
-        "of the master equation with generator S - I (tested); with learned W_V, W_O, MLPs "
-        "and LayerNorm the trained block is not a generator",
+        "gap": "with identity W_V and W_O, one attention update x <- S x = x + Q x is one unit "
+        "Euler step of the backward master equation dx/dt = Q x (tested); a distribution over "
+        "tokens moves by the forward one, p <- S^T p = p + Q^T p (eps dx/dt = Q^T x), "
+        "conserving its total; with learned W_V, W_O, MLPs and LayerNorm the trained block is "
+        "not a generator",
     },
 ]
 
