@@ -423,6 +423,24 @@ def _changed_text(corpus: Corpus, where: str) -> str:
             f"{where!r} was made (its contents' sha256 differs)")  # fmt: skip
 
 
+def _computed_otherwise(summary: dict, cfg: TrainConfig) -> str | None:
+    """How the finished run of `summary` computed otherwise than `cfg` would, or None: on
+    another kind of device (CUDA trains in bf16 autocast, the CPU in float32) or with another
+    `compile` (fused kernels round otherwise). A resume may change either; a result reused
+    beside the other arms' runs may not."""
+    try:
+        kind = torch.device(str(summary.get("device"))).type
+    except (RuntimeError, ValueError):  # no device recorded, or not one torch knows
+        kind = None
+    want = _device(cfg.device).type
+    if kind != want:
+        return f"made on {kind or 'an unrecorded device'}, this run on {want}"
+    held = bool((summary.get("train_config") or {}).get("compile"))
+    if held != bool(cfg.compile):
+        return f"compile = {held} there, {bool(cfg.compile)} here"
+    return None
+
+
 def _held_config(out: Path) -> dict | None:
     """The configuration of the run in `out` (its summary's, else its checkpoint's), with its
     corpus fingerprint as "corpus_sha256" where it has one, or None."""
@@ -462,6 +480,13 @@ def check_run_folder(out, resume: bool = False, same_as=None) -> None:
             f"{_changed_text(corpus, str(out))}, which this run would replace; expected another "
             f"output folder (--out of reproduce, --runs-dir of sweep), or the file as it was."
         )
+    if diff is None:
+        try:
+            summary = json.loads((out / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = None
+        if isinstance(summary, dict) and summary.get("finished"):
+            diff = _computed_otherwise(summary, cfg)
     if diff is not None:
         raise InputError(
             f"the run folder {str(out)!r} holds a run of another configuration ({diff}), which "
@@ -1022,7 +1047,8 @@ def _runs_from_sweep(sw, arms, seeds) -> dict:
 def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None:
     """The summary of a finished run of exactly this configuration in `cfg.out`, made on the
     contents `corpus` has now, else None: re-running `reproduce` skips the runs it already has
-    (and can be split over processes)."""
+    (and can be split over processes). The run must also have computed as this one would
+    (`_computed_otherwise`)."""
     path = Path(cfg.out) / "summary.json"
     try:
         s = json.loads(path.read_text())
@@ -1031,6 +1057,7 @@ def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None
     held = s.get("train_config")
     same = s.get("finished") and isinstance(held, dict) and \
         _difference(held, cfg.comparable(), free=RESULT_FREE) is None  # fmt: skip
+    same = same and _computed_otherwise(s, cfg) is None
     return s if same and not _corpus_changed(s.get("corpus_sha256"), corpus) else None
 
 

@@ -111,6 +111,22 @@ def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
     other = _cfg(tmp_path, "part", spec, tokens=3000, ckpt_interval=3)
     assert _finished_run(other, corpus) is not None
     check_run_folder(tmp_path / "part", same_as=lambda: (other, corpus))  # does not refuse
+    # but not one that computed otherwise: compiled (other rounding), or on CUDA (bf16), which
+    # a reproduce on the CPU paired with its float32 runs of the other arms
+    # (and the folder is not trained over: the run there is refused as another configuration)
+    compiled = _cfg(tmp_path, "part", spec, tokens=3000, compile=True)
+    assert _finished_run(compiled, corpus) is None
+    with pytest.raises(fs.InputError, match=r"another configuration \(compile = False there, "
+                                            r"True here\)"):  # fmt: skip
+        check_run_folder(tmp_path / "part", same_as=lambda: (compiled, corpus))
+    path = tmp_path / "part" / "summary.json"
+    held = json.loads(path.read_text())
+    path.write_text(json.dumps({**held, "device": "cuda:0"}))
+    assert _finished_run(other, corpus) is None
+    with pytest.raises(fs.InputError, match=r"\(made on cuda, this run on cpu\)"):
+        check_run_folder(tmp_path / "part", same_as=lambda: (other, corpus))
+    path.write_text(json.dumps(held))
+    assert _finished_run(other, corpus) is not None
     a = torch.load(tmp_path / "full" / "ckpt.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "part" / "ckpt.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
