@@ -650,7 +650,10 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
                 f["x"] = family.graph_x(np.array([f["x"]]), np.array([f["y"]]))[0].tolist()
                 f["mean"] = float(np.array(f["x"]) @ readout_vector(n))
     P, T, segment = _with_folds_and_range_ends(family, P, T, turns, folds, y_lo, y_hi, scale)
-    tol = 1e-12 * (1.0 + max(abs(y_lo), abs(y_hi)))
+    # points and folds this near the range count as in it; a quarter of a narrower range at
+    # most: at 1e-12 every branch across the range [0.1, 0.1 + 1e-13] spanned no more than
+    # that, was taken for a fold touching the range (below), and none was found
+    tol = min(1e-12 * (1.0 + max(abs(y_lo), abs(y_hi))), 0.25 * (y_hi - y_lo))
     inside = (P[:, n] >= y_lo - tol) & (P[:, n] <= y_hi + tol)
     in_range = [f is not None and y_lo - tol <= f["y"] <= y_hi + tol for f in folds]
     stab, stab_err = np.full(len(P), np.nan), np.full(len(P), np.nan)
@@ -691,6 +694,10 @@ def critical_branches(family, y_range, h=0.02, h_max=0.05, max_points=20000) -> 
             branches[-1]["max_real_eigenvalue"] = _branch_sup(
                 family, P[judged], stab[judged], stab_err[judged], y_lo, y_hi
             )
+    if not branches:  # the curve passes through its start at y_lo: no branch is a failure
+        raise RuntimeError(f"the continuation found no branch of the critical manifold in the y "
+                           f"range [{y_lo!r}, {y_hi!r}], though the curve starts in it; "
+                           f"no gap or stability can be given.")  # fmt: skip
     inside &= np.isin(segment, list(branch_of))
     return {"x": P[inside, :n], "y": P[inside, n], "stability": stab[inside],
             "stability_error": stab_err[inside],
@@ -929,8 +936,9 @@ def identity_gap(family, curve) -> float:
     the largest jump between neighbouring points of the top is polished by a bounded scalar
     optimiser over the graph's parameter `s` between its neighbours, on the arcs that lie in the
     range. Otherwise it is the maximum over the sampled points (`identity_gap_kind`)."""
-    if not len(curve["y"]):
-        return 0.0
+    if not len(curve["y"]):  # no point is no gap: 0.0 here read as the linear identity
+        raise RuntimeError("the critical manifold's curve holds no point, so it has no gap to "
+                           "the linear identity; expected the branches of a y range.")
     d = np.max(np.abs(curve["x"] - _linear_reference(family, curve)), axis=1)
     if identity_gap_kind(family) != "sup":
         return float(d.max())

@@ -724,13 +724,42 @@ def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def _float_text(v: float) -> str:
+    """`v` in a folder name: `:g` (the names sweeps have always had) where that reads back as
+    `v`, else the shortest text that does (`repr`): `lr=0.0010000001` was `lr0.001`, the folder
+    of `lr=0.001` too, and its run replaced the other's."""
+    text = f"{v:g}"
+    return text if v != v or float(text) == v else repr(v)
+
+
 def _label(grid: dict, values) -> str:
     """Folder name of a cell from its swept values: `coupled-seed0` for arm=coupled, seed=0."""
     parts = []
     for k, v in zip(grid, values):
-        text = f"{v:g}" if isinstance(v, float) else str(v)
+        text = _float_text(v) if isinstance(v, float) else str(v)
         parts.append(text if k in ("arm", "variant", "system") else f"{k}{text}")
     return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in "-".join(parts))
+
+
+def _swept(grid: dict, values) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in zip(grid, values))
+
+
+def _check_labels(grid: dict, labelled: list) -> None:
+    """Two cells never share a run folder (the second run replaced the first): values that
+    differ only in characters a folder name does not keep (`text:a/b`, `text:a_b`), or only in
+    case (one folder on a case-insensitive file system), are refused before any work."""
+    seen = {}
+    for label, values in labelled:  # [(folder name, swept values)]
+        other = seen.setdefault(label.casefold(), (label, values))
+        if other[1] is not values:
+            how = ("" if other[0] == label else ", on a file system that ignores case "
+                   "(macOS, Windows)")  # fmt: skip
+            raise InputError(f"--grid cells {_swept(grid, other[1])} and {_swept(grid, values)} "
+                             f"would share the run folder {other[0]!r}{how}, so one run would "
+                             f"replace the other; expected swept values that give distinct folder "
+                             f"names (a name keeps letters, digits and -_.+, writes any other "
+                             f"character as _, and may not tell case apart).")  # fmt: skip
 
 
 def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple[tuple, str, dict]]:
@@ -740,6 +769,9 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
     fingerprints = {}  # a text corpus's contents, read once for every cell of this sweep
     checked = set()  # the checks never look at seed (checked by its option) or the run folder
     shape = [range(len(v)) for v in grid.values()]
+    if task.needs_out:  # every cell's folder is its own, checked before any cell is checked
+        values = [[grid[k][i] for k, i in zip(grid, idx)] for idx in itertools.product(*shape)]
+        _check_labels(grid, [(_label(grid, v), v) for v in values])
     for idx in itertools.product(*shape):
         values = [grid[k][i] for k, i in zip(grid, idx)]
         params = {**fixed, **dict(zip(grid, values))}

@@ -99,3 +99,25 @@ def test_example_runs_as_a_script_and_saves_its_png(name, tmp_path):
     assert res.returncode == 0, res.stderr
     assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     assert "saved" in res.stdout
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_example_keeps_a_users_file_of_its_pngs_name(name, tmp_path):
+    """Run as a script, each example wrote its PNG with a plain savefig into the current folder,
+    replacing a file of the user's of that name (their own plot, say). It is refused before the
+    work, in one sentence, with a non-zero exit status, and the file is kept byte for byte."""
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    mine = tmp_path / f"{name}.png"
+    fig.savefig(mine)  # a PNG of the user's: matplotlib's, without fastslow-sim's mark
+    plt.close(fig)
+    before = mine.read_bytes()
+    res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode != 0, res.stdout
+    assert res.stderr == (f"Error: the figure path '{name}.png' holds a file that fastslow-sim "
+                          f"did not write; it is never replaced: remove it or choose another "
+                          f"path.\n")  # fmt: skip
+    assert res.stdout == ""  # refused before the work
+    assert mine.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.png"]  # no temporary file

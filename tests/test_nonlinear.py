@@ -701,3 +701,61 @@ def test_the_oscillations_range_passes_the_folds_by_eps_to_the_two_thirds():
     scaled = np.array(scaled)
     np.testing.assert_allclose(scaled, np.tile(scaled[-1], (3, 1)), rtol=0.05)
     assert 1.0 < scaled[-1, 0] < scaled[-1, 1] < 3.0
+
+
+@pytest.mark.parametrize("kappa, y_range", [
+    (3.0, (0.1, 0.1000000000001)),  # width 1e-13: none of the three branches was found
+    (3.0, (0.1, float(np.nextafter(0.1, 1.0)))),  # one float apart
+    (3.0, (0.0, 1e-12)),  # the widths 1e-12 (1 + |y|) and less: no branch, gap 0 as success
+    (3.0, (0.0, 1e-300)),
+    (5.0, (-0.3, -0.3 + 1e-13)),  # between the folds
+])  # fmt: skip
+def test_a_narrow_range_finds_the_branches_across_it(kappa, y_range):
+    """A branch across a range narrower than 1e-12 (1 + |y|) spanned no more y than the
+    tolerance with which a segment that only touches the range at a fold is dropped: every
+    branch was dropped, and the gap of no points was 0. Each branch crosses it with a point on
+    each end, as across a range 1e-6 wide at the same place."""
+    fam = NonlinearBirthDeath(kappa=kappa)
+    a, b = y_range
+    curve = critical_branches(fam, y_range)
+    wide = critical_branches(fam, (a, a + 1e-6))
+    assert [br["stable"] for br in curve["branches"]] == [br["stable"] for br in wide["branches"]]
+    assert len(curve["branches"]) >= 1
+    for k, br in enumerate(curve["branches"]):
+        ys = curve["y"][curve["branch_id"] == k]
+        assert (ys.min(), ys.max()) == (a, b) == (br["y_min"], br["y_max"])
+    np.testing.assert_allclose([br["mean_min"] for br in curve["branches"]],
+                               [br["mean_min"] for br in wide["branches"]], rtol=0, atol=1e-5)  # fmt: skip
+    assert identity_gap(fam, curve) == pytest.approx(identity_gap(fam, wide), abs=1e-5)
+
+
+def test_no_branch_is_no_gap_of_zero(monkeypatch, tmp_path):
+    """The gap of an empty curve was 0.0, the linear identity's: `manifold` printed gap = 0.0000
+    and exited 0 for a range in which it had found nothing. An empty curve has no gap, and a
+    continuation that finds no branch is a failure (exit 1, one sentence)."""
+    from click.testing import CliRunner
+
+    import fastslow_sim.nonlinear as nl
+    from fastslow_sim.cli import main
+
+    fam = NonlinearBirthDeath(kappa=3.0)
+    empty = {"x": np.zeros((0, 8)), "y": np.zeros(0), "branches": [], "folds": []}
+    with pytest.raises(RuntimeError, match="holds no point, so it has no gap"):
+        identity_gap(fam, empty)
+    # a continuation whose points all miss the range (as the narrow ranges above lost theirs)
+    original = nl._with_folds_and_range_ends
+
+    def off_range(*args, **kw):
+        P, T, segment = original(*args, **kw)
+        return P + np.append(np.zeros(8), 10.0), T, segment
+
+    monkeypatch.setattr(nl, "_with_folds_and_range_ends", off_range)
+    with pytest.raises(RuntimeError, match=r"found no branch .* in the y range \[0.1, 0.2"):
+        critical_branches(fam, (0.1, 0.2))
+    monkeypatch.setattr(nl, "critical_branches", lambda *a, **k: empty)
+    out = tmp_path / "m.nc"
+    res = CliRunner().invoke(main, ["manifold", "--kappa", "3", "--y-range", "0.1", "0.2",
+                                    "--no-plot", "--json", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "holds no point, so it has no gap" in res.output and "Traceback" not in res.output
+    assert '"gap"' not in res.output and not out.exists()

@@ -1603,3 +1603,46 @@ def test_a_train_network_cell_on_a_changed_text_file_is_not_taken_as_done(tmp_pa
     me_params = {k: v for k, v in me.items() if k != "out"}  # the key never held the folder
     old = json.dumps({"task": "train-network", "params": me_params}, sort_keys=True, default=str)
     assert sw.cell_key("train-network", me) == hashlib.sha256(old.encode()).hexdigest()[:20]
+
+
+def test_train_cells_of_close_values_get_folders_of_their_own(tmp_path):
+    """lr=0.001 and lr=0.0010000001 were both named `lr0.001` (floats written with 6 digits):
+    the second run replaced the first in the one folder, and both cells named it. A value that
+    6 digits write exactly keeps its old name (the folders of earlier sweeps are found)."""
+    import fastslow_sim.sweep as sw
+
+    store, runs = tmp_path / "t.zarr", tmp_path / "t-runs"
+    res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", "lr=0.001,0.0010000001",
+                                    "--store", str(store), "--workers", "0", "--json",
+                                    *TINY_TRAIN])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in runs.iterdir()) == ["lr0.001", "lr0.0010000001"]
+    for name, lr in (("lr0.001", 0.001), ("lr0.0010000001", 0.0010000001)):
+        assert json.loads((runs / name / "summary.json").read_text())["train_config"]["lr"] == lr
+    assert xr.open_zarr(store)["run_dir"].values.tolist() == [str(runs / "lr0.001"),
+                                                              str(runs / "lr0.0010000001")]
+    grid = {"lr": [1e-5, 0.3, 0.1 + 0.2, -0.0, 0.0], "seed": [0]}
+    assert [sw._label(grid, [v, 0]) for v in grid["lr"]] == [
+        "lr1e-05-seed0", "lr0.3-seed0", "lr0.30000000000000004-seed0", "lr-0-seed0", "lr0-seed0"]
+
+
+@pytest.mark.parametrize("values, shared", [
+    (["text:{d}/a b", "text:{d}/a_b"], "corpustext_{d}_a_b"),  # characters written as _
+    (["4k", "4K"], "tokens4k"),  # one folder where case is not told apart
+])  # fmt: skip
+def test_train_cells_that_would_share_a_folder_are_refused_before_any_work(tmp_path, values, shared):
+    key = "corpus" if values[0].startswith("text:") else "tokens"
+    values = [v.format(d=tmp_path) for v in values]
+    for v in values:
+        if v.startswith("text:"):
+            Path(v[5:]).write_text("the slow manifold " * 200)
+    store = tmp_path / "t.zarr"
+    args = _tiny_train(f"--{key}")
+    res = CliRunner().invoke(main, ["sweep", "train-network", "--grid", f"{key}={','.join(values)}",
+                                    "--store", str(store), "--workers", "0", *args])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    shared = shared.format(d=str(tmp_path).replace("/", "_"))
+    assert res.output.startswith(f"Error: --grid cells {key}={values[0]!r} and {key}={values[1]!r} "
+                                 f"would share the run folder {shared!r}")
+    assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert not store.exists() and not (tmp_path / "t-runs").exists()

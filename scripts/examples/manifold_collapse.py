@@ -68,11 +68,25 @@ def main(ax=None, eps_values=EPS) -> dict:
 
 
 if __name__ == "__main__":
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
+    from fastslow_sim.analysis import save_figure
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.io import check_writable
+
+    png = "manifold_collapse.png"
+    try:  # a file of the user's of that name is never replaced: refused before the work
+        check_writable(png, "figure")
+    except InputError as err:
+        sys.exit(f"Error: {err}")
     out = main()
     for eps, r in out["ratio"].items():
         print(f"eps = {eps:<5g} max|x - h0(y)| / max eps|h1(y)| after the layer = {r:.4f} (theory -> 1)")
-    out["figure"].savefig("manifold_collapse.png", dpi=130, bbox_inches="tight")
-    print("saved manifold_collapse.png")
+    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
+        save_figure(out["figure"], png)
+    except (InputError, OSError) as err:
+        sys.exit(f"Error: {err}")
+    print(f"saved {png}")
