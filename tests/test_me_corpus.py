@@ -383,3 +383,14 @@ def test_a_token_count_between_blocks_is_said_to_be_rounded_down():
     assert odd["note"] == ("tokens=5,003 is not a whole number of blocks of P = 8: the corpus "
                            "holds 625 blocks, 5,000 tokens")  # fmt: skip
     assert "note" not in load_corpus("me:tokens=5000", P=8, context=16).summary()
+
+
+@pytest.mark.parametrize("context, P", [(20, 8), (16, 32)])
+def test_corpus_refuses_a_context_that_no_run_can_train(context, P):
+    """`corpus me --context 20 --P 8` printed reference losses for windows of 20 tokens, which
+    `train-network` refuses (not whole blocks); the command now refuses them the same way."""
+    res = CliRunner().invoke(main, ["corpus", "me:tokens=3k", "--context", str(context), "--P",
+                                    str(P)])  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output == (f"Error: --context {context} is not a multiple of P={P}; expected "
+                          "whole blocks per window, as train-network does.\n")  # fmt: skip

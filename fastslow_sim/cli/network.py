@@ -54,6 +54,10 @@ def corpus(spec, P, context, as_json):
     _, P_int = parse_eps_P(None, P)
     if context < 1:
         raise InputError(f"--context must be a positive integer; got {context}.")
+    if (spec == "me" or spec.startswith("me:")) and context % P_int:
+        # the references are for the windows a run trains on, and train-network refuses these
+        raise InputError(f"--context {context} is not a multiple of P={P_int}; expected whole "
+                         f"blocks per window, as train-network does.")  # fmt: skip
     c = load_corpus(spec, P=P_int, context=context)
     info = c.summary()
     if as_json:
