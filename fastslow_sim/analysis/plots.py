@@ -19,6 +19,30 @@ from .._version import __version__
 from .palette import WIDTH, eps_color, state_colors
 
 
+def script_figure(path):
+    """For a script that ends by saving one figure at `path`: checks now, before the script's
+    work, that `path` may be written (a file of the user's there is never replaced) and returns
+    `save(fig)`, which writes it with `save_figure`. Either ends the script with one sentence
+    on stderr and exit status 1 where the file cannot be written, not a traceback."""
+    import sys
+
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.io import check_writable
+
+    try:
+        check_writable(path, "figure")
+    except InputError as err:
+        sys.exit(f"Error: {err}")
+
+    def save(fig) -> Path:
+        try:  # checked again at the write: a file made meanwhile
+            return save_figure(fig, path)
+        except (InputError, OSError) as err:
+            sys.exit(f"Error: {err}")
+
+    return save
+
+
 def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
     either complete on disk or absent. A PNG, PDF, SVG, PS, TIFF or WebP file names

@@ -41,20 +41,13 @@ def main(ax=None, eps_values=EPS, t_end: float = 2.0) -> dict:
 
 
 if __name__ == "__main__":
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis import save_figure
-    from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.analysis.plots import script_figure
 
     png = "first_order_correction.png"
-    try:  # a file of the user's of that name is never replaced: refused before the work
-        check_writable(png, "figure")
-    except InputError as err:
-        sys.exit(f"Error: {err}")
+    save = script_figure(png)  # a file of the user's of that name is refused before the work
     out = main()
     ds = out["dataset"]
     print(f"{'eps':>8} {'|x-h0|':>11} {'|x-h0-eps h1|':>14} {'|y-y_red|':>11}")
@@ -63,8 +56,5 @@ if __name__ == "__main__":
               f"{ds['err_y'].values[i]:>11.3e}")  # fmt: skip
     s = out["slopes"]
     print(f"{'slope':>8} {s['err_h0']:>11.3f} {s['err_h1']:>14.3f} {s['err_y']:>11.3f}  (theory 1, 2, 1)")
-    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
-        save_figure(out["figure"], png)
-    except (InputError, OSError) as err:
-        sys.exit(f"Error: {err}")
+    save(out["figure"])
     print(f"saved {png}")

@@ -83,27 +83,17 @@ def main(ax=None, n: int = N_STATES, ratios=(0.1, 10.0)) -> dict:
 
 
 if __name__ == "__main__":
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis import save_figure
-    from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.analysis.plots import script_figure
 
     png = "gth_birth_death.png"
-    try:  # a file of the user's of that name is never replaced: refused before the work
-        check_writable(png, "figure")
-    except InputError as err:
-        sys.exit(f"Error: {err}")
+    save = script_figure(png)  # a file of the user's of that name is refused before the work
     out = main()
     print(f"birth-death chain, {N_STATES} states: largest relative error against the closed form")
     print(f"| r | {' | '.join(next(iter(out['errors'].values())))} |")
     for r, row in out["errors"].items():
         print(f"| {r:g} | " + " | ".join(f"{e:.1e}" for e in row.values()) + " |")
-    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
-        save_figure(out["figure"], png)
-    except (InputError, OSError) as err:
-        sys.exit(f"Error: {err}")
+    save(out["figure"])
     print(f"saved {png}")

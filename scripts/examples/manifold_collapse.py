@@ -68,25 +68,15 @@ def main(ax=None, eps_values=EPS) -> dict:
 
 
 if __name__ == "__main__":
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis import save_figure
-    from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.analysis.plots import script_figure
 
     png = "manifold_collapse.png"
-    try:  # a file of the user's of that name is never replaced: refused before the work
-        check_writable(png, "figure")
-    except InputError as err:
-        sys.exit(f"Error: {err}")
+    save = script_figure(png)  # a file of the user's of that name is refused before the work
     out = main()
     for eps, r in out["ratio"].items():
         print(f"eps = {eps:<5g} max|x - h0(y)| / max eps|h1(y)| after the layer = {r:.4f} (theory -> 1)")
-    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
-        save_figure(out["figure"], png)
-    except (InputError, OSError) as err:
-        sys.exit(f"Error: {err}")
+    save(out["figure"])
     print(f"saved {png}")

@@ -68,27 +68,17 @@ def main(ax=None, P: int = P, H: float = 0.1, n_blocks: int = 12) -> dict:
 
 
 if __name__ == "__main__":
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis import save_figure
-    from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.analysis.plots import script_figure
 
     png = "multirate_skeleton.png"
-    try:  # a file of the user's of that name is never replaced: refused before the work
-        check_writable(png, "figure")
-    except InputError as err:
-        sys.exit(f"Error: {err}")
+    save = script_figure(png)  # a file of the user's of that name is refused before the work
     out = main()
     print(f"{out['tokens']} tokens, {out['slow_updates']} slow updates (one per {P} tokens)")
     for h, e in out["errors"].items():
         print(f"H = {h:<6g} max |y_k - y(kH)| = {e:.3e}")
     print(f"order in H: {out['order']:.3f} (theory 1); max |1^T x - 1| = {out['mass_error']:.1e}")
-    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
-        save_figure(out["figure"], png)
-    except (InputError, OSError) as err:
-        sys.exit(f"Error: {err}")
+    save(out["figure"])
     print(f"saved {png}")

@@ -70,27 +70,17 @@ def main(ax=None, tokens: int = 16_384, seed: int = 0, out: str | None = None) -
 
 
 if __name__ == "__main__":
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis import save_figure
-    from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.analysis.plots import script_figure
 
     png = "tiny_gate.png"
-    try:  # a file of the user's of that name is never replaced: refused before the work
-        check_writable(png, "figure")
-    except InputError as err:
-        sys.exit(f"Error: {err}")
+    save = script_figure(png)  # a file of the user's of that name is refused before the work
     out = main()
     g = out["gates"]
     print(f"gate |tanh alpha| per layer: step 0 {g[0].tolist()}, last step {np.round(g[-1], 4).tolist()}")
     print(f"validation loss {out['val_loss']:.4f} nats/token; uniform ln V = {out['uniform_loss']:.4f}, "
           f"ignore-y {out['ignore_y_loss']:.4f}, Bayes floor {out['bayes_floor_loss']:.4f}")
-    try:  # and at the write (one made meanwhile), in one sentence, not a traceback
-        save_figure(out["figure"], png)
-    except (InputError, OSError) as err:
-        sys.exit(f"Error: {err}")
+    save(out["figure"])
     print(f"saved {png}")
