@@ -711,11 +711,10 @@ def _initial_state(system, x0, y0, x_name="x0", y_name="y0"):
                 f"of the {system.name} system; got {count_text(v.size)}"
                 + (f" ({v.tolist()})." if v.size <= 16 else ".")
             )
-    if not np.all(np.isfinite(x0)) or not np.all(np.isfinite(y0)):
-        raise InputError(
-            f"{x_name} and {y_name} must be finite; got {x_name}={x0.tolist()}, "
-            f"{y_name}={y0.tolist()}."
-        )
+    bad = [(name, v) for name, v in ((x_name, x0), (y_name, y0)) if not np.all(np.isfinite(v))]
+    if bad:  # only the one at fault is named: `--y0 nan` does not blame the default --x0
+        raise InputError(" and ".join(name for name, _ in bad) + " must be finite; got "
+                         + ", ".join(f"{name}={v.tolist()}" for name, v in bad) + ".")
     if system.conserves_mass and (np.any(x0 < 0) or abs(x0.sum() - 1.0) > 1e-12):
         raise InputError(
             f"{x_name} must be a probability vector (entries >= 0 summing to 1); got "

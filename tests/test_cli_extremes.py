@@ -414,7 +414,11 @@ def test_torchdiffeq_max_steps_bounds_the_whole_run(method, budget, rtol, tmp_pa
         (["--x0", "0.5,0.5"], "--x0 must have 8 entries, one per state of the birth-death "
                               "system; got 2 ([0.5, 0.5])."),
         (["--x0", "0.5,0.6,0,0,0,0,0,0"], "--x0 must be a probability vector"),
-        (["--y0", "nan"], "--x0 and --y0 must be finite; got --x0=["),
+        # only the option at fault: the default --x0 was named beside it
+        (["--y0", "nan"], "--y0 must be finite; got --y0=[nan]."),
+        (["--x0", "nan,0,0,0,0,0,0,1", "--y0", "inf"],
+         "--x0 and --y0 must be finite; got --x0=[nan, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], "
+         "--y0=[inf]."),
         (["--t-end", "1e-303", "--n-eval", "1000000"],
          "is too short for 1,000,000 distinct equally spaced saved times: their spacing 1e-309 "
          "is below 2.23e-308, the smallest normal float64 (smaller times lose digits); expected "
