@@ -742,8 +742,10 @@ def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
 @pytest.mark.parametrize("command", [
     ["reproduce", "--corpus", "me", "--tokens", "2048", "--seeds", "2", "--arms", "dense",
      "--batch-size", "2", "--context", "64", "--threads", "0", "--out", "{tmp}/r"],
+    # a 20k-token me corpus: sweep checks --threads with each cell's settings, after loading its
+    # corpus (the default me corpus: about 7 s a seed, twice; the refusal is the same)
     ["sweep", "train-network", "--threads", "0", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
-     "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
+     "--tokens", "2048", "--batch-size", "2", "--block-size", "64", "--corpus", "me:tokens=20000"],
     ["sweep", "train-network", "--threads", "x", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
      "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
 ])  # fmt: skip
