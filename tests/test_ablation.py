@@ -335,13 +335,16 @@ PHI_TINY = dict(block_size=16, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4
 
 @pytest.fixture(scope="module")
 def phi_runs(tmp_path_factory):
-    """A finished me run, one stopped after 4 of 32 steps, and a finished run on `random`."""
+    """A finished me run, one stopped after 4 of 32 steps, and a run on `random` stopped after 1
+    of 4 (a finished one's closing evaluation reads all 6,250 validation windows of 16 tokens:
+    most of this fixture's time; phi-vs-pst refuses the run for its corpus either way)."""
     from fastslow_sim.training import train
 
     root = tmp_path_factory.mktemp("phi")
-    for name, corpus, stop in (("done", "me:tokens=20k", None), ("cut", "me:tokens=20k", 4),
-                               ("rand", "random", None)):  # fmt: skip
-        train(TrainConfig(corpus=corpus, out=str(root / name), tokens=2048 if stop else 256,
+    for name, corpus, tokens, stop in (("done", "me:tokens=20k", 256, None),
+                                       ("cut", "me:tokens=20k", 2048, 4),
+                                       ("rand", "random", 256, 1)):  # fmt: skip
+        train(TrainConfig(corpus=corpus, out=str(root / name), tokens=tokens,
                           stop_after_steps=stop, **PHI_TINY))  # fmt: skip
     return root
 

@@ -198,7 +198,24 @@ def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):
         assert float(cells[7]) < 1e-12 and float(cells[8]) < 1e-12  # the two paths agree
 
 
+def _bench_threads_rows(stdout, steps):
+    """The two cases' rows of bench_threads' table: both loads, the same numbers on 1 and on
+    `--threads` threads, and `steps` training steps in both settings."""
+    rows = [ln for ln in stdout.splitlines() if ln.startswith("| birth-death 8")]
+    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
+    assert all("bit for bit (success)" in row for row in rows), rows
+    rows = [ln for ln in stdout.splitlines() if ln.startswith("| network, tiny-gate")]
+    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
+    assert all(f"({steps} steps) |" in row for row in rows), rows  # both settings trained them
+
+
 def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys):
+    """bench_threads refuses bad arguments in one sentence, and runs an integrate case and a
+    training case under both loads: in this process, on shortened copies of cases 2 and 8
+    (t_end 10 -> 1, 16 -> 2 training steps on a 20k-token corpus: an eighth of the steps);
+    the script run as a command on the cases as they are: the slow test below."""
+    import torch
+
     bench = load_script("bench_threads")
     n_cases = len(bench.CASES)
     for args in (["--cases", "0"], ["--cases", str(n_cases + 1)], ["--cases", "x"],
@@ -208,17 +225,33 @@ def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys
             bench.main()
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and "error:" in err and "Traceback" not in err, args
+    keys = list(bench.CASES)
+    train_case = next(i for i, v in enumerate(bench.CASES.values(), 1) if v[0] == "train")
+    integrate_case, train_key = bench.CASES[keys[1]], keys[train_case - 1]
+    assert integrate_case[:3] == ("birth-death", {}, "rodas4") and integrate_case[-1] == 10.0
+    assert bench.CASES[train_key][-1] == 16
+    cases = dict(bench.CASES)
+    cases[keys[1]] = (*integrate_case[:-1], 1.0)
+    cases[train_key] = (*bench.CASES[train_key][:-1], 2)
+    monkeypatch.setattr(bench, "CASES", cases)
+    monkeypatch.setattr(bench, "TRAIN_CORPUS", "me:tokens=20000")
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", ["bench_threads.py", "--cases", f"2,{train_case}",
+                                      "--rounds", "1"])  # fmt: skip
+    bench.main()
+    _bench_threads_rows(capsys.readouterr().out, 2)
+    assert torch.get_num_threads() == threads  # the script's settings do not outlive its runs
+
+
+@pytest.mark.slow  # 15-50 s: the script as a command, on cases 2 and 8 as they are
+def test_bench_threads_runs_its_cases_as_a_command():
+    bench = load_script("bench_threads")
     train_case = next(i for i, v in enumerate(bench.CASES.values(), 1) if v[0] == "train")
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_threads.py"), "--cases",
                         f"2,{train_case}", "--rounds", "1"], capture_output=True, text=True,
                        timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| birth-death 8")]
-    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
-    assert all("bit for bit (success)" in row for row in rows), rows
-    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| network, tiny-gate")]
-    assert [row.split(" | ")[1] for row in rows] == ["idle", "1 busy process"]
-    assert all("(16 steps) |" in row for row in rows), rows  # both settings trained 16 steps
+    _bench_threads_rows(r.stdout, 16)
 
 
 def test_march_target_needs_the_speed_and_the_error_against_radau():

@@ -297,7 +297,9 @@ def test_random_tokens_stay_near_ln_v():
     model = FastSlowLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
-    for _ in range(150):
+    # 60 steps (was 150): val loss - ln V measured +0.0045 (+0.0007 at 150); with the slow path
+    # reading the block it is in (a leak of up to P - 1 future tokens), -0.49 (-1.33 at 150)
+    for _ in range(60):
         idx = torch.randint(0, V, (16, 65), generator=g)
         _, loss = model(idx[:, :-1], idx[:, 1:])
         opt.zero_grad()

@@ -427,11 +427,13 @@ def test_train_refuses_a_run_folder_whose_folder_is_missing(tmp_path):
 def test_default_run_folder_is_made_with_runs(tmp_path, monkeypatch):
     """Without --out the run goes to runs/VARIANT-CORPUS-seedS, runs/ made as needed."""
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(main, ["train-network", "--corpus", "random", "--tokens", "128",
-                                    "--context", "32", "--batch-size", "4", "--json"])  # fmt: skip
+    # a 20k-token me corpus, not `random`: the run's closing evaluation reads every validation
+    # window (3,125 of `random`'s 100k tokens, 62 here), which was nearly all of the test's time
+    res = CliRunner().invoke(main, ["train-network", "--corpus", "me:tokens=20000", "--tokens",
+                                    "128", "--context", "32", "--batch-size", "4", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["steps"] == 1
-    assert (tmp_path / "runs" / "coupled-random-seed0" / "summary.json").is_file()
+    assert (tmp_path / "runs" / "coupled-me:tokens=20000-seed0" / "summary.json").is_file()
 
 
 def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):
@@ -439,7 +441,8 @@ def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):
     (it was refused on a fresh clone: "folder 'runs' does not exist"); another missing folder
     above --out is still refused, and nothing is made."""
     monkeypatch.chdir(tmp_path)
-    tiny = ["train-network", "--corpus", "random", "--tokens", "128", "--context", "32",
+    # a small corpus, as in the test above (`random`'s closing evaluation took most of the time)
+    tiny = ["train-network", "--corpus", "me:tokens=20000", "--tokens", "128", "--context", "32",
             "--batch-size", "4", "--json"]  # fmt: skip
     res = CliRunner().invoke(main, [*tiny, "--out", "runs/mine"])
     assert res.exit_code == 0, res.output
@@ -773,8 +776,10 @@ def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
 @pytest.mark.parametrize("command", [
     ["reproduce", "--corpus", "me", "--tokens", "2048", "--seeds", "2", "--arms", "dense",
      "--batch-size", "2", "--context", "64", "--threads", "0", "--out", "{tmp}/r"],
+    # a 20k-token me corpus: sweep checks --threads with each cell's settings, after loading its
+    # corpus (the default me corpus: about 7 s a seed, twice; the refusal is the same)
     ["sweep", "train-network", "--threads", "0", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
-     "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
+     "--tokens", "2048", "--batch-size", "2", "--block-size", "64", "--corpus", "me:tokens=20000"],
     ["sweep", "train-network", "--threads", "x", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
      "--tokens", "2048", "--batch-size", "2", "--block-size", "64"],
 ])  # fmt: skip
