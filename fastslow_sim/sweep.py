@@ -129,6 +129,9 @@ class Task:
     inner_dims: tuple[str, ...] = ()
     needs_out: bool = False
     validate: Callable[[dict], None] | None = None  # the task's own checks of a cell, no work
+    # the part of `validate` that needs nothing made first (train-network: its settings, not its
+    # corpus): a refusal there is judged by it alone, so no corpus is made to name the option
+    settings: Callable[[dict], None] | None = None
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
@@ -442,11 +445,9 @@ def _train_config(c) -> tuple:
     """`(TrainConfig, corpus)` of a train-network cell (the `arm`, when given, sets the variant
     and the depth as in `reproduce`)."""
     from .corpora import load_corpus
-    from .training import TrainConfig, arm_config, parse_tokens
+    from .training import TrainConfig, arm_config
 
-    fields = {k: v for k, v in c.items() if k not in ("arm", "tokens")}
-    fields["tokens"] = parse_tokens(c["tokens"])
-    fields["progress"] = False
+    fields = _train_fields(c)
     corpus = load_corpus(c["corpus"], P=c["P"], context=c["block_size"])
     if c["arm"]:
         fields.update(arm_config(c["arm"], {k: v for k, v in fields.items() if k != "variant"},
@@ -454,9 +455,27 @@ def _train_config(c) -> tuple:
     return TrainConfig(**fields), corpus
 
 
+def _train_fields(c) -> dict:
+    """The `TrainConfig` fields of a train-network cell, before its `arm` sets any."""
+    from .training import parse_tokens
+
+    fields = {k: v for k, v in c.items() if k not in ("arm", "tokens")}
+    return {**fields, "tokens": parse_tokens(c["tokens"]), "progress": False}
+
+
+def _validate_train_settings(cell):
+    """The settings of a train-network cell, before its corpus is made (the default me corpus
+    takes about 14 s); an arm sets only the variant and the depth, which `_validate_train`
+    checks."""
+    from .training import TrainConfig, _validate
+
+    _validate(TrainConfig(**_train_fields(cell)))
+
+
 def _validate_train(cell):
     from .training import check_config
 
+    _validate_train_settings(cell)
     check_config(*_train_config(cell))
 
 
@@ -530,6 +549,7 @@ def _tasks() -> dict[str, Task]:
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
             validate=_validate_train, claim=_claim_train, aliases={"context": "block_size"},
+            settings=_validate_train_settings,
             description="one training run per cell (arm: as in reproduce)",
         ),
     }  # fmt: skip
@@ -809,7 +829,12 @@ def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
     (`--min-lr: ...`) where the grid plays no part (no other cell passed, and changing any one
     swept value gives the same sentence), else beside the cell's swept values (`--grid
     kappa=1 with --system: ...`)."""
-    reason = _refusal(task.claim if claim else task.validate, params)
+    check = task.claim if claim else task.validate
+    reason = None
+    if not claim and task.settings is not None:  # refused there: judged there, nothing made
+        reason = _refusal(task.settings, params)
+        check = task.validate if reason is None else task.settings
+    reason = reason or _refusal(check, params)
     if reason is None:
         return
     values = {k: params[k] for k in grid}
@@ -823,10 +848,10 @@ def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
         _flag(task, k) for k, opt in task.options.items()
         if k not in grid and k not in ("out", "corpus") and opt.sweepable
         and params.get(k, opt.default) != opt.default
-        and _refusal(task.validate, {**params, k: opt.default}) is None
+        and _refusal(check, {**params, k: opt.default}) is None
     )  # fmt: skip
     if flags and not others_passed and all(
-        _refusal(task.validate, {**params, k: v}) == reason
+        _refusal(check, {**params, k: v}) == reason
         for k, vs in grid.items() if k != "seed" for v in vs if v != params[k]
     ):  # fmt: skip
         raise InputError(f"{', '.join(flags)}: {reason}")

@@ -793,6 +793,24 @@ def test_reproduce_and_sweeps_refuse_bad_threads_before_any_work(tmp_path, comma
     assert "Traceback" not in res.output and list(tmp_path.iterdir()) == []
 
 
+def test_sweep_refuses_a_bad_setting_before_making_any_corpus(tmp_path, monkeypatch):
+    """`sweep train-network --threads 0` on the default me corpus generated each cell's
+    1.2M-token corpus (about 14 s) before refusing the setting: the settings are now checked
+    first, and no corpus is made."""
+    from fastslow_sim import corpora
+
+    def made(*args, **kwargs):
+        raise AssertionError("a corpus was made before the settings were checked")
+
+    monkeypatch.setattr(corpora, "load_corpus", made)
+    for option, value in (("--threads", "0"), ("--lr", "-1")):
+        res = CliRunner().invoke(main, ["sweep", "train-network", option, value, "--grid",
+                                        "seed=0,1", "--store", str(tmp_path / "s.zarr")])  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith("Error: ") and "AssertionError" not in res.output
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_runs_in_threads_of_one_process_train_their_own_seeds(tmp_path, text_file):
     """A dask worker with two threads (`reproduce --scheduler`) ran two cells at once in one
     process: both seeded torch's process-wide random state and drew the weights from it in turn,
