@@ -484,17 +484,19 @@ def _claim_train(cell):
     again if unfinished), never another's, which training would replace."""
     from .training import check_run_folder
 
-    check_run_folder(cell["out"], same_as=lambda: _train_config(cell))
+    check_run_folder(cell["out"], same_as=lambda: _train_config(cell), here=False)
 
 
 def _run_train(cells):
     """`train` of one network; a finished run of the same configuration in its folder is reused."""
-    from .training import _finished_run, train
+    from .training import _finished_run, check_run_folder, train
 
     (c,) = cells
     cfg, corpus = _train_config(c)
     s = _finished_run(cfg, corpus)
     reused = s is not None
+    if not reused:  # judged here, where it trains: a finished run made on another device kind
+        check_run_folder(cfg.out, same_as=lambda: (cfg, corpus))  # is refused, not trained over
     s = s or train(cfg, corpus, log=lambda *a: None)
     gates = [float(np.mean(g)) for g in s["gates"]]
     cell = xr.Dataset(

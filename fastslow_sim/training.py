@@ -423,16 +423,23 @@ def _changed_text(corpus: Corpus, where: str) -> str:
             f"{where!r} was made (its contents' sha256 differs)")  # fmt: skip
 
 
-def _computed_otherwise(summary: dict, cfg: TrainConfig) -> str | None:
+def _computed_otherwise(summary: dict, cfg: TrainConfig, here: bool = True) -> str | None:
     """How the finished run of `summary` computed otherwise than `cfg` would, or None: on
     another kind of device (CUDA trains in bf16 autocast, the CPU in float32) or with another
     `compile` (fused kernels round otherwise). A resume may change either; a result reused
-    beside the other arms' runs may not."""
+    beside the other arms' runs may not. `here=False`: `cfg` runs in another process (a
+    sweep's worker, which may have a CUDA device this one lacks), so `device="auto"` is not
+    resolved here and an explicit device is not checked for availability."""
     try:
         kind = torch.device(str(summary.get("device"))).type
     except (RuntimeError, ValueError):  # no device recorded, or not one torch knows
         kind = None
-    want = _device(cfg.device).type
+    if here:
+        want = _device(cfg.device).type
+    elif cfg.device == "auto":  # the worker decides: `train` there judges it (`_finished_run`)
+        want = kind
+    else:
+        want = torch.device(cfg.device).type
     if kind != want:
         return f"made on {kind or 'an unrecorded device'}, this run on {want}"
     held = bool((summary.get("train_config") or {}).get("compile"))
@@ -456,12 +463,13 @@ def _held_config(out: Path) -> dict | None:
         return None
 
 
-def check_run_folder(out, resume: bool = False, same_as=None) -> None:
+def check_run_folder(out, resume: bool = False, same_as=None, here: bool = True) -> None:
     """`InputError` unless the run folder `out` can take a run without replacing one: it holds
     none of `RUN_FILES`, or `resume` (`train` then checks the checkpoint's configuration), or
     `same_as` is given (a function returning the run's `(TrainConfig, Corpus)`) and the run in
     `out` has that configuration and was made on that corpus's contents (a rerun reuses it, or
-    trains it again if unfinished)."""
+    trains it again if unfinished) and, finished, computed as this run would
+    (`_computed_otherwise`; `here=False` where another process trains it)."""
     out = Path(out)
     existing = [n for n in RUN_FILES if (out / n).exists()]
     if not existing or resume:
@@ -486,7 +494,7 @@ def check_run_folder(out, resume: bool = False, same_as=None) -> None:
         except (OSError, ValueError):
             summary = None
         if isinstance(summary, dict) and summary.get("finished"):
-            diff = _computed_otherwise(summary, cfg)
+            diff = _computed_otherwise(summary, cfg, here)
     if diff is not None:
         raise InputError(
             f"the run folder {str(out)!r} holds a run of another configuration ({diff}), which "

@@ -392,5 +392,6 @@ def test_corpus_refuses_a_context_that_no_run_can_train(context, P):
     res = CliRunner().invoke(main, ["corpus", "me:tokens=3k", "--context", str(context), "--P",
                                     str(P)])  # fmt: skip
     assert res.exit_code == 2
-    assert res.output == (f"Error: --context {context} is not a multiple of P={P}; expected "
-                          "whole blocks per window, as train-network does.\n")  # fmt: skip
+    assert res.output == (f"Error: the context {context} (--context) is not a multiple of "
+                          f"P={P} (--P); expected whole blocks per window, as train-network "
+                          "does.\n")  # fmt: skip

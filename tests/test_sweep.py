@@ -1648,3 +1648,26 @@ def test_train_cells_that_would_share_a_folder_are_refused_before_any_work(tmp_p
                                  f"would share the run folder {shared!r}")
     assert res.output.count("\n") == 1 and "Traceback" not in res.output
     assert not store.exists() and not (tmp_path / "t-runs").exists()
+
+
+def test_a_train_cell_whose_finished_run_was_made_on_another_device_is_refused_by_its_worker(
+        tmp_path):  # fmt: skip
+    """The sweep's client cannot tell where `--device auto` trains (its workers may have CUDA),
+    so the device kind of a finished run in a cell's folder is judged by the worker: a run made
+    on CUDA (bf16) is neither reused beside float32 runs nor trained over; the cell fails with
+    the sentence and the folder is as it was."""
+    store, runs = tmp_path / "t.zarr", tmp_path / "t-runs"
+
+    def sweep():
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0",
+                                         "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
+
+    assert sweep().exit_code == 0
+    summary = runs / "seed0" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "device": "cuda:0"}))
+    kept = {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()}
+    shutil.rmtree(store)
+    res = sweep()
+    assert res.exit_code == 1, res.output
+    assert "(made on cuda, this run on cpu)" in res.output, res.output
+    assert {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()} == kept

@@ -125,8 +125,14 @@ def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
     assert _finished_run(other, corpus) is None
     with pytest.raises(fs.InputError, match=r"\(made on cuda, this run on cpu\)"):
         check_run_folder(tmp_path / "part", same_as=lambda: (other, corpus))
+    # a sweep's client (here=False) leaves "auto" to the worker that trains the cell, which may
+    # have the CUDA device the client lacks; an explicit device is compared, never looked for
+    check_run_folder(tmp_path / "part", same_as=lambda: (other, corpus), here=False)
     path.write_text(json.dumps(held))
     assert _finished_run(other, corpus) is not None
+    on_cuda = _cfg(tmp_path, "part", spec, tokens=3000, device="cuda")
+    with pytest.raises(fs.InputError, match=r"\(made on cpu, this run on cuda\)"):
+        check_run_folder(tmp_path / "part", same_as=lambda: (on_cuda, corpus), here=False)
     a = torch.load(tmp_path / "full" / "ckpt.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "part" / "ckpt.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -776,8 +782,8 @@ def test_cli_threads_option_names_itself_and_is_recorded(tmp_path):
 @pytest.mark.parametrize("command", [
     ["reproduce", "--corpus", "me", "--tokens", "2048", "--seeds", "2", "--arms", "dense",
      "--batch-size", "2", "--context", "64", "--threads", "0", "--out", "{tmp}/r"],
-    # a 20k-token me corpus: sweep checks --threads with each cell's settings, after loading its
-    # corpus (the default me corpus: about 7 s a seed, twice; the refusal is the same)
+    # (the settings are checked before any corpus is made: see
+    # test_sweep_refuses_a_bad_setting_before_making_any_corpus)
     ["sweep", "train-network", "--threads", "0", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
      "--tokens", "2048", "--batch-size", "2", "--block-size", "64", "--corpus", "me:tokens=20000"],
     ["sweep", "train-network", "--threads", "x", "--grid", "seed=0,1", "--store", "{tmp}/s.zarr",
@@ -807,7 +813,8 @@ def test_sweep_refuses_a_bad_setting_before_making_any_corpus(tmp_path, monkeypa
         res = CliRunner().invoke(main, ["sweep", "train-network", option, value, "--grid",
                                         "seed=0,1", "--store", str(tmp_path / "s.zarr")])  # fmt: skip
         assert res.exit_code == 2, res.output
-        assert res.output.startswith("Error: ") and "AssertionError" not in res.output
+        assert res.output.startswith(f"Error: {option}: {option[2:]} must be ")  # named
+        assert res.output.count("\n") == 1 and "AssertionError" not in res.output
         assert list(tmp_path.iterdir()) == []
 
 

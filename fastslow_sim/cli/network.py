@@ -56,8 +56,9 @@ def corpus(spec, P, context, as_json):
         raise InputError(f"--context must be a positive integer; got {context}.")
     if (spec == "me" or spec.startswith("me:")) and context % P_int:
         # the references are for the windows a run trains on, and train-network refuses these
-        raise InputError(f"--context {context} is not a multiple of P={P_int}; expected whole "
-                         f"blocks per window, as train-network does.")  # fmt: skip
+        raise InputError(f"the context {context} (--context) is not a multiple of P={P_int} "
+                         f"(--P); expected whole blocks per window, as train-network "
+                         f"does.")  # fmt: skip
     c = load_corpus(spec, P=P_int, context=context)
     info = c.summary()
     if as_json:
