@@ -791,14 +791,14 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
     fingerprints = {}  # a text corpus's contents, read once for every cell of this sweep
     checked = set()  # the checks never look at seed (checked by its option) or the run folder
     shape = [range(len(v)) for v in grid.values()]
-    if task.needs_out:  # every cell's folder is its own, checked before any cell is checked
-        values = [[grid[k][i] for k, i in zip(grid, idx)] for idx in itertools.product(*shape)]
-        _check_labels(grid, [(_label(grid, v), v) for v in values])
-    for idx in itertools.product(*shape):
-        values = [grid[k][i] for k, i in zip(grid, idx)]
+    combos = [(idx, [grid[k][i] for k, i in zip(grid, idx)]) for idx in itertools.product(*shape)]
+    labels = [_label(grid, values) for _, values in combos] if task.needs_out else None
+    if labels is not None:  # every cell's folder is its own, checked before any cell is checked
+        _check_labels(grid, [(label, values) for label, (_, values) in zip(labels, combos)])
+    for n, (idx, values) in enumerate(combos):
         params = {**fixed, **dict(zip(grid, values))}
-        if task.needs_out:
-            params["out"] = str(Path(runs_dir) / _label(grid, values))
+        if labels is not None:
+            params["out"] = str(Path(runs_dir) / labels[n])
         what = repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("seed", "out")))
         if task.validate is not None and what not in checked:
             _check_cell(task, grid, params, others_passed=bool(checked))
