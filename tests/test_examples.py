@@ -105,7 +105,8 @@ def test_example_runs_as_a_script_and_saves_its_png(name, tmp_path):
 def test_example_keeps_a_users_file_of_its_pngs_name(name, tmp_path):
     """Run as a script, each example wrote its PNG with a plain savefig into the current folder,
     replacing a file of the user's of that name (their own plot, say). It is refused before the
-    work, in one sentence, with a non-zero exit status, and the file is kept byte for byte."""
+    work, in one sentence, with exit status 2 (the CLI's for a refused input), and the file is
+    kept byte for byte."""
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     mine = tmp_path / f"{name}.png"
@@ -114,7 +115,7 @@ def test_example_keeps_a_users_file_of_its_pngs_name(name, tmp_path):
     before = mine.read_bytes()
     res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert res.returncode != 0, res.stdout
+    assert res.returncode == 2, res.stdout
     assert res.stderr == (f"Error: the figure path '{name}.png' holds a file that fastslow-sim "
                           f"did not write; it is never replaced: remove it or choose another "
                           f"path.\n")  # fmt: skip

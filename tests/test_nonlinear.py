@@ -759,3 +759,20 @@ def test_no_branch_is_no_gap_of_zero(monkeypatch, tmp_path):
     assert res.exit_code == 1, res.output
     assert "holds no point, so it has no gap" in res.output and "Traceback" not in res.output
     assert '"gap"' not in res.output and not out.exists()
+
+
+def test_a_narrow_range_prints_its_two_ends_apart(tmp_path):
+    """`manifold --y-range 0.1 0.1000000000001` printed `y in [0.1, 0.1]` for the range and
+    `[0.1000, 0.1000]` for its branch: two ends that differ read as one point. Each is printed
+    with as many digits as it takes to tell them apart."""
+    from click.testing import CliRunner
+
+    from fastslow_sim.cli import main
+
+    res = CliRunner().invoke(main, ["manifold", "--kappa", "3", "--y-range", "0.1",
+                                    "0.1000000000001", "--no-plot",
+                                    "--out", str(tmp_path / "m.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "y in [0.1, 0.1000000000001]" in res.output.splitlines()[0]
+    branch_lines = [ln for ln in res.output.splitlines() if ln.startswith("branch ")]
+    assert branch_lines and all("y in [0.1, 0.1000000000001]," in ln for ln in branch_lines)

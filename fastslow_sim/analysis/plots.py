@@ -22,23 +22,28 @@ from .palette import WIDTH, eps_color, state_colors
 def script_figure(path):
     """For a script that ends by saving one figure at `path`: checks now, before the script's
     work, that `path` may be written (a file of the user's there is never replaced) and returns
-    `save(fig)`, which writes it with `save_figure`. Either ends the script with one sentence
-    on stderr and exit status 1 where the file cannot be written, not a traceback."""
+    `save(fig)`, which writes it with `save_figure`. Either ends the script with one sentence on
+    stderr, not a traceback, where the file cannot be written: exit status 2 for a path refused
+    (as the CLI refuses bad input), 1 for a write the system failed."""
     import sys
 
     from fastslow_sim.errors import InputError
     from fastslow_sim.io import check_writable
 
+    def refuse(err: Exception):
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(2 if isinstance(err, InputError) else 1)
+
     try:
         check_writable(path, "figure")
     except InputError as err:
-        sys.exit(f"Error: {err}")
+        refuse(err)
 
     def save(fig) -> Path:
         try:  # checked again at the write: a file made meanwhile
             return save_figure(fig, path)
         except (InputError, OSError) as err:
-            sys.exit(f"Error: {err}")
+            refuse(err)
 
     return save
 

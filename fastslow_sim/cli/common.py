@@ -359,6 +359,17 @@ def unsigned_zero(value: float, spec: str) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
+def range_text(a: float, b: float, spec: str = "g") -> str:
+    """`[a, b]` in `spec`, with more significant digits where `spec` would print two different
+    ends alike: a range 1e-13 wide at y = 0.1 is `[0.1, 0.1000000000001]`, not `[0.1, 0.1]`."""
+    lo, hi = unsigned_zero(a, spec), unsigned_zero(b, spec)
+    digits = 6
+    while a != b and lo == hi and digits < 17:
+        digits += 1
+        lo, hi = unsigned_zero(a, f".{digits}g"), unsigned_zero(b, f".{digits}g")
+    return f"[{lo}, {hi}]"
+
+
 def fmt_vec(v, digits=4, edge=8):
     """`[a, b, ...]` with `digits` significant digits; over `2 edge` entries, the first `edge`
     and the last 2, and how many there are (a 4,096-state vector is not a summary)."""

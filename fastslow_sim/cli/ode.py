@@ -34,6 +34,7 @@ from .common import (
     parse_eps_list,
     parse_eps_P,
     parse_vector,
+    range_text,
     system_option,
     systems_help,
     use_agg,
@@ -522,14 +523,14 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
             "out": str(out), "plot": None if plot_path is None else str(plot_path),
         }))  # fmt: skip
         return
-    click.echo(f"{system_name}, kappa = {kappa:g}, y in [{_num(a, 'g')}, {_num(b, 'g')}]")
+    click.echo(f"{system_name}, kappa = {kappa:g}, y in {range_text(a, b)}")
     click.echo(
         f"identity check (kappa = 0): max |x_newton(y) - p_st(y)| = "
         f"{_num(check['max_abs_diff'], '.2e')} over {plural(check['n_y'], 'value')} of y"
     )
     for br in branches:
         click.echo(
-            f"branch {br['index']}: y in [{_y_text(br['y_min'])}, {_y_text(br['y_max'])}], "
+            f"branch {br['index']}: y in {_branch_range(br['y_min'], br['y_max'])}, "
             f"mean c.x in [{_num(br['mean_min'], '.3f')}, {_num(br['mean_max'], '.3f')}], "
             f"{_stability_text(br)}"
         )
@@ -574,10 +575,12 @@ def _stability_text(br: dict) -> str:
     return f"{kind} (max Re lambda {_num(sup, '.3g')}{at_fold})"
 
 
-def _y_text(y: float) -> str:
-    """A branch's end: 4 decimals, or 6 significant digits beyond 1e6 (michaelis-menten's domain
-    reaches 9e306, 307 digits in fixed point)."""
-    return _num(y, ".4f") if abs(y) < 1e6 else _num(y, ".6g")
+def _branch_range(a: float, b: float) -> str:
+    """A branch's ends: 4 decimals, or 6 significant digits beyond 1e6 (michaelis-menten's domain
+    reaches 9e306, 307 digits in fixed point); more digits where those print the ends alike."""
+    if max(abs(a), abs(b)) < 1e6 and _num(a, ".4f") != _num(b, ".4f"):
+        return f"[{_num(a, '.4f')}, {_num(b, '.4f')}]"
+    return range_text(a, b, ".6g")
 
 
 @click.command()
