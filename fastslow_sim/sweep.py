@@ -516,9 +516,63 @@ def _run_train(cells):
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
             "reused": ((), int(reused), {"long_name": "1: a finished run in the folder was reused"}),
+            "device_kind": ((), _kind(s.get("device")),
+                            {"long_name": "kind of device the run trained on (cuda: bf16 autocast, "
+                                          "cpu: float32; '' where not recorded)"}),
         }
     )  # fmt: skip
     return [cell]
+
+
+def _kind(device) -> str:
+    """`"cuda"` of `"cuda:0"`: the device kind of a run's recorded device ("" where none)."""
+    import torch
+
+    try:
+        return torch.device(str(device)).type
+    except (RuntimeError, ValueError):
+        return ""
+
+
+def _auto_device_kind() -> str:
+    """Where `--device auto` trains in this process (a worker's, run there by `client.run`)."""
+    from .training import _device
+
+    return _device("auto").type
+
+
+def _held_train_kind(params: dict, ds: xr.Dataset) -> str | None:
+    """The device kind of the finished train-network cell `ds` where its worker chose it
+    (`--device auto`; an explicit device is part of the key), else None: its `device_kind`,
+    or in a cell written before that was recorded its run folder's ("" where neither says)."""
+    if params.get("device") != "auto":
+        return None
+    if "device_kind" in ds:
+        return str(ds["device_kind"].values)
+    try:
+        summary = json.loads((Path(str(ds["run_dir"].values)) / "summary.json").read_text())
+        return _kind(summary.get("device"))
+    except (OSError, ValueError, KeyError, AttributeError):
+        return ""
+
+
+def _check_held_kinds(grid: dict, held: list, kinds: set) -> None:
+    """`CellInputError` for the first finished cell of `held` (`[(params, kind)]`) made on
+    another device kind than `kinds`, those where this sweep's workers train: reused, it
+    would sit beside cells trained otherwise (CUDA in bf16, the CPU in float32), which
+    training refuses of a run folder too (`training._computed_otherwise`); recomputed, its
+    worker would find that run in the cell's folder and refuse it."""
+    for params, kind in held:
+        if {kind} == kinds:
+            continue
+        want = " and ".join(sorted(kinds))
+        where = "here" if len(kinds) == 1 else "on the cluster's workers"
+        raise CellInputError({k: params[k] for k in grid},
+                             f"the store holds this cell trained on {kind or 'an unrecorded device'}, "
+                             f"and --device auto trains on {want} {where}, so reusing it would mix "
+                             f"device kinds in one sweep; expected the sweep run where auto trains "
+                             f"on {kind or 'the device it was made on'}, or an explicit --device with "
+                             f"another --store and --runs-dir.")  # fmt: skip
 
 
 def _tasks() -> dict[str, Task]:
@@ -1496,6 +1550,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
     todo, retry, unreadable = [], set(), {}  # the cells to run; the files of failed, damaged ones
+    held = []  # finished train cells whose worker chose the device: [(params, device kind)]
     for cell in cells:
         path = cells_dir / f"{cell[1]}{CELL_SUFFIX}"
         try:
@@ -1511,6 +1566,12 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         elif retry_failed and str(ds["status"].values) == STATUS_FAILED:
             retry.add(path)
             todo.append(cell)
+        elif t.name == "train-network" and str(ds["status"].values) == STATUS_DONE:
+            kind = _held_train_kind(cell[2], ds)
+            if kind is not None:
+                held.append((cell[2], kind))
+    if held and local:  # its workers are processes of this machine; before anything is written
+        _check_held_kinds(grid, held, {_auto_device_kind()})
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
@@ -1532,8 +1593,10 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     try:
         with contextlib.ExitStack() as stack:
             # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
-            c = None if here or not todo else stack.enter_context(
+            c = None if here or not (todo or (held and not local)) else stack.enter_context(
                 _client(workers, scheduler, client, threads))  # fmt: skip
+            if held and not local:  # the cluster's workers decide where auto trains
+                _check_held_kinds(grid, held, set(c.run(_auto_device_kind).values()))
             try:
                 created = _create_store(store, parents)
                 consolidate(store, t, grid, fixed, cells, attrs)
@@ -1542,7 +1605,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                     _remove_made(store)  # no cell is this run's yet: another's are kept
                 raise
             try:
-                if c is None:
+                if c is None or not todo:
                     _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None,
                            progress, summary, on_chunk)  # fmt: skip
                 else:

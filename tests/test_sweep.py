@@ -1671,3 +1671,53 @@ def test_a_train_cell_whose_finished_run_was_made_on_another_device_is_refused_b
     assert res.exit_code == 1, res.output
     assert "(made on cuda, this run on cpu)" in res.output, res.output
     assert {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()} == kept
+
+
+def test_a_stored_train_cell_of_another_device_kind_is_refused_not_reused(tmp_path, monkeypatch):
+    """A cell of `--device auto` keeps the kind it trained on (device_kind); a rerun whose
+    workers would train on another kind refuses to reuse it (one sentence, exit status 2,
+    the store as it was): CUDA trains in bf16, the CPU in float32, and one sweep mixed them."""
+    import torch
+
+    store = tmp_path / "t.zarr"
+
+    def sweep():
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0",
+                                         "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
+
+    assert sweep().exit_code == 0
+    ds = xr.open_zarr(store)
+    assert ds["device_kind"].values.tolist() == ["cpu"]
+    assert "kind of device" in ds["device_kind"].attrs["long_name"]
+    kept = {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+
+    class Props:  # a simulated GPU, as tests/test_training.py's: auto would train on cuda
+        total_memory = 80 * 2**30
+
+    for name, value in [("is_available", lambda: True), ("device_count", lambda: 1),
+                        ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value)
+    res = sweep()
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("Error: --grid seed=0: the store holds this cell trained on cpu, "
+                                 "and --device auto trains on cuda here"), res.output  # fmt: skip
+    assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()} == kept
+    monkeypatch.undo()  # the same kind: reused as before
+    res = sweep()
+    assert res.exit_code == 0 and "1 already in the store" in res.output, res.output
+
+
+def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_folder(tmp_path):
+    """A cell without device_kind (older stores) is judged by its run folder's summary; with
+    neither it is of an unrecorded device, as training judges a run that recorded none."""
+    from fastslow_sim.sweep import _held_train_kind
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cell = xr.Dataset({"run_dir": ((), str(run))})
+    assert _held_train_kind({"device": "cpu"}, cell) is None  # an explicit device is in the key
+    assert _held_train_kind({"device": "auto"}, cell) == ""
+    (run / "summary.json").write_text(json.dumps({"device": "cuda:0"}))
+    assert _held_train_kind({"device": "auto"}, cell) == "cuda"
+    assert _held_train_kind({"device": "auto"}, cell.assign(device_kind=((), "cpu"))) == "cpu"
