@@ -133,6 +133,8 @@ class Task:
     # corpus): a refusal there is judged by it alone, so no corpus is made to name the option
     settings: Callable[[dict], None] | None = None
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
+    # defaults that depend on other parameters (manifold's, per system), set before the key
+    defaults: Callable[[dict], dict] | None = None
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -363,10 +365,31 @@ def _run_convergence(cells):
 # -- manifold ---------------------------------------------------------------------------------
 
 
+def _manifold_defaults(c) -> dict:
+    """The cell with `fastslow-sim manifold`'s per-system defaults where kappa, y_min or y_max
+    is unset (None): kappa 3 for birth-death, else 0; y from -1 to 1.5 cut to the system's
+    domain. Resolved before the key, so a cell is keyed by what it computes (a default
+    birth-death cell keeps the key it had when kappa 3 and -1..1.5 were the options' own)."""
+    from .nonlinear import default_kappa, default_y_range, family_for
+
+    c = dict(c)
+    if c["kappa"] is None:
+        c["kappa"] = default_kappa(c["system"])
+    if c["y_min"] is None or c["y_max"] is None:
+        try:
+            lo, hi = default_y_range(family_for(c["system"], c["kappa"]))
+        except InputError:  # a kappa the system does not take: the cell's check names it
+            return c
+        c["y_min"] = lo if c["y_min"] is None else c["y_min"]
+        c["y_max"] = hi if c["y_max"] is None else c["y_max"]
+    return c
+
+
 def _manifold_args(c) -> tuple:
     """`(family, (A, B))` of a manifold cell, checked as `fastslow-sim manifold` checks them."""
     from .nonlinear import check_y_range, family_for
 
+    c = _manifold_defaults(c)
     family = family_for(c["system"], c["kappa"])
     return family, check_y_range(family, (c["y_min"], c["y_max"]))
 
@@ -596,11 +619,15 @@ def _tasks() -> dict[str, Task]:
         "manifold": Task(
             "manifold",
             {"system": _integrate_options()["system"],
-             "kappa": Option(float, 3.0, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
-             "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
+             # None: `fastslow-sim manifold`'s per-system defaults (`_manifold_defaults`)
+             "kappa": Option(float, None, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
+             "y_min": Option(float, None), "y_max": Option(float, None),
              "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
-            description="branches, folds and the gap to the linear identity",
+            defaults=_manifold_defaults,
+            description="branches, folds and the gap to the linear identity (kappa, y_min, "
+                        "y_max: manifold's defaults per system, kappa 3 for birth-death else 0, "
+                        "y from -1 to 1.5 cut to the system's domain)",
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
@@ -851,6 +878,8 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
         _check_labels(grid, [(label, values) for label, (_, values) in zip(labels, combos)])
     for n, (idx, values) in enumerate(combos):
         params = {**fixed, **dict(zip(grid, values))}
+        if task.defaults is not None:
+            params = task.defaults(params)
         if labels is not None:
             params["out"] = str(Path(runs_dir) / labels[n])
         what = repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("seed", "out")))

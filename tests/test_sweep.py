@@ -1721,3 +1721,41 @@ def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_fold
     (run / "summary.json").write_text(json.dumps({"device": "cuda:0"}))
     assert _held_train_kind({"device": "auto"}, cell) == "cuda"
     assert _held_train_kind({"device": "auto"}, cell.assign(device_kind=((), "cpu"))) == "cpu"
+
+
+def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path):
+    """`sweep manifold --grid system=...` at default options computes what `fastslow-sim
+    manifold --system S` does: kappa 0 for a linear system (3 was refused), and the y range
+    cut to its domain (michaelis-menten: 0 to 1.5, where -1 was refused); explicit values win."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "manifold", "--grid", "system=michaelis-menten",
+                                    "--store", str(store), "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cell = xr.open_zarr(store).sel(system="michaelis-menten").load()
+    out = tmp_path / "m.nc"
+    res = CliRunner().invoke(main, ["manifold", "--system", "michaelis-menten", "--json",
+                                    "--no-plot", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cli, ref = json.loads(res.output), xr.load_dataset(out)
+    assert (cli["kappa"], cli["y_range"]) == (0.0, [0.0, 1.5])
+    held = sw._load_cell(store / CELLS / f"{cell['cell_key'].values}.npz")
+    params = json.loads(held.attrs["params"])
+    assert (params["kappa"], params["y_min"], params["y_max"]) == (0.0, 0.0, 1.5)
+    n = ref.sizes["point"]
+    for v in ref.data_vars:
+        assert np.array_equal(cell[v].values[:n], ref[v].values), v
+    assert float(cell["gap"]) == cli["gap"]
+    assert float(cell["identity_max_abs_diff"]) == cli["identity_max_abs_diff"]
+    assert int(cell["n_branches"]) == len(cli["branches"])
+    # explicit values still win, and a default birth-death cell keeps its key (kappa 3, -1..1.5)
+    t = sw.get_task("manifold")
+    fixed = sw.parse_options(t, {"y_min": "0.5"})
+    grid = {"system": ["michaelis-menten", "birth-death"]}
+    (_, _, mm), (_, _, bd) = sw.make_cells(t, grid, fixed)
+    assert (mm["kappa"], mm["y_min"], mm["y_max"]) == (0.0, 0.5, 1.5)
+    assert (bd["kappa"], bd["y_min"], bd["y_max"]) == (3.0, 0.5, 1.5)
+    old = {"system": "birth-death", "kappa": 3.0, "y_min": -1.0, "y_max": 1.5, "osc_eps": 0.01}
+    ((_, key, _),) = sw.make_cells(t, {"system": ["birth-death"]}, sw.parse_options(t, {}))
+    assert key == sw.cell_key("manifold", old)
