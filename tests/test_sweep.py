@@ -1707,6 +1707,15 @@ def test_a_stored_train_cell_of_another_device_kind_is_refused_not_reused(tmp_pa
     res = sweep()
     assert res.exit_code == 0 and "1 already in the store" in res.output, res.output
 
+    class Cluster:  # a cluster's workers decide where auto trains: asked, not this process
+        def run(self, f):
+            return {"tcp://a:1": "cpu", "tcp://b:1": "cuda"}
+
+    opts = dict(zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]))
+    with pytest.raises(InputError, match=r"trains on cpu and cuda on the cluster's workers"):
+        run_sweep("train-network", ["seed=0"], {k[2:]: v for k, v in opts.items()}, store,
+                  client=Cluster(), progress=False, log=lambda *a: None)  # fmt: skip
+
 
 def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_folder(tmp_path):
     """A cell without device_kind (older stores) is judged by its run folder's summary; with
