@@ -1129,6 +1129,23 @@ def family_for(system_name: str, kappa: float):
     return LinearFamily(make_system(system_name, eps=1.0).generator)
 
 
+MANIFOLD_KAPPA = 3.0  # birth-death's default: the manifold folds (onset at kappa = 4/3)
+MANIFOLD_Y_RANGE = (-1.0, 1.5)  # holds both folds at kappa = 3
+
+
+def default_kappa(system_name: str) -> float:
+    """The kappa of `fastslow-sim manifold` and `sweep manifold` where none is given: 3 for
+    birth-death (it folds), 0 for the others (linear: the only value they take)."""
+    return MANIFOLD_KAPPA if system_name == "birth-death" else 0.0
+
+
+def default_y_range(family) -> tuple[float, float]:
+    """The y range of `fastslow-sim manifold` and `sweep manifold` where none is given:
+    `MANIFOLD_Y_RANGE` cut to the family's domain (michaelis-menten: y >= 0)."""
+    lo, hi = family.domain()
+    return max(MANIFOLD_Y_RANGE[0], lo), min(MANIFOLD_Y_RANGE[1], hi)
+
+
 def manifold_dataset(family, y_range, osc_eps: float | None = 0.01, osc_t_end: float = 20.0,
                      warn: bool = True):  # fmt: skip
     """Branches, folds and gap of the critical manifold as a dataset; with folds and `osc_eps`,

@@ -133,6 +133,8 @@ class Task:
     # corpus): a refusal there is judged by it alone, so no corpus is made to name the option
     settings: Callable[[dict], None] | None = None
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
+    # defaults that depend on other parameters (manifold's, per system), set before the key
+    defaults: Callable[[dict], dict] | None = None
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -363,10 +365,31 @@ def _run_convergence(cells):
 # -- manifold ---------------------------------------------------------------------------------
 
 
+def _manifold_defaults(c) -> dict:
+    """The cell with `fastslow-sim manifold`'s per-system defaults where kappa, y_min or y_max
+    is unset (None): kappa 3 for birth-death, else 0; y from -1 to 1.5 cut to the system's
+    domain. Resolved before the key, so a cell is keyed by what it computes (a default
+    birth-death cell keeps the key it had when kappa 3 and -1..1.5 were the options' own)."""
+    from .nonlinear import default_kappa, default_y_range, family_for
+
+    c = dict(c)
+    if c["kappa"] is None:
+        c["kappa"] = default_kappa(c["system"])
+    if c["y_min"] is None or c["y_max"] is None:
+        try:
+            lo, hi = default_y_range(family_for(c["system"], c["kappa"]))
+        except InputError:  # a kappa the system does not take: the cell's check names it
+            return c
+        c["y_min"] = lo if c["y_min"] is None else c["y_min"]
+        c["y_max"] = hi if c["y_max"] is None else c["y_max"]
+    return c
+
+
 def _manifold_args(c) -> tuple:
     """`(family, (A, B))` of a manifold cell, checked as `fastslow-sim manifold` checks them."""
     from .nonlinear import check_y_range, family_for
 
+    c = _manifold_defaults(c)
     family = family_for(c["system"], c["kappa"])
     return family, check_y_range(family, (c["y_min"], c["y_max"]))
 
@@ -516,9 +539,63 @@ def _run_train(cells):
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
             "reused": ((), int(reused), {"long_name": "1: a finished run in the folder was reused"}),
+            "device_kind": ((), _kind(s.get("device")),
+                            {"long_name": "kind of device the run trained on (cuda: bf16 autocast, "
+                                          "cpu: float32; '' where not recorded)"}),
         }
     )  # fmt: skip
     return [cell]
+
+
+def _kind(device) -> str:
+    """`"cuda"` of `"cuda:0"`: the device kind of a run's recorded device ("" where none)."""
+    import torch
+
+    try:
+        return torch.device(str(device)).type
+    except (RuntimeError, ValueError):
+        return ""
+
+
+def _auto_device_kind() -> str:
+    """Where `--device auto` trains in this process (a worker's, run there by `client.run`)."""
+    from .training import _device
+
+    return _device("auto").type
+
+
+def _held_train_kind(params: dict, ds: xr.Dataset) -> str | None:
+    """The device kind of the finished train-network cell `ds` where its worker chose it
+    (`--device auto`; an explicit device is part of the key), else None: its `device_kind`,
+    or in a cell written before that was recorded its run folder's ("" where neither says)."""
+    if params.get("device") != "auto":
+        return None
+    if "device_kind" in ds:
+        return str(ds["device_kind"].values)
+    try:
+        summary = json.loads((Path(str(ds["run_dir"].values)) / "summary.json").read_text())
+        return _kind(summary.get("device"))
+    except (OSError, ValueError, KeyError, AttributeError):
+        return ""
+
+
+def _check_held_kinds(grid: dict, held: list, kinds: set) -> None:
+    """`CellInputError` for the first finished cell of `held` (`[(params, kind)]`) made on
+    another device kind than `kinds`, those where this sweep's workers train: reused, it
+    would sit beside cells trained otherwise (CUDA in bf16, the CPU in float32), which
+    training refuses of a run folder too (`training._computed_otherwise`); recomputed, its
+    worker would find that run in the cell's folder and refuse it."""
+    for params, kind in held:
+        if {kind} == kinds:
+            continue
+        want = " and ".join(sorted(kinds))
+        where = "here" if len(kinds) == 1 else "on the cluster's workers"
+        raise CellInputError({k: params[k] for k in grid},
+                             f"the store holds this cell trained on {kind or 'an unrecorded device'}, "
+                             f"and --device auto trains on {want} {where}, so reusing it would mix "
+                             f"device kinds in one sweep; expected the sweep run where auto trains "
+                             f"on {kind or 'the device it was made on'}, or an explicit --device with "
+                             f"another --store and --runs-dir.")  # fmt: skip
 
 
 def _tasks() -> dict[str, Task]:
@@ -542,11 +619,15 @@ def _tasks() -> dict[str, Task]:
         "manifold": Task(
             "manifold",
             {"system": _integrate_options()["system"],
-             "kappa": Option(float, 3.0, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
-             "y_min": Option(float, -1.0), "y_max": Option(float, 1.5),
+             # None: `fastslow-sim manifold`'s per-system defaults (`_manifold_defaults`)
+             "kappa": Option(float, None, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
+             "y_min": Option(float, None), "y_max": Option(float, None),
              "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
-            description="branches, folds and the gap to the linear identity",
+            defaults=_manifold_defaults,
+            description="branches, folds and the gap to the linear identity (kappa, y_min, "
+                        "y_max: manifold's defaults per system, kappa 3 for birth-death else 0, "
+                        "y from -1 to 1.5 cut to the system's domain)",
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
@@ -797,6 +878,8 @@ def make_cells(task: Task, grid: dict, fixed: dict, runs_dir=None) -> list[tuple
         _check_labels(grid, [(label, values) for label, (_, values) in zip(labels, combos)])
     for n, (idx, values) in enumerate(combos):
         params = {**fixed, **dict(zip(grid, values))}
+        if task.defaults is not None:
+            params = task.defaults(params)
         if labels is not None:
             params["out"] = str(Path(runs_dir) / labels[n])
         what = repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("seed", "out")))
@@ -1496,6 +1579,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
     todo, retry, unreadable = [], set(), {}  # the cells to run; the files of failed, damaged ones
+    held = []  # finished train cells whose worker chose the device: [(params, device kind)]
     for cell in cells:
         path = cells_dir / f"{cell[1]}{CELL_SUFFIX}"
         try:
@@ -1511,6 +1595,12 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         elif retry_failed and str(ds["status"].values) == STATUS_FAILED:
             retry.add(path)
             todo.append(cell)
+        elif t.name == "train-network" and str(ds["status"].values) == STATUS_DONE:
+            kind = _held_train_kind(cell[2], ds)
+            if kind is not None:
+                held.append((cell[2], kind))
+    if held and local:  # its workers are processes of this machine; before anything is written
+        _check_held_kinds(grid, held, {_auto_device_kind()})
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
@@ -1532,8 +1622,10 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     try:
         with contextlib.ExitStack() as stack:
             # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
-            c = None if here or not todo else stack.enter_context(
+            c = None if here or not (todo or (held and not local)) else stack.enter_context(
                 _client(workers, scheduler, client, threads))  # fmt: skip
+            if held and not local:  # the cluster's workers decide where auto trains
+                _check_held_kinds(grid, held, set(c.run(_auto_device_kind).values()))
             try:
                 created = _create_store(store, parents)
                 consolidate(store, t, grid, fixed, cells, attrs)
@@ -1542,7 +1634,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                     _remove_made(store)  # no cell is this run's yet: another's are kept
                 raise
             try:
-                if c is None:
+                if c is None or not todo:
                     _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None,
                            progress, summary, on_chunk)  # fmt: skip
                 else:

@@ -1671,3 +1671,100 @@ def test_a_train_cell_whose_finished_run_was_made_on_another_device_is_refused_b
     assert res.exit_code == 1, res.output
     assert "(made on cuda, this run on cpu)" in res.output, res.output
     assert {p: p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()} == kept
+
+
+def test_a_stored_train_cell_of_another_device_kind_is_refused_not_reused(tmp_path, monkeypatch):
+    """A cell of `--device auto` keeps the kind it trained on (device_kind); a rerun whose
+    workers would train on another kind refuses to reuse it (one sentence, exit status 2,
+    the store as it was): CUDA trains in bf16, the CPU in float32, and one sweep mixed them."""
+    import torch
+
+    store = tmp_path / "t.zarr"
+
+    def sweep():
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0",
+                                         "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
+
+    assert sweep().exit_code == 0
+    ds = xr.open_zarr(store)
+    assert ds["device_kind"].values.tolist() == ["cpu"]
+    assert "kind of device" in ds["device_kind"].attrs["long_name"]
+    kept = {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+
+    class Props:  # a simulated GPU, as tests/test_training.py's: auto would train on cuda
+        total_memory = 80 * 2**30
+
+    for name, value in [("is_available", lambda: True), ("device_count", lambda: 1),
+                        ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value)
+    res = sweep()
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("Error: --grid seed=0: the store holds this cell trained on cpu, "
+                                 "and --device auto trains on cuda here"), res.output  # fmt: skip
+    assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()} == kept
+    monkeypatch.undo()  # the same kind: reused as before
+    res = sweep()
+    assert res.exit_code == 0 and "1 already in the store" in res.output, res.output
+
+    class Cluster:  # a cluster's workers decide where auto trains: asked, not this process
+        def run(self, f):
+            return {"tcp://a:1": "cpu", "tcp://b:1": "cuda"}
+
+    opts = dict(zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]))
+    with pytest.raises(InputError, match=r"trains on cpu and cuda on the cluster's workers"):
+        run_sweep("train-network", ["seed=0"], {k[2:]: v for k, v in opts.items()}, store,
+                  client=Cluster(), progress=False, log=lambda *a: None)  # fmt: skip
+
+
+def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_folder(tmp_path):
+    """A cell without device_kind (older stores) is judged by its run folder's summary; with
+    neither it is of an unrecorded device, as training judges a run that recorded none."""
+    from fastslow_sim.sweep import _held_train_kind
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cell = xr.Dataset({"run_dir": ((), str(run))})
+    assert _held_train_kind({"device": "cpu"}, cell) is None  # an explicit device is in the key
+    assert _held_train_kind({"device": "auto"}, cell) == ""
+    (run / "summary.json").write_text(json.dumps({"device": "cuda:0"}))
+    assert _held_train_kind({"device": "auto"}, cell) == "cuda"
+    assert _held_train_kind({"device": "auto"}, cell.assign(device_kind=((), "cpu"))) == "cpu"
+
+
+def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path):
+    """`sweep manifold --grid system=...` at default options computes what `fastslow-sim
+    manifold --system S` does: kappa 0 for a linear system (3 was refused), and the y range
+    cut to its domain (michaelis-menten: 0 to 1.5, where -1 was refused); explicit values win."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "manifold", "--grid", "system=michaelis-menten",
+                                    "--store", str(store), "--workers", "0"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cell = xr.open_zarr(store).sel(system="michaelis-menten").load()
+    out = tmp_path / "m.nc"
+    res = CliRunner().invoke(main, ["manifold", "--system", "michaelis-menten", "--json",
+                                    "--no-plot", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cli, ref = json.loads(res.output), xr.load_dataset(out)
+    assert (cli["kappa"], cli["y_range"]) == (0.0, [0.0, 1.5])
+    held = sw._load_cell(store / CELLS / f"{cell['cell_key'].values}.npz")
+    params = json.loads(held.attrs["params"])
+    assert (params["kappa"], params["y_min"], params["y_max"]) == (0.0, 0.0, 1.5)
+    n = ref.sizes["point"]
+    for v in ref.data_vars:
+        assert np.array_equal(cell[v].values[:n], ref[v].values), v
+    assert float(cell["gap"]) == cli["gap"]
+    assert float(cell["identity_max_abs_diff"]) == cli["identity_max_abs_diff"]
+    assert int(cell["n_branches"]) == len(cli["branches"])
+    # explicit values still win, and a default birth-death cell keeps its key (kappa 3, -1..1.5)
+    t = sw.get_task("manifold")
+    fixed = sw.parse_options(t, {"y_min": "0.5"})
+    grid = {"system": ["michaelis-menten", "birth-death"]}
+    (_, _, mm), (_, _, bd) = sw.make_cells(t, grid, fixed)
+    assert (mm["kappa"], mm["y_min"], mm["y_max"]) == (0.0, 0.5, 1.5)
+    assert (bd["kappa"], bd["y_min"], bd["y_max"]) == (3.0, 0.5, 1.5)
+    old = {"system": "birth-death", "kappa": 3.0, "y_min": -1.0, "y_max": 1.5, "osc_eps": 0.01}
+    ((_, key, _),) = sw.make_cells(t, {"system": ["birth-death"]}, sw.parse_options(t, {}))
+    assert key == sw.cell_key("manifold", old)

@@ -433,10 +433,6 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
         click.echo(f"plot        {plot_path}")
 
 
-MANIFOLD_KAPPA = 3.0  # birth-death's default: the manifold folds (onset at kappa = 4/3)
-MANIFOLD_Y_RANGE = (-1.0, 1.5)  # holds both folds at kappa = 3
-
-
 @click.command()
 @system_option("Named system; only birth-death has a non-linear family (kappa != 0).")
 @click.option(
@@ -479,11 +475,18 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     """
     from ..io import save_dataset
     from ..manifold import identity_check
-    from ..nonlinear import OSC_EPS_MIN, check_y_range, family_for, manifold_dataset
+    from ..nonlinear import (
+        OSC_EPS_MIN,
+        check_y_range,
+        default_kappa,
+        default_y_range,
+        family_for,
+        manifold_dataset,
+    )
     from ..systems import make_system
 
     if kappa is None:
-        kappa = MANIFOLD_KAPPA if system_name == "birth-death" else 0.0
+        kappa = default_kappa(system_name)
     if not math.isfinite(kappa):
         raise InputError(f"--kappa must be a finite number; got {kappa}.")
     number("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
@@ -492,8 +495,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     number("--osc-eps", osc_eps, OSC_EPS_MIN, 1.0)
     family = family_for(system_name, kappa)
     if y_range is None:  # the default range, cut to the domain (michaelis-menten: y >= 0)
-        lo, hi = family.domain()
-        y_range = (max(MANIFOLD_Y_RANGE[0], lo), min(MANIFOLD_Y_RANGE[1], hi))
+        y_range = default_y_range(family)
     a, b = check_y_range(family, y_range)
     out, plot_path = output_paths(
         f"manifold-{system_name}-kappa{name_number(kappa)}", out, plot_path, no_plot
