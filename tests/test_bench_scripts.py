@@ -209,6 +209,7 @@ def _bench_threads_rows(stdout, steps):
     assert all(f"({steps} steps) |" in row for row in rows), rows  # both settings trained them
 
 
+@pytest.mark.slow
 def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys):
     """bench_threads refuses bad arguments in one sentence, and runs an integrate case and a
     training case under both loads: in this process, on shortened copies of cases 2 and 8
@@ -444,6 +445,7 @@ def test_network_rotates_the_order_and_reads_the_process_cpu_time(monkeypatch, c
     assert "| coupled/dense process CPU time (all threads) |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys):
     """bench_auto: each timed integrate call (between two clock readings) follows an untimed,
     identical one, so the first row is not charged the first call of the method auto picks."""

@@ -470,6 +470,7 @@ def test_stdout_that_cannot_take_the_output_is_one_sentence(args, tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.slow
 def test_sweep_on_a_cluster_into_a_full_stdout_blames_stdout_not_the_store(tmp_path):
     """`sweep --workers 1 > /dev/full` said "a file operation failed on 's.zarr': No space left
     on device (no cell had finished: the new store is removed)." when its `dask:` line could

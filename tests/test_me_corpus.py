@@ -94,6 +94,7 @@ def test_oracle_scores_the_generating_probabilities(default):
     np.testing.assert_allclose(default.blocks["log_oracle"][t], np.log(lik), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_floor_is_attained_on_a_long_independent_sample(default):
     """The filter's loss on another seed's 1.08M training tokens agrees with the reported floor:
     the floor is the predictor's expected loss, not a number fitted to one split."""

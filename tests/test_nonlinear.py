@@ -330,7 +330,8 @@ def test_an_empty_domain_is_refused():
 
 @pytest.mark.parametrize("system, y_range", [
     ("two-state", (300.0, "edge")),  # stalled at y = 354.545 when domain() was the real line
-    ("michaelis-menten", (1e299, 1e300)),  # ended at 9.996e299: the arc's length overflowed
+    pytest.param("michaelis-menten", (1e299, 1e300),  # ended at 9.996e299: the arc's length
+                 marks=pytest.mark.slow),  # overflowed (5 s)
     ("michaelis-menten", (1e306, "edge")),  # 20,000 steps that no longer moved y near the edge
 ])  # fmt: skip
 def test_linear_families_reach_the_range_end_far_out_and_at_the_domains_edge(system, y_range):
@@ -681,6 +682,7 @@ def test_a_generators_relaxation_is_never_reported_repelling():
     assert all(b["stable"] is not False for b in curve["branches"])
 
 
+@pytest.mark.slow
 def test_the_oscillations_range_passes_the_folds_by_eps_to_the_two_thirds():
     """`manifold --osc-eps 1e-6` printed y in [0.0229, 0.2270] for folds at 0.022894 and
     0.227106: the range of the saved points (every 0.005 in t, y moving 0.0016 between them),

@@ -74,6 +74,7 @@ def _van_der_pol(eps):
     return fun, jac
 
 
+@pytest.mark.slow
 def test_stiff_van_der_pol_with_rodas4(one_thread):
     """VDPOL, Test Set for IVP Solvers (reference by RADAU5 in quadruple precision): eps = 1e-6,
     y(0) = (2, 0), y(2) = (0.1706167732170483e+01, -0.8928097010247975e+00). Batched with a
@@ -303,6 +304,7 @@ def test_scipy_implicit_methods_keep_a_jacobian_that_still_holds(method, monkeyp
     np.testing.assert_allclose(ds["y"].values, ref["y"].values, rtol=1e-5, atol=0)
 
 
+@pytest.mark.slow
 def test_bdf_keeps_a_jacobian_a_step_where_the_stale_test_costs_more(monkeypatch):
     """With radau's stale-Jacobian rule, bdf took 38,117 evaluations of f (6,424 Jacobians,
     12,971 LU, 3.8 s) on the random chain of 64 states, eps 1e-6, over [0, 20]; with a Jacobian

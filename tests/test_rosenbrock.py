@@ -11,7 +11,8 @@ from fastslow_sim.rosenbrock import STATUS, VectorField, rodas4_solve, solve
 from fastslow_sim.systems import LinearSlowLaw, MasterEquationSystem
 
 
-@pytest.mark.parametrize("name", list(fs.SYSTEMS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("cycle", "random")
+                                  else n for n in fs.SYSTEMS])  # cycle, random: 6-8 s each
 def test_rodas4_matches_scipy_at_tight_tolerance(name):
     system = fs.make_system(name, eps=1e-3)
     ref = fs.integrate(system, (0, 2), method="radau", rtol=1e-12, atol=1e-14, n_eval=21)
@@ -104,7 +105,7 @@ def test_a_failing_trajectory_does_not_take_the_others_down():
     assert stats["naccept"][1] + stats["nreject"][1] > 20 and stats["naccept"][0] > 0
 
 
-@pytest.mark.parametrize("dense_output", [True, False])
+@pytest.mark.parametrize("dense_output", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_batch_equals_trajectories_solved_alone(dense_output):
     # every trajectory has its own step sequence: inside a batch, where others finish at other
     # iterations, are frozen in place and later repacked away, it gets the solution and the

@@ -48,8 +48,9 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     `integrate --batch 1 --seed S`, one with y0 Y that of `integrate --y0 Y` (neither: the
     system's own). A manifold cell takes `fastslow-sim manifold`'s defaults for its system
     where --kappa, --y-min or --y-max is not given: kappa 3 for birth-death, else 0; y from
-    -1 to 1.5 cut to the system's domain (michaelis-menten: 0 to 1.5). A cell of integrate, convergence or manifold whose run drifted in its total
-    probability (a MassDriftWarning, of any of its solves) keeps it (mass_drift_warned,
+    -1 to 1.5 cut to the system's domain (michaelis-menten: 0 to 1.5). A cell of integrate,
+    convergence or manifold whose run drifted in its total probability (a MassDriftWarning,
+    of any of its solves) keeps it (mass_drift_warned,
     mass_drift_warning), an integrate cell of an explicit method on a stiff problem its
     StiffnessWarning (stiffness_warning), and the command ends with one Warning line for
     each kind: how many cells warned, and the first.
