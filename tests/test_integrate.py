@@ -1071,3 +1071,72 @@ def test_empty_and_3d_batches_are_refused_in_one_sentence():
     with pytest.raises(fs.InputError, match=r"^x0 must be one initial state \(1-D\) or a batch .*"
                                             r"shape \(1, 1, 2\)\.$"):  # fmt: skip
         fs.integrate(system, (0, 1), np.full((1, 1, 2), 0.5), [0.3], method="radau")
+
+
+def test_wall_time_is_the_solves_and_the_kernels_load_is_timed_apart(monkeypatch):
+    """rodas4's first solve in a process reported numba's loading of its kernels as the solve's
+    wall time: `integrate --method rodas4 --batch 1024` printed wall 2.98 s for a 0.01-0.1 s
+    solve. The method's `prepare` runs before the clock (a one-step solve of the first
+    trajectory) and its time is `load_wall_time_s`; a method without one records none."""
+    import dataclasses
+    import time
+
+    from fastslow_sim.solvers import METHODS
+
+    calls = []
+    real_method = METHODS["rodas4"]
+    real = real_method.prepare
+
+    def slow_prepare(system, z0, t_eval, rtol, atol, eps=None, **options):
+        calls.append((np.shape(z0), len(t_eval), options.get("max_steps")))
+        real(system, z0, t_eval, rtol, atol, eps=eps, **options)  # the real one-step solve
+        time.sleep(0.3)  # a load that takes time
+
+    monkeypatch.setitem(METHODS, "rodas4", dataclasses.replace(real_method, prepare=slow_prepare))
+    s = fs.make_system("birth-death", eps=1e-3)
+    x0, y0 = fs.random_initial_conditions(s, 4, 0)
+    ds = fs.integrate(s, (0, 1), x0, y0, method="rodas4", eps=[1e-3, 2e-3, 1e-3, 1e-3])
+    assert calls == [((4, s.n_fast + s.n_slow), ds.sizes["time"], None)]  # the batch's own
+    assert ds.attrs["load_wall_time_s"] >= 0.3 > ds.attrs["wall_time_s"]
+    assert trajectory_summary(ds)["load_wall_time_s"] == ds.attrs["load_wall_time_s"]
+    monkeypatch.setitem(METHODS, "rodas4", dataclasses.replace(real_method, prepare=None))
+    alone = fs.integrate(s, (0, 1), x0, y0, method="rodas4", eps=[1e-3, 2e-3, 1e-3, 1e-3])
+    np.testing.assert_array_equal(ds["x"].values, alone["x"].values)  # the load changes nothing
+    assert "load_wall_time_s" not in alone.attrs
+    assert "load_wall_time_s" not in fs.integrate(s, (0, 1), method="bdf").attrs
+
+
+def test_prepare_marches_one_step_of_the_first_trajectory():
+    """rodas4's `prepare` is a solve of the first trajectory with a budget of one step: it
+    stops there (max_steps), whatever the batch and its eps, and raises nothing."""
+    from fastslow_sim.solvers.rosenbrock import solve_rosenbrock
+
+    s = fs.make_system("birth-death", eps=1e-3)
+    z0 = np.hstack(fs.random_initial_conditions(s, 3, 1))
+    for march in ("compiled", "torch"):
+        sol = solve_rosenbrock(s, z0[:1], np.array([0.0, 1.0]), 1e-6, 1e-9,
+                               eps=np.array([1e-3]), max_steps=1, march=march)  # fmt: skip
+        assert sol.status == ["max_steps"] and sol.stats["naccept"].tolist() == [1]
+        fs.solvers.METHODS["rodas4"].prepare(s, z0, np.array([0.0, 1.0]), 1e-6, 1e-9,
+                                            eps=np.array([1e-3, 1e-2, 1e-3]), march=march)  # fmt: skip
+
+
+def test_cli_prints_the_kernels_load_beside_the_solves_wall(monkeypatch, tmp_path):
+    """The CLI's solver line says the load apart from the solve's wall time."""
+    import dataclasses
+    import time
+
+    from click.testing import CliRunner
+
+    from fastslow_sim.cli import main
+    from fastslow_sim.solvers import METHODS
+
+    monkeypatch.setitem(METHODS, "rodas4", dataclasses.replace(
+        METHODS["rodas4"], prepare=lambda *a, **k: time.sleep(0.2)))  # fmt: skip
+    res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--t-end", "1", "--method",
+                                    "rodas4", "--no-plot", "--out", str(tmp_path / "r.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("solver"))
+    wall, load = map(float, re.search(r"wall (\S+) s \(\+ (\S+) s loading compiled kernels "
+                                      r"first\)$", line).groups())  # fmt: skip
+    assert load >= 0.2 > wall

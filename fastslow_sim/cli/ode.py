@@ -336,7 +336,7 @@ def _integrate_lines(r: dict) -> list:
         f"{' (largest in the batch)' if batched else ''}; "
         f"max |1^T x - 1| = {r['mass_error_max']:.1e}",
         f"solver      nfev {r['nfev']}, njev {r['njev']}, nlu {r['nlu']}, "
-        f"wall {r['wall_time_s']:.3f} s",
+        f"wall {r['wall_time_s']:.3f} s{_load_text(r)}",
         f"dataset     {r['out']}",
     ]
     return lines + ([f"plot        {r['plot']}"] if r["plot"] else [])
@@ -575,6 +575,13 @@ def _stability_text(br: dict) -> str:
         kind += f", unresolved at {br['unresolved_points']} points"
     at_fold = ", at its fold" if br["max_at_fold"] else ""
     return f"{kind} (max Re lambda {_num(sup, '.3g')}{at_fold})"
+
+
+def _load_text(r: dict) -> str:
+    """The kernels' load before the timed solve, where it took a noticeable time (numba loads
+    them at their first call in a process: seconds, against milliseconds for the solve)."""
+    load = r.get("load_wall_time_s")
+    return "" if load is None or load < 0.01 else f" (+ {load:.3f} s loading compiled kernels first)"
 
 
 def _branch_range(a: float, b: float) -> str:

@@ -88,6 +88,9 @@ class Method:
     # says nothing keeps 1e-150, the bound every method had before they were tested lower
     atol_min: float = 1e-150
     atol_why: str = "the smallest at which methods without a measured floor are accepted"
+    # `prepare(system, z0, t_eval, rtol, atol, eps=None, **options)`: loads what the method's
+    # first solve in a process would (compiled kernels), so that `wall_time_s` times the solve
+    prepare: Callable | None = None
 
 
 METHODS: dict[str, Method] = {}
