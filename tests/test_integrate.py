@@ -1140,3 +1140,18 @@ def test_cli_prints_the_kernels_load_beside_the_solves_wall(monkeypatch, tmp_pat
     wall, load = map(float, re.search(r"wall (\S+) s \(\+ (\S+) s loading compiled kernels "
                                       r"first\)$", line).groups())  # fmt: skip
     assert load >= 0.2 > wall
+
+
+def test_prepare_steps_once_per_process_and_kind_of_march(monkeypatch):
+    """A warm step costs 2-5 ms, as much as a small compiled solve: `prepare` steps once per
+    process and kind of march, not before every solve."""
+    import fastslow_sim.solvers.rosenbrock as rb
+
+    monkeypatch.setattr(rb, "_PREPARED", set())
+    steps = []
+    monkeypatch.setattr(rb, "solve_rosenbrock", lambda *a, **k: steps.append(k["march"]))
+    s = fs.make_system("birth-death", eps=1e-3)
+    z0 = np.hstack(fs.random_initial_conditions(s, 2, 0))
+    for march in ("compiled", "torch", "compiled", "torch", "auto"):  # auto: compiled here
+        fs.solvers.METHODS["rodas4"].prepare(s, z0, np.array([0.0, 1.0]), 1e-6, 1e-9, march=march)
+    assert steps == ["compiled", "torch"]

@@ -105,6 +105,9 @@ _DESCRIPTIONS = {
 }
 
 
+_PREPARED = set()  # the kinds of march whose kernels this process has loaded (`prepare`)
+
+
 def _method(name):
     def solve_batch(*args, **kwargs):
         return solve_rosenbrock(*args, tableau=name, **kwargs)
@@ -112,10 +115,17 @@ def _method(name):
     def prepare(system, z0, t_eval, rtol, atol, eps=None, **options):
         """One step of the first trajectory, as the solve would march it: numba loads the
         march's kernels from its cache (compiles them the first time) at their first call in a
-        process, 2-3 s here against 0.01-0.1 s for the solve of the default batch."""
+        process, 2-3 s here against 0.01-0.1 s for the solve of the default batch. Once per
+        process and kind of march (a step again costs 2-5 ms, as much as a small solve)."""
+        device, solver = options.get("device", "cpu"), options.get("linear_solver", "auto")
+        kind = (name, type(system).__name__, str(device), solver,
+                choose_march(system, options.get("march", "auto"), device, solver))  # fmt: skip
+        if kind in _PREPARED:
+            return
         eps = None if eps is None else np.atleast_1d(eps)[:1]
         solve_rosenbrock(system, np.asarray(z0)[:1], np.asarray(t_eval)[:2], rtol, atol, eps=eps,
                          tableau=name, **{**options, "max_steps": 1})  # fmt: skip
+        _PREPARED.add(kind)
 
     return Method(name, "torch", True, _DESCRIPTIONS.get(name, f"batched Rosenbrock {name}"),
                   solve_batch, options=("max_steps", "device", "dense_output", "linear_solver",
