@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import InputError
 from .generators import readout_vector
-from .validation import count_text, plain_int
+from .validation import as_int, count_text, no_underscore, plain_int
 
 __all__ = ["MECorpusConfig", "largest_rate", "me_corpus", "me_reference_losses", "parse_me_spec"]
 
@@ -240,14 +240,16 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
         if key in ("P", "context"):  # one source of truth: the model's own P and context
             flag = "--P" if key == "P" else "--context"
             raise InputError(f"corpus option {key} is set with {flag}, not in the corpus spec.")
+        no_underscore(f"corpus option {key}", value)
         try:
             if types[key] in ("int", int):
                 from .training import parse_tokens
 
-                kwargs[key] = parse_tokens(value) if key == "tokens" else int(value)
+                # integers as the command's integer options take them: 1e3 too (`as_int`)
+                kwargs[key] = parse_tokens(value) if key == "tokens" else as_int(value)
             else:
                 kwargs[key] = float(value)
-        except (ValueError, InputError):
+        except (ValueError, OverflowError, InputError):
             what = ("a positive count like 500k, 2M or 250000" if key == "tokens"
                     else "an integer" if types[key] in ("int", int) else "a number")  # fmt: skip
             raise InputError(f"corpus option {key}={value!r} is not {what}.") from None

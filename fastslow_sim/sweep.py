@@ -27,7 +27,6 @@ dask task.
 from __future__ import annotations
 
 import contextlib
-import decimal
 import errno
 import functools
 import hashlib
@@ -55,6 +54,7 @@ import xarray as xr
 from ._version import __version__
 from .errors import InputError
 from .threads import usable_cpus
+from .validation import as_int, no_underscore
 from .wording import plural
 
 __all__ = ["tasks", "parse_grid", "run_sweep", "run_cells", "open_sweep", "SweepError"]
@@ -682,8 +682,10 @@ def _typed(task: Task, name: str, text, where: str):
             raise InputError(f"{where}: {name} must be true or false; got {text!r}.")
         value = low in ("true", "1", "yes")
     else:
+        if opt.type in (int, float):
+            no_underscore(f"{where}: {name}", text)
         try:
-            value = opt.type(text.strip()) if opt.type is not int else _as_int(text)
+            value = opt.type(text.strip()) if opt.type is not int else as_int(text)
         except ValueError:
             kind = {int: "an integer", float: "a number"}.get(opt.type, "a string")
             raise InputError(f"{where}: {name} must be {kind}; got {text!r}.") from None
@@ -706,24 +708,6 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # integer parameters: the store's int64 
 def _int64_text(where: str, name: str, text) -> str:
     return (f"{where}: {name} must be an integer from -2**63 to 2**63 - 1 ({INT_MAX:,}), which "
             f"the store keeps as 64-bit integers; got {str(text).strip()!r}.")  # fmt: skip
-
-
-def _as_int(text: str) -> int:
-    """The integer that `text` writes ("12", "1e3", "2.0"), exactly: read as a decimal, not
-    through float (which turned seed 99999999999999999999999 into 99999999999999991611392).
-    `ValueError` unless it is an integer; `OverflowError` for one of 1e19 or more in absolute
-    value (beyond int64, and never expanded: "1e999999" would be a million digits)."""
-    try:
-        v = decimal.Decimal(str(text).strip())
-    except decimal.InvalidOperation:
-        raise ValueError(text) from None
-    if not v.is_finite():
-        raise ValueError(text)
-    if v and v.adjusted() > 18:
-        raise OverflowError(text)
-    if v != v.to_integral_value():
-        raise ValueError(text)
-    return int(v)
 
 
 def parse_grid(task: str | Task, specs) -> dict[str, list]:
@@ -754,8 +738,9 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                 raise InputError(f"--grid {spec!r} has an empty value; expected V1,V2,....")
             a, colon, b = item.partition(":")
             if colon and task.options[key].type in (int, float):
+                no_underscore(f"--grid {spec!r}: {key}", item)
                 try:
-                    lo, hi = _as_int(a), _as_int(b)
+                    lo, hi = as_int(a), as_int(b)
                 except ValueError:
                     raise InputError(f"--grid {spec!r}: a range is A:B with integers A <= B "
                                      f"(both included); got {item!r}.") from None  # fmt: skip

@@ -33,7 +33,7 @@ from .corpora import Corpus, load_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .threads import check_threads, torch_threads
-from .validation import count_text, plain_int
+from .validation import count_text, no_underscore, plain_int
 from .wording import bytes_text, int_text, plural
 
 __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDivergedError",
@@ -98,8 +98,10 @@ def _kept_checkpoint(path, saved, bad) -> str:
 
 
 def parse_tokens(text) -> int:
-    """`500k`, `2M`, `1.5m`, `250000` -> a positive integer number of tokens."""
-    s = str(text).strip().lower().replace("_", "").replace(",", "")
+    """`500k`, `2M`, `1.5m`, `250000` -> a positive integer number of tokens (no underscores:
+    `no_underscore`)."""
+    no_underscore("--tokens", text)
+    s = str(text).strip().lower().replace(",", "")
     mult = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
     try:
         value = float(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else float(s)

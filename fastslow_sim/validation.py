@@ -3,6 +3,7 @@ value and what was expected (`InputError`; exit status 2 in the CLI)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 
@@ -11,7 +12,37 @@ import numpy as np
 from .errors import InputError
 from .wording import count_text
 
-__all__ = ["number", "positive", "positive_int", "plain_int", "t_span", "folder", "count_text"]
+__all__ = ["number", "positive", "positive_int", "plain_int", "as_int", "no_underscore", "t_span",
+           "folder", "count_text"]
+
+
+def no_underscore(name: str, text) -> None:
+    """`InputError` when the typed number `text` holds an underscore: Python's int(), float() and
+    Decimal read "1_5" as 15, so a slip ran silently with another number (every number a user
+    types goes through here, or through `as_int`)."""
+    if isinstance(text, str) and "_" in text:
+        raise InputError(f"{name} must be a number written without underscores; got {text!r}.")
+
+
+def as_int(text: str) -> int:
+    """The integer that `text` writes ("12", "1e3", "2.0"), exactly: read as a decimal, not
+    through float (which turned seed 99999999999999999999999 into 99999999999999991611392).
+    `ValueError` unless it is an integer (one with an underscore included: see `no_underscore`);
+    `OverflowError` for one of 1e19 or more in absolute value (beyond int64, and never expanded:
+    "1e999999" would be a million digits)."""
+    if "_" in str(text):
+        raise ValueError(text)
+    try:
+        v = decimal.Decimal(str(text).strip())
+    except decimal.InvalidOperation:
+        raise ValueError(text) from None
+    if not v.is_finite():
+        raise ValueError(text)
+    if v and v.adjusted() > 18:
+        raise OverflowError(text)
+    if v != v.to_integral_value():
+        raise ValueError(text)
+    return int(v)
 
 
 def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
@@ -24,6 +55,7 @@ def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
     if hi is not None:
         bounds.append(f"<= {hi:g}")
     expected = f"{name} must be {kind}{' ' if bounds else ''}{' and '.join(bounds)}"
+    no_underscore(name, value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         try:  # numpy scalars and numeric strings are numbers too
             v = float(value)
@@ -44,6 +76,7 @@ def number(name: str, value, lo=None, hi=None, *, integer=False, lo_open=False):
 
 def positive(name: str, value) -> float:
     """`value` as a positive finite float, or `InputError`."""
+    no_underscore(name, value)
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -55,6 +88,7 @@ def positive(name: str, value) -> float:
 
 def positive_int(name: str, value) -> int:
     """`value` as an integer >= 1, or `InputError`."""
+    no_underscore(name, value)
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -120,6 +154,7 @@ def number_list(text: str, name: str) -> list[float]:
         if any(ch.isspace() for ch in entry):
             raise InputError(f"{name} entry {entry!r} of {text!r} has a space inside it; expected one "
                              f"number per comma-separated entry, as '1, 0.5'.")  # fmt: skip
+        no_underscore(f"{name} entry {k}", entry)
         try:
             values.append(float(entry))
         except ValueError:

@@ -304,6 +304,56 @@ def test_click_usage_errors_are_one_line_and_exit_2(args, line, tmp_path, monkey
     assert not list(tmp_path.iterdir())
 
 
+SWEEP = ["sweep", "integrate", "--grid", "seed=0:1", "--store", "no-such-folder/s.zarr"]
+
+
+@pytest.mark.parametrize(
+    "args, name, value",
+    [
+        ([*SWEEP, "--chunk-size", "1_5"], "--chunk-size", "1_5"),  # click INT read it as 15
+        (["integrate", "--eps", "0.1", "--n-eval", "1_0"], "--n-eval", "1_0"),
+        (["integrate", "--eps", "0.1", "--t-end", "1_0"], "--t-end", "1_0"),  # click FLOAT
+        (["integrate", "--P", "1_6"], "--P", "1_6"),
+        (["integrate", "--eps", "0.1_2"], "--eps", "0.1_2"),
+        (["integrate", "--eps", "0.1", "--x0", "1_0,0"], "--x0 entry 1", "1_0"),
+        (["integrate", "--eps", "0.1", "--max-steps", "1_000"], "--max-steps", "1_000"),
+        (["manifold", "--y-range", "0", "1_5"], "--y-range", "1_5"),
+        (["train-network", "--tokens", "10_000"], "--tokens", "10_000"),
+        (["train-network", "--batch-size", "1_6"], "--batch-size", "1_6"),
+        (["corpus", "me:seed=1_0"], "corpus option seed", "1_0"),
+        (["sweep", "integrate", "--grid", "seed=0:1_0", "--store", "s.zarr"], "seed", "0:1_0"),
+        (["sweep", "integrate", "--grid", "eps=1_0", "--store", "s.zarr"], "eps", "1_0"),
+        ([*SWEEP, "--t-end", "1_0"], "t_end", "1_0"),
+    ],
+)  # fmt: skip
+def test_numbers_with_underscores_are_refused_in_one_sentence(args, name, value, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    """Python's int(), float() and Decimal read "1_5" as 15: every number typed is refused with
+    an underscore, naming the option and the value, before any work."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
+    assert res.exit_code == 2, res.output
+    assert f"{name} must be a number written without underscores; got {value!r}." in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("option", ["--chunk-size", "--workers"])
+def test_integer_options_take_a_whole_number_like_1e3_as_the_grid_does(option, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    """--chunk-size 1e3 was refused while --grid seed=0:1e3 ran: every integer option takes a
+    whole number in any decimal form (here refused only later, for the store's folder), and a
+    number that is not whole stays a usage error naming the option and the value."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, [*SWEEP, option, "1e0"], prog_name="fastslow-sim")
+    assert res.exit_code == 2 and option not in res.output, res.output
+    assert "no-such-folder" in res.output
+    res = CliRunner().invoke(main, [*SWEEP, option, "1.5"], prog_name="fastslow-sim")
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"Error: Invalid value for '{option}': '1.5' is not a valid "
+                                  f"integer; see 'fastslow-sim sweep --help'.")  # fmt: skip
+
+
 def test_bare_command_prints_its_help():
     # no error to one-line: click's help, as before the usage errors became one line
     res = CliRunner().invoke(main, [], prog_name="fastslow-sim")

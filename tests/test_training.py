@@ -23,9 +23,15 @@ TINY = dict(block_size=32, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, ev
 
 
 @pytest.mark.parametrize("text, value", [("500k", 500_000), ("2M", 2_000_000), ("250000", 250_000),
-                                         ("1.5m", 1_500_000), ("10_000", 10_000)])  # fmt: skip
+                                         ("1.5m", 1_500_000), ("1e3", 1_000)])  # fmt: skip
 def test_parse_tokens(text, value):
     assert parse_tokens(text) == value
+
+
+def test_parse_tokens_refuses_underscores():
+    # "10_000" was read as 10,000, as Python reads it; no number a user types takes underscores
+    with pytest.raises(fs.InputError, match="--tokens must be a number written without underscores"):
+        parse_tokens("10_000")
 
 
 @pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "k", "inf"])

@@ -25,6 +25,10 @@ def main():
       fastslow-sim integrate --eps 0.125
     which integrates the default 8-state birth-death system, prints a summary and writes a
     NetCDF dataset and a plot under ./fastslow-results/.
+
+    Numbers: an integer option or value (--chunk-size, --P, --seed, --grid seed=0:1e3) takes
+    digits or a whole number in any decimal form (1e3, 2.0); no number takes underscores (1_5
+    is refused, not read as 15).
     """
 
 

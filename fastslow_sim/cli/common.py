@@ -36,12 +36,63 @@ def path_given(what: str):
     def check(ctx, param, value):
         values = value if isinstance(value, tuple) else (value,)
         if any(v is not None and str(v) == "" for v in values):
-            option = param.param_type_name == "option"
-            name = "/".join(param.opts) if option else param.metavar.rstrip(".")
-            raise InputError(f"{name} must name a {what}; got an empty string.")
+            raise InputError(f"{param_name(param)} must name a {what}; got an empty string.")
         return value
 
     return check
+
+
+def param_name(param) -> str:
+    """How a message calls a click option (`--out/--out-dir`) or argument (`RUN_DIR`)."""
+    if param.param_type_name == "option":
+        return "/".join(param.opts)
+    return param.metavar.rstrip(".")
+
+
+class Integer(click.ParamType):
+    """click's INT with the rule of every integer the commands read (`--P`, `--max-steps`, the
+    sweep's values): digits or a whole number in any decimal form (1e3, 2.0), exactly
+    (`validation.as_int`; click INT refused 1e3), and no underscores (int() read "1_5" as 15):
+    one sentence naming the option, exit status 2. Other text keeps click's usage error."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        from ..validation import as_int, no_underscore
+
+        if isinstance(value, int) and not isinstance(value, bool):  # a default
+            return value
+        no_underscore(param_name(param), value)
+        digits = _digits(value)  # of any size, as click INT read them: the option's bound says more
+        if digits is not None:
+            return digits
+        try:
+            return as_int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid integer", param, ctx)
+        except OverflowError:  # 1e999999 would be a million digits
+            self.fail(f"{value!r} is not a valid integer below 1e19 in absolute value", param, ctx)
+
+
+class Number(click.ParamType):
+    """click's FLOAT without underscores (float() read "1_5" as 15): one sentence naming the
+    option, exit status 2, as `Integer`."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        from ..validation import no_underscore
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default
+            return float(value)
+        no_underscore(param_name(param), value)
+        try:
+            return float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid float", param, ctx)
+
+
+INTEGER, NUMBER = Integer(), Number()
 
 
 MAX_N_EVAL = 1_000_000  # saved time points
@@ -141,7 +192,10 @@ def _digits(text: str) -> int | None:
 def parse_eps_P(eps: str | None, P: str | None):
     """`(eps, P)` from the raw option strings, with one-sentence errors."""
     from ..systems import resolve_eps
+    from ..validation import no_underscore
 
+    no_underscore("--P", P)
+    no_underscore("--eps", eps)
     if P is not None:
         text, P = P, _digits(P)  # digits exactly: through float, 2**63 - 1 became 2**63
         if P is None:  # a number like 1e3 or 8.0

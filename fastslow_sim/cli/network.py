@@ -12,6 +12,8 @@ from ..bridge.variants import VARIANTS
 from ..errors import InputError
 from ..wording import plural
 from .common import (
+    INTEGER,
+    NUMBER,
     check_cluster_options,
     in_runs,
     json_text,
@@ -28,7 +30,7 @@ from .common import (
     "--context",
     default=256,
     show_default=True,
-    type=int,
+    type=INTEGER,
     help="Window length T of the me corpus's reference losses (the training context).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -95,11 +97,11 @@ def _train_options(f):
                      help="Training tokens per run: 500k, 2M or a plain integer."),
         click.option("--P", "P", default="8", show_default=True, help="Pooling ratio (eps = 1/P)."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
-        click.option("--batch-size", default=8, show_default=True, type=int),
-        click.option("--context", "block_size", default=256, show_default=True, type=int,
+        click.option("--batch-size", default=8, show_default=True, type=INTEGER),
+        click.option("--context", "block_size", default=256, show_default=True, type=INTEGER,
                      help="Context length T."),
         click.option("--compile", "use_compile", is_flag=True, help="Use torch.compile."),
-        click.option("--threads", default=None, type=int, metavar="N",
+        click.option("--threads", default=None, type=INTEGER, metavar="N",
                      help="torch's CPU threads [default: torch's own]. On a machine shared with "
                           "other work, 1 ran small networks 2.0-3.0x faster (two cores, batch "
                           "2-8 x context 64-256); idle, it took 1.04-1.54x as long."),
@@ -131,7 +133,7 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
     type=click.Choice(list(VARIANTS)),
 )
 @_train_options
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=INTEGER)
 @click.option(
     "--out",
     default=None,
@@ -145,7 +147,7 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
     "ckpt_interval",
     default=50,
     show_default=True,
-    type=int,
+    type=INTEGER,
     metavar="STEPS",
     help="Write DIR/ckpt.pt every STEPS steps (and at the end).",
 )
@@ -222,7 +224,7 @@ def train_network(
 
 @click.command()
 @_train_options
-@click.option("--seeds", default=5, show_default=True, type=int, help="Seeds per arm.")
+@click.option("--seeds", default=5, show_default=True, type=INTEGER, help="Seeds per arm.")
 @click.option(
     "--arms",
     "--variants",
@@ -235,7 +237,7 @@ def train_network(
     "--margin",
     default=0.01,
     show_default=True,
-    type=float,
+    type=NUMBER,
     help="Equivalence margin in nats/token for the verdicts.",
 )
 @click.option("--out", default=None, metavar="DIR", callback=path_given("folder"),
@@ -244,7 +246,7 @@ def train_network(
 @click.option(
     "--workers",
     default=None,
-    type=int,
+    type=INTEGER,
     metavar="N",
     help="Run the arms x seeds grid on a local dask cluster of N processes (at most the CPUs "
     "this process may use); 0: here [default: 0].",

@@ -18,9 +18,11 @@ from ..solvers import check_max_steps
 from ..validation import number
 from ..wording import count_text, plural
 from .common import (
+    INTEGER,
     KAPPA_MAX,
     MAX_BATCH,
     MAX_N_EVAL,
+    NUMBER,
     RTOL_MIN,
     echo_summary,
     exit_on_failure,
@@ -59,7 +61,7 @@ def _minutes(seconds: float) -> str:
 @system_option("Named system. " + systems_help())
 @click.option("--eps", default=None, metavar="E", help="Time-scale ratio eps > 0 (eps = 1/P).")
 @click.option("--P", "P", default=None, metavar="P", help="Positive integer P; eps = 1/P.")
-@click.option("--t-end", default=5.0, show_default=True, type=float, help="End of slow time.")
+@click.option("--t-end", default=5.0, show_default=True, type=NUMBER, help="End of slow time.")
 @click.option(
     "--method",
     default="auto",
@@ -67,8 +69,8 @@ def _minutes(seconds: float) -> str:
     type=click.Choice(list(METHODS)),
     help="Integration method. " + methods_help(),
 )
-@click.option("--rtol", default=1e-8, show_default=True, type=float, help="Relative tolerance.")
-@click.option("--atol", default=1e-10, show_default=True, type=float, help="Absolute tolerance.")
+@click.option("--rtol", default=1e-8, show_default=True, type=NUMBER, help="Relative tolerance.")
+@click.option("--atol", default=1e-10, show_default=True, type=NUMBER, help="Absolute tolerance.")
 @click.option(
     "--x0",
     default=None,
@@ -76,11 +78,11 @@ def _minutes(seconds: float) -> str:
     help="Initial fast state, a probability vector (default: all mass on state 0).",
 )
 @click.option("--y0", default=None, metavar="Y", help="Initial slow state (default per system).")
-@click.option("--n-eval", default=401, show_default=True, type=int, help="Saved time points.")
+@click.option("--n-eval", default=401, show_default=True, type=INTEGER, help="Saved time points.")
 @click.option(
     "--batch",
     default=None,
-    type=int,
+    type=INTEGER,
     metavar="N",
     help="Integrate N random initial conditions (x0 uniform on the simplex, y0 uniform "
     "in [0, 1]) as one batch; 'auto' then takes the batched torch solver rodas4.",
@@ -88,14 +90,14 @@ def _minutes(seconds: float) -> str:
 @click.option(
     "--seed",
     default=None,
-    type=int,
+    type=INTEGER,
     metavar="S",
     help="Seed of the --batch draw, from 0 to 2**63 - 1 (--batch only) [default: 0].",
 )
 @click.option(
     "--states",
     default=None,
-    type=int,
+    type=INTEGER,
     metavar="N",
     help="Number of states of the system (every system but two-state), up to 4,096 "
     "[default: per system]. The neighbour chains (birth-death, michaelis-menten) take seconds "
@@ -107,7 +109,7 @@ def _minutes(seconds: float) -> str:
     "--H",
     "H",
     default=None,
-    type=float,
+    type=NUMBER,
     metavar="H",
     help="Slow time per block of the multirate map (--method multirate only) [default: 0.01]; "
     "--t-end must be a whole number of blocks.",
@@ -353,7 +355,7 @@ def _integrate_lines(r: dict) -> list:
     help="Values of eps (at least two).",
 )
 @click.option(
-    "--t-end", default=3.0, show_default=True, type=float, help="End of slow time (at most 1000)."
+    "--t-end", default=3.0, show_default=True, type=NUMBER, help="End of slow time (at most 1000)."
 )
 @output_options("convergence-SYSTEM.nc")
 @ode_command
@@ -438,14 +440,14 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
 @click.option(
     "--kappa",
     default=None,
-    type=float,
+    type=NUMBER,
     help="Strength of the x-dependence: up rate exp(4 (y - 1/2) + kappa c.x)  [default: 3 for "
     "birth-death; 0, the only value, for the linear systems]",
 )
 @click.option(
     "--y-range",
     nargs=2,
-    type=float,
+    type=NUMBER,
     default=None,
     metavar="A B",
     help="Range of the slow variable to trace  [default: -1 1.5, cut to the system's domain "
@@ -455,7 +457,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     "--osc-eps",
     default=0.01,
     show_default=True,
-    type=float,
+    type=NUMBER,
     help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-10 to 1.",
 )
 @output_options("manifold-SYSTEM-kappaK.nc")

@@ -10,7 +10,14 @@ import numpy as np
 
 from ..errors import InputError
 from ..wording import plural
-from .common import check_cluster_options, in_runs, json_text, path_given, solver_warnings
+from .common import (
+    INTEGER,
+    check_cluster_options,
+    in_runs,
+    json_text,
+    path_given,
+    solver_warnings,
+)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -21,12 +28,12 @@ from .common import check_cluster_options, in_runs, json_text, path_given, solve
 @click.option("--store", required=True, metavar="PATH.zarr", callback=path_given("zarr store"),
               help="The sweep's zarr store (a new path in an existing folder, or a store to "
                    "resume).")
-@click.option("--workers", default=None, type=int, metavar="N",
+@click.option("--workers", default=None, type=INTEGER, metavar="N",
               help="Worker processes of the local cluster, at most the CPUs this process may use "
                    "[default: those CPUs]; 0: in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run on the existing dask cluster at ADDRESS (e.g. tcp://10.0.0.5:8786).")
-@click.option("--chunk-size", default=None, type=int, metavar="K",
+@click.option("--chunk-size", default=None, type=INTEGER, metavar="K",
               help="Cells per dask task for batched tasks [default: the batch over the workers, <= 64].")
 @click.option("--retry-failed", is_flag=True, help="Run the cells that failed before again.")
 @click.option("--runs-dir", default=None, metavar="DIR", callback=path_given("folder"),
