@@ -249,7 +249,10 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
                 kwargs[key] = parse_tokens(value) if key == "tokens" else as_int(value)
             else:
                 kwargs[key] = float(value)
-        except (ValueError, OverflowError, InputError):
+        except OverflowError:  # 1e19 or more with an exponent: never expanded
+            raise InputError(f"corpus option {key}={value!r} is 1e19 or more written with an "
+                             f"exponent; expected it in digits.") from None  # fmt: skip
+        except (ValueError, InputError):
             what = ("a positive count like 500k, 2M or 250000" if key == "tokens"
                     else "an integer" if types[key] in ("int", int) else "a number")  # fmt: skip
             raise InputError(f"corpus option {key}={value!r} is not {what}.") from None

@@ -428,6 +428,12 @@ def _run_manifold(cells):
     cell["osc_period"] = ((), float(ds.attrs.get("osc_period", np.nan)),
                           {"long_name": "period of the relaxation oscillation (NaN: no fold, or fewer "
                                          "than two maxima of y in the run's second half)"})  # fmt: skip
+    # what the cell ran with: the store's options hold null where manifold's per-system
+    # default was taken (`_manifold_defaults`), and a swept kappa is a coordinate of its own
+    used = _manifold_defaults(c)
+    for name, what in (("kappa", "kappa"), ("y_min", "lower end of the y range"),
+                       ("y_max", "upper end of the y range")):  # fmt: skip
+        cell[f"{name}_used"] = ((), float(used[name]), {"long_name": f"{what} the cell ran with"})
     _drift_vars(cell, ds.attrs.get("mass_drift_warning", ""))
     return [cell]
 
@@ -738,7 +744,8 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                 raise InputError(f"--grid {spec!r} has an empty value; expected V1,V2,....")
             a, colon, b = item.partition(":")
             if colon and task.options[key].type in (int, float):
-                no_underscore(f"--grid {spec!r}: {key}", item)
+                for end in (a, b):
+                    no_underscore(f"--grid {spec!r}: {key}", end)
                 try:
                     lo, hi = as_int(a), as_int(b)
                 except ValueError:
@@ -1584,7 +1591,10 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             kind = _held_train_kind(cell[2], ds)
             if kind is not None:
                 held.append((cell[2], kind))
-    if held and local:  # its workers are processes of this machine; before anything is written
+    # judged only where cells are to train beside the held ones (a finished store re-run trains
+    # none, and needs no cluster); a local sweep's workers are processes of this machine
+    held = held if todo else []
+    if held and local:  # before anything is written
         _check_held_kinds(grid, held, {_auto_device_kind()})
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
@@ -1607,10 +1617,11 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     try:
         with contextlib.ExitStack() as stack:
             # the cluster first: an unreachable scheduler, like bad input, leaves nothing behind
-            c = None if here or not (todo or (held and not local)) else stack.enter_context(
+            c = None if here or not todo else stack.enter_context(
                 _client(workers, scheduler, client, threads))  # fmt: skip
-            if held and not local:  # the cluster's workers decide where auto trains
-                _check_held_kinds(grid, held, set(c.run(_auto_device_kind).values()))
+            kinds = set(c.run(_auto_device_kind).values()) if held and not local else set()
+            if kinds:  # the cluster's workers decide where auto trains (none connected: the
+                _check_held_kinds(grid, held, kinds)  # cells they train record their kind)
             try:
                 created = _create_store(store, parents)
                 consolidate(store, t, grid, fixed, cells, attrs)
@@ -1619,7 +1630,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
                     _remove_made(store)  # no cell is this run's yet: another's are kept
                 raise
             try:
-                if c is None or not todo:
+                if c is None:
                     _drive(t, _chunks(t, todo, chunk_size or 64), cells_dir, run_id, None,
                            progress, summary, on_chunk)  # fmt: skip
                 else:

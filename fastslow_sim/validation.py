@@ -6,6 +6,7 @@ from __future__ import annotations
 import decimal
 import math
 import numbers
+import re
 
 import numpy as np
 
@@ -20,20 +21,33 @@ def no_underscore(name: str, text) -> None:
     """`InputError` when the typed number `text` holds an underscore: Python's int(), float() and
     Decimal read "1_5" as 15, so a slip ran silently with another number (every number a user
     types goes through here, or through `as_int`)."""
-    if isinstance(text, str) and "_" in text:
+    if isinstance(text, str) and "_" in text and _reads_as_float(text):  # "ten_k": its parse says
         raise InputError(f"{name} must be a number written without underscores; got {text!r}.")
+
+
+def _reads_as_float(text: str) -> bool:
+    """Whether Python reads `text` as a number ("1_5"; not "ten_k", whose parse says so)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def as_int(text: str) -> int:
     """The integer that `text` writes ("12", "1e3", "2.0"), exactly: read as a decimal, not
     through float (which turned seed 99999999999999999999999 into 99999999999999991611392).
     `ValueError` unless it is an integer (one with an underscore included: see `no_underscore`);
-    `OverflowError` for one of 1e19 or more in absolute value (beyond int64, and never expanded:
-    "1e999999" would be a million digits)."""
-    if "_" in str(text):
+    written in digits, of any size (the caller's bound says more); otherwise `OverflowError`
+    for one of 1e19 or more in absolute value (never expanded: "1e999999" would be a million
+    digits)."""
+    text = str(text).strip()
+    if "_" in text:
         raise ValueError(text)
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        return int(text)
     try:
-        v = decimal.Decimal(str(text).strip())
+        v = decimal.Decimal(text)
     except decimal.InvalidOperation:
         raise ValueError(text) from None
     if not v.is_finite():

@@ -321,7 +321,7 @@ SWEEP = ["sweep", "integrate", "--grid", "seed=0:1", "--store", "no-such-folder/
         (["train-network", "--tokens", "10_000"], "--tokens", "10_000"),
         (["train-network", "--batch-size", "1_6"], "--batch-size", "1_6"),
         (["corpus", "me:seed=1_0"], "corpus option seed", "1_0"),
-        (["sweep", "integrate", "--grid", "seed=0:1_0", "--store", "s.zarr"], "seed", "0:1_0"),
+        (["sweep", "integrate", "--grid", "seed=0:1_0", "--store", "s.zarr"], "seed", "1_0"),
         (["sweep", "integrate", "--grid", "eps=1_0", "--store", "s.zarr"], "eps", "1_0"),
         ([*SWEEP, "--t-end", "1_0"], "t_end", "1_0"),
     ],
@@ -336,6 +336,42 @@ def test_numbers_with_underscores_are_refused_in_one_sentence(args, name, value,
     assert f"{name} must be a number written without underscores; got {value!r}." in res.output
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, line", [
+    (["integrate", "--eps", "0.1", "--batch", "ten_k"],
+     "Error: Invalid value for '--batch': 'ten_k' is not a valid integer; see 'fastslow-sim "
+     "integrate --help'."),
+    (["integrate", "--eps", "0.1", "--t-end", "one_half"],
+     "Error: Invalid value for '--t-end': 'one_half' is not a valid float; see 'fastslow-sim "
+     "integrate --help'."),
+    (["sweep", "integrate", "--grid", "seed=a_b", "--store", "s.zarr"],
+     "Error: --grid 'seed=a_b': seed must be an integer; got 'a_b'."),
+])  # fmt: skip
+def test_text_that_is_no_number_is_not_blamed_on_its_underscore(args, line, tmp_path,
+                                                                monkeypatch):  # fmt: skip
+    """'ten_k' was refused as "a number written without underscores", as if 'tenk' would do:
+    text that no reading makes a number gets the parse's own sentence."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
+    assert res.exit_code == 2 and res.output.strip() == line, res.output
+
+
+def test_an_integer_in_digits_is_read_exactly_at_any_size():
+    """`as_int` refused digits of 1e19 or more (OverflowError), so `corpus me:seed=` lost the
+    seeds from 1e19 to 2**64 - 1 that it took before; digits are read exactly, and a bound says
+    more (the sweep's int64), while an exponent form of 1e19 or more is never expanded."""
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.me_corpus import parse_me_spec
+    from fastslow_sim.validation import as_int
+
+    assert as_int(" 18446744073709551615 ") == 2**64 - 1 and as_int("-12") == -12
+    assert as_int("1e3") == 1000
+    with pytest.raises(OverflowError):
+        as_int("1e19")
+    assert parse_me_spec("me:seed=18446744073709551615").seed == 2**64 - 1
+    with pytest.raises(InputError, match=r"seed='1e20' is 1e19 or more written with an exponent"):
+        parse_me_spec("me:seed=1e20")
 
 
 @pytest.mark.parametrize("option", ["--chunk-size", "--workers"])

@@ -1131,8 +1131,14 @@ def test_cli_prints_the_kernels_load_beside_the_solves_wall(monkeypatch, tmp_pat
     from fastslow_sim.cli import main
     from fastslow_sim.solvers import METHODS
 
-    monkeypatch.setitem(METHODS, "rodas4", dataclasses.replace(
-        METHODS["rodas4"], prepare=lambda *a, **k: time.sleep(0.2)))  # fmt: skip
+    real = METHODS["rodas4"].prepare
+
+    def slow_prepare(*args, **kwargs):  # the real load (run alone, the test loads them here)
+        real(*args, **kwargs)
+        time.sleep(0.2)
+
+    monkeypatch.setitem(METHODS, "rodas4", dataclasses.replace(METHODS["rodas4"],
+                                                              prepare=slow_prepare))  # fmt: skip
     res = CliRunner().invoke(main, ["integrate", "--eps", "0.125", "--t-end", "1", "--method",
                                     "rodas4", "--no-plot", "--out", str(tmp_path / "r.nc")])  # fmt: skip
     assert res.exit_code == 0, res.output

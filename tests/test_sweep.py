@@ -1658,8 +1658,8 @@ def test_a_train_cell_whose_finished_run_was_made_on_another_device_is_refused_b
     the sentence and the folder is as it was."""
     store, runs = tmp_path / "t.zarr", tmp_path / "t-runs"
 
-    def sweep():
-        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0",
+    def sweep(seeds="seed=0"):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", seeds,
                                          "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
 
     assert sweep().exit_code == 0
@@ -1674,15 +1674,16 @@ def test_a_train_cell_whose_finished_run_was_made_on_another_device_is_refused_b
 
 
 def test_a_stored_train_cell_of_another_device_kind_is_refused_not_reused(tmp_path, monkeypatch):
-    """A cell of `--device auto` keeps the kind it trained on (device_kind); a rerun whose
-    workers would train on another kind refuses to reuse it (one sentence, exit status 2,
-    the store as it was): CUDA trains in bf16, the CPU in float32, and one sweep mixed them."""
+    """A cell of `--device auto` keeps the kind it trained on (device_kind); a rerun that
+    would train new cells beside it on another kind refuses to reuse it (one sentence, exit
+    status 2, the store as it was): CUDA trains in bf16, the CPU in float32, and one sweep
+    mixed them. A rerun that trains nothing reuses the store's cells as they are."""
     import torch
 
     store = tmp_path / "t.zarr"
 
-    def sweep():
-        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0",
+    def sweep(seeds="seed=0"):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", seeds,
                                          "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
 
     assert sweep().exit_code == 0
@@ -1697,24 +1698,41 @@ def test_a_stored_train_cell_of_another_device_kind_is_refused_not_reused(tmp_pa
     for name, value in [("is_available", lambda: True), ("device_count", lambda: 1),
                         ("current_device", lambda: 0), ("get_device_properties", lambda i: Props)]:  # fmt: skip
         monkeypatch.setattr(torch.cuda, name, value)
-    res = sweep()
+    res = sweep("seed=0,1")  # seed 1 would train on cuda beside seed 0's cpu cell
     assert res.exit_code == 2, res.output
     assert res.output.startswith("Error: --grid seed=0: the store holds this cell trained on cpu, "
                                  "and --device auto trains on cuda here"), res.output  # fmt: skip
     assert res.output.count("\n") == 1 and "Traceback" not in res.output
     assert {p: p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()} == kept
+    res = sweep()  # nothing to train: the store's cells are the sweep, of one kind as before
+    assert res.exit_code == 0 and "1 already in the store" in res.output, res.output
     monkeypatch.undo()  # the same kind: reused as before
     res = sweep()
     assert res.exit_code == 0 and "1 already in the store" in res.output, res.output
 
     class Cluster:  # a cluster's workers decide where auto trains: asked, not this process
+        def __init__(self, kinds):
+            self.kinds = kinds
+
         def run(self, f):
-            return {"tcp://a:1": "cpu", "tcp://b:1": "cuda"}
+            return dict(zip(("tcp://a:1", "tcp://b:1"), self.kinds))
+
+        def scheduler_info(self, **kw):  # past the check: the cells would train now
+            raise RuntimeError("past the check")
 
     opts = dict(zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]))
+
+    def rerun(grid, cluster):
+        return run_sweep("train-network", grid, {k[2:]: v for k, v in opts.items()}, store,
+                         client=cluster, progress=False, log=lambda *a: None)  # fmt: skip
+
+    # seed 1 is to train beside the held seed 0: judged by where the workers train
     with pytest.raises(InputError, match=r"trains on cpu and cuda on the cluster's workers"):
-        run_sweep("train-network", ["seed=0"], {k[2:]: v for k, v in opts.items()}, store,
-                  client=Cluster(), progress=False, log=lambda *a: None)  # fmt: skip
+        rerun(["seed=0,1"], Cluster(["cpu", "cuda"]))
+    with pytest.raises(RuntimeError, match="past the check"):  # no worker yet: nothing to judge
+        rerun(["seed=0,1"], Cluster([]))  # by (it said "trains on  on the cluster's workers")
+    # nothing to train: the held cells are reused without asking the cluster (it was required)
+    assert rerun(["seed=0"], None)["n_skipped"] == 1
 
 
 def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_folder(tmp_path):
@@ -1752,6 +1770,9 @@ def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path)
     held = sw._load_cell(store / CELLS / f"{cell['cell_key'].values}.npz")
     params = json.loads(held.attrs["params"])
     assert (params["kappa"], params["y_min"], params["y_max"]) == (0.0, 0.0, 1.5)
+    # the store says what each cell ran with (its options attribute holds null: not given)
+    assert [float(cell[f"{v}_used"]) for v in ("kappa", "y_min", "y_max")] == [0.0, 0.0, 1.5]
+    assert json.loads(xr.open_zarr(store).attrs["options"])["kappa"] is None
     n = ref.sizes["point"]
     for v in ref.data_vars:
         assert np.array_equal(cell[v].values[:n], ref[v].values), v
