@@ -209,14 +209,8 @@ def _bench_threads_rows(stdout, steps):
     assert all(f"({steps} steps) |" in row for row in rows), rows  # both settings trained them
 
 
-@pytest.mark.slow
-def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys):
-    """bench_threads refuses bad arguments in one sentence, and runs an integrate case and a
-    training case under both loads: in this process, on shortened copies of cases 2 and 8
-    (t_end 10 -> 1, 16 -> 2 training steps on a 20k-token corpus: an eighth of the steps);
-    the script run as a command on the cases as they are: the slow test below."""
-    import torch
-
+def test_bench_threads_refuses_bad_arguments(monkeypatch, capsys):
+    """bench_threads refuses bad arguments in one sentence (its runs: the slow tests below)."""
     bench = load_script("bench_threads")
     n_cases = len(bench.CASES)
     for args in (["--cases", "0"], ["--cases", str(n_cases + 1)], ["--cases", "x"],
@@ -226,6 +220,17 @@ def test_bench_threads_refuses_bad_arguments_and_runs_a_case(monkeypatch, capsys
             bench.main()
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and "error:" in err and "Traceback" not in err, args
+
+
+@pytest.mark.slow  # 8 s
+def test_bench_threads_runs_a_shortened_case(monkeypatch, capsys):
+    """bench_threads runs an integrate case and a training case under both loads: in this
+    process, on shortened copies of cases 2 and 8 (t_end 10 -> 1, 16 -> 2 training steps on a
+    20k-token corpus: an eighth of the steps); the script run as a command on the cases as they
+    are: the slow test below."""
+    import torch
+
+    bench = load_script("bench_threads")
     keys = list(bench.CASES)
     train_case = next(i for i, v in enumerate(bench.CASES.values(), 1) if v[0] == "train")
     integrate_case, train_key = bench.CASES[keys[1]], keys[train_case - 1]
@@ -445,7 +450,6 @@ def test_network_rotates_the_order_and_reads_the_process_cpu_time(monkeypatch, c
     assert "| coupled/dense process CPU time (all threads) |" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys):
     """bench_auto: each timed integrate call (between two clock readings) follows an untimed,
     identical one, so the first row is not charged the first call of the method auto picks."""

@@ -92,7 +92,6 @@ main(sys.argv[1:])
 """
 
 
-@pytest.mark.slow
 def test_non_finite_loss_on_one_rank_stops_both(tmp_path, corpus_args):
     script = tmp_path / "poison.py"
     script.write_text(POISON)
