@@ -650,14 +650,25 @@ def test_the_stiffness_index_of_another_jacobian_is_computed_again():
 def full_disk(tmp_path):
     """A 256 KiB tmpfs at `tmp_path/full` (mounting needs root: skipped where it fails),
     unmounted after the test."""
+    yield from _tmpfs(tmp_path, 256)
+
+
+@pytest.fixture
+def full_disk_512k(tmp_path):
+    """`full_disk` of 512 KiB: room for a sweep store's root once the filler is gone (a tmpfs
+    takes a 4 KiB page a file, and a zarr variable is three files)."""
+    yield from _tmpfs(tmp_path, 512)
+
+
+def _tmpfs(tmp_path, kib: int):
     import subprocess
 
     where = tmp_path / "full"
     where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)],
                        capture_output=True, text=True)  # fmt: skip
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a 256 KiB tmpfs to fill: {(r.stderr or r.stdout).strip()}")
+        pytest.skip(f"cannot mount a {kib} KiB tmpfs to fill: {(r.stderr or r.stdout).strip()}")
     try:
         yield where
     finally:
@@ -837,7 +848,7 @@ def test_free_space_is_checked_where_a_link_points(full_disk, tmp_path):
     assert sorted(os.listdir(full_disk)) == ["link.nc"]
 
 
-def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(full_disk,
+def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(full_disk_512k,
                                                                                  tmp_path,
                                                                                  monkeypatch):
     """`sweep` onto a disk that filled as it wrote the store's root said "a file operation
@@ -847,6 +858,7 @@ def test_sweep_that_fills_the_disk_names_the_store_and_leaves_no_root_cut_short(
     cells stay, and the same command, rerun once there is room, resumes the sweep."""
     import xarray as xr
 
+    full_disk = full_disk_512k
     store = full_disk / "s.zarr"
     args = ["sweep", "manifold", "--grid", "kappa=0,1", "--store", str(store), "--workers", "0"]
     # in process (the command's own error handling, `Group.main`, runs under CliRunner too; a

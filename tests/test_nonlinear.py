@@ -332,7 +332,8 @@ def test_an_empty_domain_is_refused():
     ("two-state", (300.0, "edge")),  # stalled at y = 354.545 when domain() was the real line
     pytest.param("michaelis-menten", (1e299, 1e300),  # ended at 9.996e299: the arc's length
                  marks=pytest.mark.slow),  # overflowed (5 s)
-    ("michaelis-menten", (1e306, "edge")),  # 20,000 steps that no longer moved y near the edge
+    pytest.param("michaelis-menten", (1e306, "edge"),  # 20,000 steps that no longer moved y
+                 marks=pytest.mark.slow),  # near the edge (6 s)
 ])  # fmt: skip
 def test_linear_families_reach_the_range_end_far_out_and_at_the_domains_edge(system, y_range):
     """A linear family's one stable branch runs over the whole range: up to the domain's edge
