@@ -411,7 +411,7 @@ def _run_manifold(cells):
     from .nonlinear import manifold_dataset
     from .systems import make_system
 
-    (c,) = cells
+    c = _manifold_defaults(cells[0])  # what the cell runs with (make_cells resolved them)
     family, (a, b) = _manifold_args(c)
     ds = manifold_dataset(family, (a, b), osc_eps=c["osc_eps"], warn=False)
     check = identity_check(make_system(c["system"], eps=0.1), np.linspace(a, b, 101))
@@ -430,10 +430,9 @@ def _run_manifold(cells):
                                          "than two maxima of y in the run's second half)"})  # fmt: skip
     # what the cell ran with: the store's options hold null where manifold's per-system
     # default was taken (`_manifold_defaults`), and a swept kappa is a coordinate of its own
-    used = _manifold_defaults(c)
     for name, what in (("kappa", "kappa"), ("y_min", "lower end of the y range"),
                        ("y_max", "upper end of the y range")):  # fmt: skip
-        cell[f"{name}_used"] = ((), float(used[name]), {"long_name": f"{what} the cell ran with"})
+        cell[f"{name}_used"] = ((), float(c[name]), {"long_name": f"{what} the cell ran with"})
     _drift_vars(cell, ds.attrs.get("mass_drift_warning", ""))
     return [cell]
 
@@ -518,7 +517,7 @@ def _claim_train(cell):
 
 def _run_train(cells):
     """`train` of one network; a finished run of the same configuration in its folder is reused."""
-    from .training import _finished_run, check_run_folder, train
+    from .training import _finished_run, check_run_folder, recorded_device_kind, train
 
     (c,) = cells
     cfg, corpus = _train_config(c)
@@ -545,22 +544,12 @@ def _run_train(cells):
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
             "reused": ((), int(reused), {"long_name": "1: a finished run in the folder was reused"}),
-            "device_kind": ((), _kind(s.get("device")),
+            "device_kind": ((), recorded_device_kind(s.get("device")),
                             {"long_name": "kind of device the run trained on (cuda: bf16 autocast, "
                                           "cpu: float32; '' where not recorded)"}),
         }
     )  # fmt: skip
     return [cell]
-
-
-def _kind(device) -> str:
-    """`"cuda"` of `"cuda:0"`: the device kind of a run's recorded device ("" where none)."""
-    import torch
-
-    try:
-        return torch.device(str(device)).type
-    except (RuntimeError, ValueError):
-        return ""
 
 
 def _auto_device_kind() -> str:
@@ -580,7 +569,9 @@ def _held_train_kind(params: dict, ds: xr.Dataset) -> str | None:
         return str(ds["device_kind"].values)
     try:
         summary = json.loads((Path(str(ds["run_dir"].values)) / "summary.json").read_text())
-        return _kind(summary.get("device"))
+        from .training import recorded_device_kind
+
+        return recorded_device_kind(summary.get("device"))
     except (OSError, ValueError, KeyError, AttributeError):
         return ""
 

@@ -425,6 +425,15 @@ def _changed_text(corpus: Corpus, where: str) -> str:
             f"{where!r} was made (its contents' sha256 differs)")  # fmt: skip
 
 
+def recorded_device_kind(device) -> str:
+    """`"cuda"` of a run's recorded device `"cuda:0"`; "" where none is recorded, or not one
+    torch knows."""
+    try:
+        return torch.device(str(device)).type
+    except (RuntimeError, ValueError):
+        return ""
+
+
 def _computed_otherwise(summary: dict, cfg: TrainConfig, here: bool = True) -> str | None:
     """How the finished run of `summary` computed otherwise than `cfg` would, or None: on
     another kind of device (CUDA trains in bf16 autocast, the CPU in float32) or with another
@@ -432,10 +441,7 @@ def _computed_otherwise(summary: dict, cfg: TrainConfig, here: bool = True) -> s
     beside the other arms' runs may not. `here=False`: `cfg` runs in another process (a
     sweep's worker, which may have a CUDA device this one lacks), so `device="auto"` is not
     resolved here and an explicit device is not checked for availability."""
-    try:
-        kind = torch.device(str(summary.get("device"))).type
-    except (RuntimeError, ValueError):  # no device recorded, or not one torch knows
-        kind = None
+    kind = recorded_device_kind(summary.get("device")) or None
     if here:
         want = _device(cfg.device).type
     elif cfg.device == "auto":  # the worker decides: `train` there judges it (`_finished_run`)

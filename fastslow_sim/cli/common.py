@@ -63,10 +63,7 @@ class Integer(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):  # a default
             return value
         no_underscore(param_name(param), value)
-        digits = _digits(value)  # of any size, as click INT read them: the option's bound says more
-        if digits is not None:
-            return digits
-        try:
+        try:  # digits of any size, as click INT read them: the option's bound says more
             return as_int(value)
         except ValueError:
             self.fail(f"{value!r} is not a valid integer", param, ctx)
