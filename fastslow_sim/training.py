@@ -13,10 +13,12 @@ rank `r` draws its batches from seed `(seed, r)`.
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import numbers
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -97,22 +99,36 @@ def _kept_checkpoint(path, saved, bad) -> str:
             f"{plural(saved, 'step')}, whose loss was finite.")  # fmt: skip
 
 
+# a count as typed: digits (commas only between groups of three), a decimal part, an exponent
+_COUNT = re.compile(r"\+?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?")
+
+
 def parse_tokens(text) -> int:
-    """`500k`, `2M`, `1.5m`, `250000` -> a positive integer number of tokens (no underscores:
-    `no_underscore`)."""
+    """`500k`, `2M`, `1.5m`, `250000`, `1,000,000` -> a positive integer number of tokens, read
+    exactly (as a decimal, not through float). Commas only between groups of three digits
+    (`1,5m` was read as 15 million), no underscores (`no_underscore`), ASCII digits only."""
     no_underscore("--tokens", text)
-    s = str(text).strip().lower().replace(",", "")
+    s = str(text).strip().lower()
     mult = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
-    try:
-        value = float(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else float(s)
-    except ValueError:
-        raise InputError(
-            f"--tokens must be a positive count like 500k, 2M or 250000; got {text!r}."
-        ) from None
-    if not math.isfinite(value) or value < 1 or value != int(value):
-        raise InputError(
-            f"--tokens must be a positive count like 500k, 2M or 250000; got {text!r}."
-        )
+    body, scale = (s[:-1], mult[s[-1]]) if s and s[-1] in mult else (s, 1)
+    expected = f"--tokens must be a positive count like 500k, 2M or 250000; got {text!r}."
+    if "_" in body:  # "1_000k": no_underscore only sees text that reads as a number
+        raise InputError(f"--tokens must be a number written without underscores; got {text!r}.")
+    if not _COUNT.fullmatch(body):
+        if "," in body and _COUNT.fullmatch(body.replace(",", "")):
+            raise InputError(f"--tokens takes commas only between groups of three digits, as in "
+                             f"1,000,000; got {text!r}.")  # fmt: skip
+        raise InputError(expected)
+    value = decimal.Decimal(body.replace(",", ""))
+    if value and value.adjusted() + len(str(scale)) > 20:  # never expanded into its digits
+        raise InputError(f"--tokens must be below 10^19; got {text!r}.")
+    with decimal.localcontext() as ctx:
+        ctx.prec = len(body) + 30  # exact: a product rounded to 28 digits could look whole
+        value = value * scale
+    if value >= 10**19:
+        raise InputError(f"--tokens must be below 10^19; got {text!r}.")
+    if value < 1 or value != value.to_integral_value():
+        raise InputError(expected)
     return int(value)
 
 

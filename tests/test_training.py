@@ -34,9 +34,33 @@ def test_parse_tokens_refuses_underscores():
         parse_tokens("10_000")
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "k", "inf"])
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "k", "inf", "nan", "0x10", "\u0661\u0660",
+                                  "1.0000000000000000000000000001k"])  # fmt: skip
 def test_parse_tokens_rejects(text):
+    # the last: 28 digits of precision would round it to a whole 1,000 (read exactly: refused)
     with pytest.raises(fs.InputError, match="--tokens must be a positive count"):
+        parse_tokens(text)
+
+
+@pytest.mark.parametrize("text, value", [("1,000,000", 1_000_000), ("1,000.5k", 1_000_500),
+                                         ("+5", 5), ("9007199254740993", 9_007_199_254_740_993),
+                                         ("9999999999999999999", 10**19 - 1)])  # fmt: skip
+def test_parse_tokens_thousands_and_exact(text, value):
+    # commas group thousands; digits are read as a decimal (float made 2^53 + 1 even)
+    assert parse_tokens(text) == value
+
+
+@pytest.mark.parametrize("text", ["1,5m", "2,50k", "1,000,", "10,00"])
+def test_parse_tokens_refuses_commas_not_grouping_thousands(text):
+    # "1,5m" (a decimal comma) was read as 15 million tokens
+    with pytest.raises(fs.InputError, match=f"commas only between groups of three digits, as in "
+                                            f"1,000,000; got '{text}'"):  # fmt: skip
+        parse_tokens(text)
+
+
+@pytest.mark.parametrize("text", ["1e19", "1e18k", "1e999999999"])
+def test_parse_tokens_refuses_counts_from_1e19(text):
+    with pytest.raises(fs.InputError, match=rf"--tokens must be below 10\^19; got '{text}'"):
         parse_tokens(text)
 
 
