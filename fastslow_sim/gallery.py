@@ -303,7 +303,9 @@ def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
     from .training import _RESUME_FREE, TrainConfig
 
     a = ds.attrs
-    if a.get("corpus") != spec or int(a.get("tokens", -1)) != sizes.tokens:
+    # the tokens asked for (a file written before "tokens_requested": its "tokens" were those)
+    requested = int(a.get("tokens_requested", a.get("tokens", -1)))
+    if a.get("corpus") != spec or requested != sizes.tokens:
         return False
     if ds.sizes.get("seed") != sizes.seeds or list(ds["arm"].values) != list(ARMS):
         return False

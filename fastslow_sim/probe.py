@@ -58,7 +58,8 @@ def load_run(run_dir):
 def _load(run_dir):
     """`load_run`'s model and configuration, and the run's progress as the checkpoint holds
     it: `{"steps", "steps_planned", "finished", "tokens", "tokens_planned"}` (`tokens`: those
-    trained, which an interrupted run has fewer of than planned)."""
+    trained, which an interrupted run has fewer of than planned; `tokens_planned`: the planned
+    steps' tokens, whole steps, so at most the run's requested tokens)."""
     path = Path(run_dir) / "ckpt.pt"
     if not path.is_file():
         raise InputError(
@@ -78,7 +79,7 @@ def _load(run_dir):
             f"the checkpoint {str(path)!r} is corrupt or unreadable ({type(err).__name__})."
         ) from None
     progress = {"steps": steps, "steps_planned": planned, "finished": steps >= planned,
-                "tokens": steps * per_step, "tokens_planned": int(tcfg["tokens"])}  # fmt: skip
+                "tokens": steps * per_step, "tokens_planned": planned * per_step}  # fmt: skip
     return model.eval(), tcfg, progress
 
 

@@ -540,6 +540,7 @@ def _run_train(cells):
                                       {"long_name": "training FLOPs per token (forward + backward)"}),
             "n_layer": ((), int(s["n_layer"]), {"long_name": "layers"}),
             "steps": ((), int(s["steps"]), {"long_name": "optimizer steps"}),
+            "tokens": ((), int(s["tokens"]), {"long_name": "tokens trained (whole steps)", "units": "tokens"}),
             "gate": ("layer", np.array(gates, dtype=np.float64),
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),

@@ -998,7 +998,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                         client=client, runs_dir=out, parents=True, log=log,
                         retry_failed=retry_failed,
                         progress=base.get("progress", True),
-                        attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens": tokens,
+                        attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens_requested": tokens,
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip
     except CellInputError as err:  # the grid is reproduce's own, not the user's --grid
         raise InputError(f"{err.values['arm']} seed {err.values['seed']}: {err.reason}") from None
@@ -1015,7 +1015,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                  f"{'it' if earlier == 1 else 'them'} again)") if earlier else ""  # fmt: skip
         raise SweepError(f"{len(bad)} of {plural(len(arms) * seeds, 'run')} did not finish; "
                          f"{a} seed {s}: {msg or 'pending'} (store {res['store']}){again}.")  # fmt: skip
-    runs = _runs_from_sweep(sw, arms, seeds)
+    runs = _runs_from_sweep(sw, arms, seeds, per_step=base.get("batch_size", TrainConfig.batch_size)
+                            * base.get("block_size", TrainConfig.block_size))  # fmt: skip
     fresh = set(map(tuple, np.argwhere(sw["run_id"].values == sw.attrs["run_id"]).tolist())) \
         if "run_id" in sw else set()
     for j in range(seeds):
@@ -1040,6 +1041,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                             {"long_name": "wall-clock of the run", "units": "s"}),
             "tokens_per_s": (("arm", "seed"), np.array([[r["tokens_per_s"] for r in runs[a]] for a in arms]),
                              {"long_name": "training throughput", "units": "tokens/s"}),
+            "tokens": (("arm", "seed"), np.array([[r["tokens"] for r in runs[a]] for a in arms]),
+                       {"long_name": "tokens trained (whole steps)", "units": "tokens"}),
             "gate_abs": (("arm", "seed", "layer"), gate,
                          {"long_name": "final |tanh(alpha)| per layer (NaN: no such layer)"}),
             "params": ("arm", np.array([table["arms"][a]["params"] for a in arms]),
@@ -1048,8 +1051,9 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                                 {"long_name": "training FLOPs per token (forward + backward)"}),
         },
         coords={"arm": list(arms), "seed": np.arange(seeds), "layer": np.arange(L)},
-        attrs={"title": f"ablation on {corpus_spec}", "corpus": corpus_spec, "tokens": tokens,
-               "margin": margin, "corpus_summary": json.dumps(corpus.summary(), default=float),
+        attrs={"title": f"ablation on {corpus_spec}", "corpus": corpus_spec,
+               "tokens": trained_tokens(table), "tokens_requested": tokens, "margin": margin,
+               "corpus_summary": json.dumps(corpus.summary(), default=float),
                "table": json.dumps(table, default=float), "base_config": json.dumps(base),
                "sweep_store": str(res["store"]), "fastslow_sim_version": __version__},
     )  # fmt: skip
@@ -1057,16 +1061,23 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     return table
 
 
-def _runs_from_sweep(sw, arms, seeds) -> dict:
+def _runs_from_sweep(sw, arms, seeds, per_step: int) -> dict:
     """`{arm: [summary per seed]}` with the fields `ablation_table` reads, from the sweep store
-    (gates of a channel gate are their mean per layer; padding beyond `n_layer` dropped)."""
+    (gates of a channel gate are their mean per layer; padding beyond `n_layer` dropped). A
+    run's `tokens` are those its summary reported; a cell written before the store kept them
+    (-1 there) gives its steps x `per_step` (the batch's tokens: its cells train in one
+    process)."""
     runs = {}
     for i, arm in enumerate(arms):
         runs[arm] = []
         for j in range(seeds):
             v = {k: sw[k].values[i, j] for k in ("val_loss", "train_wall_time_s", "tokens_per_s",
-                                                  "params", "flops_per_token_train", "n_layer")}  # fmt: skip
+                                                  "params", "flops_per_token_train", "n_layer",
+                                                  "steps")}  # fmt: skip
+            tokens = int(sw["tokens"].values[i, j]) if "tokens" in sw else -1
             runs[arm].append({
+                "tokens": tokens if tokens >= 0 else int(v["steps"]) * per_step,
+                "steps": int(v["steps"]),
                 "val_loss": float(v["val_loss"]), "wall_time_s": float(v["train_wall_time_s"]),
                 "tokens_per_s": float(v["tokens_per_s"]), "params": int(v["params"]),
                 "flops_per_token_train": float(v["flops_per_token_train"]),
@@ -1107,6 +1118,7 @@ def ablation_table(runs: dict, margin: float = 0.01) -> dict:
             "tokens_per_s": float(np.mean([r["tokens_per_s"] for r in rs])),
             "wall_time_s": wall,
             "wall_ratio_to_dense": float(wall / dense_wall) if dense_wall else None,
+            **_tokens_and_steps(rs),
             "gate_abs_per_layer": np.mean(
                 [[abs(float(np.mean(g))) for g in r["gates"]] for r in rs], axis=0
             ).tolist(),
@@ -1116,3 +1128,21 @@ def ablation_table(runs: dict, margin: float = 0.01) -> dict:
         c = paired_comparison(arms[a]["val_loss"], arms[b]["val_loss"], margin)
         comparisons.append({"a": a, "b": b, **c})
     return {"arms": arms, "comparisons": comparisons, "margin": margin}
+
+
+def _tokens_and_steps(rs) -> dict:
+    """`{"tokens": [...], "steps": [...]}` of an arm's runs, one per seed; {} where they lack them."""
+    if not all("tokens" in r and "steps" in r for r in rs):
+        return {}
+    return {"tokens": [int(r["tokens"]) for r in rs], "steps": [int(r["steps"]) for r in rs]}
+
+
+def trained_tokens(table: dict) -> int | list[int] | None:
+    """The tokens each run of an ablation `table` trained (whole steps, so less than one step
+    short of those requested): one number where every run agrees, else their distinct values, ascending;
+    None where the table does not say."""
+    per_arm = [a.get("tokens") for a in table["arms"].values()]
+    if not per_arm or any(t is None for t in per_arm):
+        return None
+    distinct = sorted({int(t) for ts in per_arm for t in ts})
+    return distinct[0] if len(distinct) == 1 else distinct

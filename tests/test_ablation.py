@@ -329,6 +329,64 @@ def test_one_seed_prints_no_spread_and_no_interval():
     assert f"| -0.1500 | [{lo:+.4f}, {hi:+.4f}] | 1 |" in text
 
 
+def test_reproduce_labels_the_tokens_each_run_trained(tmp_path, text_file):
+    """`reproduce --tokens 255` with steps of 4 x 32 = 128 tokens trains one step (128 tokens)
+    per run, as train-network does, but its table, JSON and ablation.nc said 255 tokens per
+    run; they give the runs' own tokens now, and the requested ones beside them."""
+    out = tmp_path / "abl"
+    batch, context, requested = 4, 32, 255
+    step = batch * context
+    trained = (requested // step) * step  # 128: whole steps only
+    args = ["reproduce", "--corpus", f"text:{text_file}", "--tokens", str(requested), "--seeds", "2",
+            "--P", "4", "--context", str(context), "--batch-size", str(batch),
+            "--arms", "dense,coupled", "--threads", "1", "--out", str(out)]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    header = f"ablation on text:{text_file}, {trained} tokens per run ({requested} requested: " \
+             f"whole steps of {step}), 2 seeds"  # fmt: skip
+    assert header in res.output.splitlines()
+    for arm in ("dense", "coupled"):
+        for seed in range(2):
+            s = json.loads((out / f"{arm}-seed{seed}" / "summary.json").read_text())
+            assert (s["tokens"], s["steps"]) == (trained, 1)
+    data = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)  # the runs reused
+    assert (data["tokens"], data["tokens_requested"]) == (trained, requested)
+    assert data["arms"]["coupled"]["tokens"] == [trained, trained]
+    ds = fs.load_dataset(out / "ablation.nc")
+    assert (int(ds.attrs["tokens"]), int(ds.attrs["tokens_requested"])) == (trained, requested)
+    assert ds["tokens"].values.tolist() == [[trained, trained], [trained, trained]]
+    import xarray as xr
+
+    held = json.loads(xr.open_zarr(out / "sweep.zarr").attrs["reproduce"])
+    assert held["tokens_requested"] == requested and "tokens" not in held
+    # fewer tokens than one step would train none: refused, as train-network refuses them
+    few = CliRunner().invoke(main, [*args[:4], str(step - 1), *args[5:-1], str(tmp_path / "few")])
+    assert few.exit_code == 2
+    assert f"--tokens must be from {step} (one batch: --batch-size {batch} x --context {context})" \
+           in few.output  # fmt: skip
+    assert not (tmp_path / "few").exists()
+
+
+def test_ablation_header_says_so_when_runs_trained_other_tokens():
+    from fastslow_sim.cli.network import _format_ablation
+    from fastslow_sim.training import ablation_table
+
+    runs = _runs({"dense": [1.5, 1.6], "coupled": [1.4, 1.5]})
+    for arm, rs in runs.items():
+        done = [(2048, 1), (4096, 2)] if arm == "coupled" else [(2048, 1)] * 2
+        for r, (tokens, steps) in zip(rs, done):
+            r.update(tokens=tokens, steps=steps)
+    text = _format_ablation(ablation_table(runs), "random", 4000, 2)
+    assert text.splitlines()[0] == ("ablation on random, the runs trained different tokens "
+                                    "(2,048, 4,096; 4,000 requested), 2 seeds")  # fmt: skip
+    # every run as requested: the header as before
+    for rs in runs.values():
+        for r in rs:
+            r.update(tokens=4096, steps=2)
+    text = _format_ablation(ablation_table(runs), "random", 4096, 2)
+    assert text.splitlines()[0] == "ablation on random, 4,096 tokens per run, 2 seeds"
+
+
 PHI_TINY = dict(block_size=16, batch_size=4, n_layer=1, n_head=2, n_embd=32, P=4, eval_interval=4,
                 eval_batches=2, ckpt_interval=4, warmup_steps=2, progress=False)  # fmt: skip
 
@@ -368,6 +426,28 @@ def test_phi_vs_pst_of_a_stopped_run_gives_the_tokens_trained(phi_runs, tmp_path
     assert "| 256 (stopped early) |" in row and "2,048" not in row
     assert f"note: run {run} stopped early: its checkpoint holds 4 of 32 steps (256 of 2,048 " \
            "tokens trained)." in res.output
+
+
+def test_phi_vs_pst_plans_whole_steps(tmp_path):
+    """A run asked for 300 tokens in steps of 4 x 16 = 64 plans 4 steps, 256 tokens; phi-vs-pst
+    gave tokens_planned 300 beside steps_planned 4."""
+    from fastslow_sim.training import train
+
+    run, requested = tmp_path / "odd", 300
+    step = PHI_TINY["batch_size"] * PHI_TINY["block_size"]
+    planned = requested // step
+    train(TrainConfig(corpus="me:tokens=20k", out=str(run), tokens=requested, stop_after_steps=1,
+                      **PHI_TINY))  # fmt: skip
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run), "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output)
+    assert (r["steps"], r["steps_planned"], r["tokens"]) == (1, planned, step)
+    assert r["tokens_planned"] == planned * step == 256
+    assert json.loads((run / "phi_vs_pst.json").read_text())["tokens_planned"] == 256
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 0, res.output
+    assert f"note: run {run} stopped early: its checkpoint holds 1 of {planned} steps ({step} of " \
+           f"{planned * step} tokens trained)." in res.output  # fmt: skip
 
 
 @pytest.mark.parametrize("other", ["missing", "rand"])

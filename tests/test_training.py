@@ -904,3 +904,22 @@ def test_save_json_writes_strict_json(tmp_path):
     data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert {k: v for k, v in data.items() if k != "fastslow_sim_version"} == \
         {"a": None, "b": [1.5, None], "c": 2.0}  # fmt: skip
+
+
+def test_train_network_prints_no_gates_for_the_dense_variant(tmp_path, text_file):
+    """`train-network --variant dense` printed "gates tanh(alpha) per layer: +0.0000, ..." for
+    a network that has no gate (its `gates()` are zeros per layer, kept for the tables); it
+    says there is none now, and a gated variant still prints its gates."""
+    args = ["train-network", "--corpus", f"text:{text_file}", "--tokens", "128", "--context", "32",
+            "--batch-size", "4", "--P", "4", "--threads", "1"]  # fmt: skip
+    dense = CliRunner().invoke(main, [*args, "--variant", "dense", "--out", str(tmp_path / "d")])
+    assert dense.exit_code == 0, dense.output
+    assert "gates: none (the dense variant has no slow path)\n" in dense.output
+    assert "tanh(alpha)" not in dense.output
+    run = tmp_path / "c"
+    coupled = CliRunner().invoke(main, [*args, "--variant", "coupled", "--out", str(run)])
+    assert coupled.exit_code == 0, coupled.output
+    gates = json.loads((run / "summary.json").read_text())["gates"]
+    assert len(gates) == TrainConfig().n_layer
+    line = f"gates tanh(alpha) per layer: {', '.join(f'{g:+.4f}' for g in gates)}\n"
+    assert line in coupled.output

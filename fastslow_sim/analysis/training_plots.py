@@ -152,7 +152,8 @@ def plot_wall_clock(ablation_dirs: dict, *, ax=None):
             ax.plot(np.full(wall.shape[1], i), wall[i], "k.", ms=5)
         ax.set_xticks(range(len(arms)), arms, rotation=20)
         ax.set_ylabel(axis_label(ds["wall_time_s"], "wall-clock per run (s)"))
-        ax.set_title(f"{corpus}: {int(ds.attrs['tokens']):,} tokens per run")
+        tokens = np.atleast_1d(ds.attrs["tokens"])  # trained; several where the runs disagree
+        ax.set_title(f"{corpus}: {' or '.join(f'{int(t):,}' for t in tokens)} tokens per run")
     fig.tight_layout()
     return fig
 

@@ -217,8 +217,12 @@ def train_network(
     if ref:
         click.echo(f"references: oracle {ref['oracle_loss']:.4f}, Bayes floor "
                    f"{ref['bayes_floor_loss']:.4f}, ignore-y {ref['ignore_y_loss']:.4f}")  # fmt: skip
-    gates = ", ".join(f"{g:+.4f}" if isinstance(g, float) else "channels" for g in summary["gates"])
-    click.echo(f"gates tanh(alpha) per layer: {gates}")
+    if variant == "dense":  # its gates() are zeros per layer, a placeholder: there is no gate
+        click.echo("gates: none (the dense variant has no slow path)")
+    else:
+        gates = ", ".join(f"{g:+.4f}" if isinstance(g, float) else "channels"
+                          for g in summary["gates"])  # fmt: skip
+        click.echo(f"gates tanh(alpha) per layer: {gates}")
     click.echo(f"run folder  {out} (train.nc, summary.json, ckpt.pt)")
 
 
@@ -294,7 +298,7 @@ def reproduce(
       fastslow-sim reproduce --corpus me
       fastslow-sim reproduce --corpus text:../shared/data/tinyshakespeare.txt --seeds 5
     """
-    from ..training import ARMS, parse_tokens
+    from ..training import ARMS, parse_tokens, trained_tokens
     from ..training import reproduce as run_reproduce
 
     n_tokens = parse_tokens(tokens)
@@ -321,15 +325,34 @@ def reproduce(
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json_text({"corpus": corpus_spec, "tokens": n_tokens, "seeds": seeds, **table,
-                               "out": out}))  # fmt: skip
+        # "tokens": those each run trained (whole steps; a list where the runs disagree)
+        click.echo(json_text({"corpus": corpus_spec, "tokens": trained_tokens(table),
+                              "tokens_requested": n_tokens, "seeds": seeds, **table,
+                              "out": out}))  # fmt: skip
         return
     click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds))
     click.echo(f"dataset     {Path(out) / 'ablation.nc'}")
 
 
+def _tokens_text(table, requested) -> str:
+    """The header's tokens: those each run trained (whole steps), and the requested ones where
+    they differ; the requested ones alone where the table does not hold the runs' tokens."""
+    from ..training import trained_tokens
+
+    trained = trained_tokens(table)
+    if trained is None or trained == requested:
+        return f"{requested:,} tokens per run"
+    if isinstance(trained, list):
+        return (f"the runs trained different tokens ({', '.join(f'{t:,}' for t in trained)}; "
+                f"{requested:,} requested)")  # fmt: skip
+    steps = {s for a in table["arms"].values() for s in a["steps"]}
+    step = f": whole steps of {trained // steps.pop():,}" if len(steps) == 1 else ""
+    return f"{trained:,} tokens per run ({requested:,} requested{step})"
+
+
 def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
-    lines = [f"ablation on {corpus_spec}, {tokens:,} tokens per run, {plural(seeds, 'seed')}",
+    """The ablation table as text; `tokens`: those requested per run."""
+    lines = [f"ablation on {corpus_spec}, {_tokens_text(table, tokens)}, {plural(seeds, 'seed')}",
              "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
              "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
     one = "n/a (1 seed)" if seeds < 2 else None  # one seed has no spread and no interval
