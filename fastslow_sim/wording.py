@@ -3,6 +3,7 @@ it)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 
 __all__ = ["plural", "number_text", "count_text", "int_text", "amount_text", "bytes_text"]
@@ -11,7 +12,8 @@ __all__ = ["plural", "number_text", "count_text", "int_text", "amount_text", "by
 def count_text(v: int) -> str:
     """A count as a message prints it: `1,000,000`, or `1e+300` beyond 16 digits (a count
     parsed from `1e300` is an integer of 301 digits)."""
-    return f"{v:,}" if abs(v) < 10**16 else f"{float(v):.3g}"
+    # as a decimal, not a float: 1e999 has no float
+    return f"{v:,}" if abs(v) < 10**16 else format(decimal.Decimal(v).normalize(), ".3g")
 
 
 def int_text(v: int) -> str:
