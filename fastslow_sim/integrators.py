@@ -339,8 +339,9 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
     and `mass_error(time)` = `1^T x - 1`; the attributes hold the system, its parameters, `eps`,
     `P`, method, tolerances, solver statistics (`nfev`, `njev`, `nlu`), status and the solve's
-    wall time (`wall_time_s`; a method with compiled kernels, rodas4 and rodas3, loads them
-    first with a one-step solve of the first trajectory, timed apart as `load_wall_time_s`).
+    wall time (`wall_time_s`; rodas4 and rodas3 first make a one-step solve of the first
+    trajectory, timed apart as `load_wall_time_s`: numba loads the compiled march's kernels
+    then, and the torch march pays torch's first use).
     `stiffness_index` is `S = max |Re lambda(J(z0))| (t1 - t0)` of the first trajectory; for an
     explicit method on a batch, the largest over the trajectories (the attribute
     `stiffness_index_of` says which; each one's in the variable `stiffness_index_batch(batch)`)

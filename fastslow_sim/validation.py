@@ -18,11 +18,14 @@ __all__ = ["number", "positive", "positive_int", "plain_int", "as_int", "no_unde
 
 
 def no_underscore(name: str, text) -> None:
-    """`InputError` when the typed number `text` holds an underscore: Python's int(), float() and
-    Decimal read "1_5" as 15, so a slip ran silently with another number (every number a user
+    """`InputError` when the typed number `text` holds an underscore or a digit outside ASCII:
+    Python's int(), float() and Decimal read "1_5" as 15 (and "٨" as 8), so a slip ran silently
+    with another number (every number a user
     types goes through here, or through `as_int`)."""
     if isinstance(text, str) and "_" in text and _reads_as_float(text):  # "ten_k": its parse says
         raise InputError(f"{name} must be a number written without underscores; got {text!r}.")
+    if isinstance(text, str) and not text.isascii() and _reads_as_float(text):  # float("٨") is 8
+        raise InputError(f"{name} must be a number written in ASCII digits; got {text!r}.")
 
 
 def _reads_as_float(text: str) -> bool:
@@ -42,7 +45,7 @@ def as_int(text: str) -> int:
     for one of 1e19 or more in absolute value (never expanded: "1e999999" would be a million
     digits)."""
     text = str(text).strip()
-    if "_" in text:
+    if "_" in text or not text.isascii():  # Decimal reads "1_5" as 15 and Arabic-Indic digits
         raise ValueError(text)
     if re.fullmatch(r"[+-]?[0-9]+", text):
         return int(text)
@@ -101,15 +104,33 @@ def positive(name: str, value) -> float:
 
 
 def positive_int(name: str, value) -> int:
-    """`value` as an integer >= 1, or `InputError`."""
+    """`value` as an integer >= 1, or `InputError`: integers and text exactly (`as_int`; through
+    float, 2**63 - 1 became 2**63), a float only where it is whole."""
     no_underscore(name, value)
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if isinstance(value, bool) or not (math.isfinite(v) and v.is_integer() and v >= 1):
-        raise InputError(f"{name} must be a positive integer; got {value!r}.")
-    return int(v)
+    expected = f"{name} must be a positive integer; got {value!r}."
+    if isinstance(value, bool):
+        raise InputError(expected)
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+    elif isinstance(value, str):
+        try:
+            v = as_int(value)
+        except ValueError:
+            raise InputError(expected) from None
+        except OverflowError:  # 1e19 or more with an exponent: never expanded
+            raise InputError(f"{name} must be a positive integer written in digits when it is "
+                             f"1e19 or more; got {value!r}.") from None  # fmt: skip
+    else:
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            f = math.nan
+        if not (math.isfinite(f) and f.is_integer()):
+            raise InputError(expected)
+        v = int(f)
+    if v < 1:
+        raise InputError(expected)
+    return v
 
 
 def plain_int(value):

@@ -338,6 +338,59 @@ def test_numbers_with_underscores_are_refused_in_one_sentence(args, name, value,
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "args, name, value",
+    [
+        (["integrate", "--P", "\u0668"], "--P", "\u0668"),  # ran with P = 8
+        (["integrate", "--eps", "\u0660.1"], "--eps", "\u0660.1"),
+        (["integrate", "--P", "8", "--n-eval", "\u0663"], "--n-eval", "\u0663"),
+        (["integrate", "--P", "8", "--seed", "\u0663"], "--seed", "\u0663"),
+        (["integrate", "--P", "8", "--max-steps", "\u0663"], "--max-steps", "\u0663"),
+        (["corpus", "me:seed=\u0663"], "corpus option seed", "\u0663"),
+    ],
+)  # fmt: skip
+def test_digits_outside_ascii_are_refused_in_one_sentence(args, name, value, tmp_path,
+                                                          monkeypatch):  # fmt: skip
+    """int(), float() and Decimal read Arabic-Indic digits ("\u0668" is 8): a number typed in
+    them ran silently; every one is refused, naming the option and the value."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
+    assert res.exit_code == 2, res.output
+    assert f"{name} must be a number written in ASCII digits; got {value!r}." in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("P", ["9007199254740993", "9007199254740993.0", "9007199254740993e0"])
+def test_P_in_any_decimal_form_is_read_exactly(P, tmp_path, monkeypatch):
+    """--P 9007199254740993.0 went through float and ran as 2**53 (eps printed for P =
+    9007199254740992), while the digits were refused: every form is read exactly and refused
+    alike."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["integrate", "--P", P, "--method", "multirate", "--no-plot"],
+                             prog_name="fastslow-sim")  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("Error: P = 9007199254740993 is not held exactly by eps = 1/P")
+    assert not list(tmp_path.iterdir())
+
+
+def test_max_steps_is_read_exactly_up_to_its_bound():
+    """--max-steps went through float: its documented maximum 2**63 - 1 was refused (it became
+    2**63) and 9223372036854775000 ran with the budget 9223372036854774784."""
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.solvers import check_max_steps
+    from fastslow_sim.validation import positive_int
+
+    assert check_max_steps("9223372036854775807", "--max-steps") == 2**63 - 1
+    assert check_max_steps("9223372036854775000") == 9223372036854775000
+    assert check_max_steps(2**63 - 1) == 2**63 - 1 and check_max_steps("1e3") == 1000
+    assert positive_int("n", 7.0) == 7 and positive_int("n", np.int64(5)) == 5
+    with pytest.raises(InputError, match=r"--max-steps must be at most 2\*\*63 - 1"):
+        check_max_steps("9223372036854775808", "--max-steps")
+    for bad in ("1.5", "0", "-3", 2.5, True, "abc"):
+        with pytest.raises(InputError, match="n must be a positive integer; got"):
+            positive_int("n", bad)
+
+
 @pytest.mark.parametrize("args, line", [
     (["integrate", "--eps", "0.1", "--batch", "ten_k"],
      "Error: Invalid value for '--batch': 'ten_k' is not a valid integer; see 'fastslow-sim "
@@ -1016,3 +1069,15 @@ def test_manifold_defaults_suit_every_system(tmp_path, system, first_line):
     lo = float(first_line.split("[")[1].split(",")[0])
     assert ds.attrs["kappa"] == 0.0 and list(ds.attrs["y_range"]) == [lo, 1.5]
     assert float(ds["curve_y"].min()) == lo and float(ds["curve_y"].max()) == 1.5
+
+
+def test_manifold_kappa_minus_zero_is_zero_in_the_header_and_the_name(tmp_path, monkeypatch):
+    """--kappa -0 printed "kappa = -0" and wrote manifold-birth-death-kappa-0.nc beside the
+    kappa0 file of the same run."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["manifold", "--kappa", "-0", "--no-plot"], prog_name="fastslow-sim")
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("birth-death, kappa = 0, y in [-1, 1.5]\n")
+    assert [p.name for p in (tmp_path / "fastslow-results").iterdir()] == ["manifold-birth-death-kappa0.nc"]
+    with xr.open_dataset(tmp_path / "fastslow-results" / "manifold-birth-death-kappa0.nc") as ds:
+        assert np.copysign(1.0, ds.attrs["kappa"]) == 1.0  # +0, not -0

@@ -4,7 +4,6 @@ one-sentence errors, output paths, and the summary printing."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import sys
@@ -178,31 +177,22 @@ def json_text(obj) -> str:
     return strict_json(obj)
 
 
-def _digits(text: str) -> int | None:
-    """`int(text)` where `text` is an integer written in digits, else `None`."""
-    try:
-        return int(text.strip(), 10)
-    except ValueError:
-        return None
-
-
 def parse_eps_P(eps: str | None, P: str | None):
     """`(eps, P)` from the raw option strings, with one-sentence errors."""
     from ..systems import resolve_eps
-    from ..validation import no_underscore
+    from ..validation import as_int, no_underscore
 
     no_underscore("--P", P)
     no_underscore("--eps", eps)
     if P is not None:
-        text, P = P, _digits(P)  # digits exactly: through float, 2**63 - 1 became 2**63
-        if P is None:  # a number like 1e3 or 8.0
-            try:
-                value = float(text)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value) or not value.is_integer():
-                raise InputError(f"--P must be a positive integer (P = 1/eps); got {text!r}.")
-            P = int(value)
+        text = P
+        try:  # exactly, 8.0 and 1e3 too: through float, 9007199254740993.0 ran as 2**53
+            P = as_int(text)
+        except ValueError:
+            raise InputError(f"--P must be a positive integer (P = 1/eps); got {text!r}.") from None
+        except OverflowError:  # 1e19 or more: beyond every method's bound, never expanded
+            raise InputError(f"--P must be a positive integer below 1e19 (eps = 1/P >= 1e-19); "
+                             f"got {text!r}.") from None  # fmt: skip
     if eps is not None:
         try:
             eps = float(eps)

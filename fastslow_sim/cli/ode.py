@@ -126,6 +126,7 @@ def _minutes(seconds: float) -> str:
 @click.option(
     "--max-steps",
     default=None,
+    type=INTEGER,
     metavar="N",
     help="Budget of steps, a positive integer (every method but multirate): of each trajectory "
     "for the scipy methods [default: 200,000], rodas4 and torchdiffeq's [default: 1,000,000]; "
@@ -492,6 +493,7 @@ def manifold(system_name, kappa, y_range, osc_eps, out, plot_path, no_plot, as_j
     if not math.isfinite(kappa):
         raise InputError(f"--kappa must be a finite number; got {kappa}.")
     number("--kappa", kappa, -KAPPA_MAX, KAPPA_MAX)
+    kappa = float(kappa) + 0.0  # -0 is 0: "kappa = -0" and manifold-...-kappa-0.nc otherwise
     if not math.isfinite(osc_eps) or osc_eps <= 0:
         raise InputError(f"--osc-eps must be a positive finite number; got {osc_eps}.")
     number("--osc-eps", osc_eps, OSC_EPS_MIN, 1.0)
@@ -580,10 +582,14 @@ def _stability_text(br: dict) -> str:
 
 
 def _load_text(r: dict) -> str:
-    """The kernels' load before the timed solve, where it took a noticeable time (numba loads
-    them at their first call in a process: seconds, against milliseconds for the solve)."""
+    """The first call's cost before the timed solve, where it took a noticeable time: numba
+    loads the compiled march's kernels at their first call in a process (seconds, against
+    milliseconds for the solve); the torch march has none to load, only torch's first use."""
     load = r.get("load_wall_time_s")
-    return "" if load is None or load < 0.01 else f" (+ {load:.3f} s loading compiled kernels first)"
+    if load is None or load < 0.01:
+        return ""
+    what = "loading compiled kernels" if r.get("march") == "compiled" else "warming up torch"
+    return f" (+ {load:.3f} s {what} first)"
 
 
 def _branch_range(a: float, b: float) -> str:
