@@ -85,6 +85,12 @@ class UnreadableCellWarning(UserWarning):
     """`run_sweep` found a cell file it cannot read and computes the cell again."""
 
 
+class UnrecordedDeviceWarning(UserWarning):
+    """`run_sweep` reuses finished train-network cells of `--device auto` whose device kind
+    was not recorded (a store from before cells recorded it, their run folders' summaries
+    gone) beside cells it trains now: the sweep may mix device kinds."""
+
+
 class CellInputError(InputError):
     """A cell of the grid is bad input: `values` are its swept values, `reason` the sentence of
     the task's own check, `flags` the fixed options that take part; the message names them all
@@ -135,6 +141,9 @@ class Task:
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
     # defaults that depend on other parameters (manifold's, per system), set before the key
     defaults: Callable[[dict], dict] | None = None
+    # a cell file of an older version with what it lacks, from what the cell says of itself
+    # (its params), where that is known without guessing; applied as the store is built
+    recorded: Callable[[xr.Dataset], xr.Dataset] | None = None
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -430,11 +439,41 @@ def _run_manifold(cells):
                                          "than two maxima of y in the run's second half)"})  # fmt: skip
     # what the cell ran with: the store's options hold null where manifold's per-system
     # default was taken (`_manifold_defaults`), and a swept kappa is a coordinate of its own
-    for name, what in (("kappa", "kappa"), ("y_min", "lower end of the y range"),
-                       ("y_max", "upper end of the y range")):  # fmt: skip
-        cell[f"{name}_used"] = ((), float(c[name]), {"long_name": f"{what} the cell ran with"})
+    for name, what in _MANIFOLD_USED:
+        cell[f"{name}_used"] = _used_var(what, c[name])
     _drift_vars(cell, ds.attrs.get("mass_drift_warning", ""))
     return [cell]
+
+
+_MANIFOLD_USED = (("kappa", "kappa"), ("y_min", "lower end of the y range"),
+                  ("y_max", "upper end of the y range"))  # fmt: skip
+
+
+def _used_var(what: str, value) -> tuple:
+    return ((), float(value), {"long_name": f"{what} the cell ran with (NaN: the cell did not "
+                                            f"finish, or did not record it)"})  # fmt: skip
+
+
+def _manifold_recorded(ds: xr.Dataset) -> xr.Dataset:
+    """A finished manifold cell with kappa_used, y_min_used and y_max_used: a cell written
+    before cells recorded them (which left them NaN in the store) has them from its own
+    params (the cell file's `params` attribute), resolved by `_manifold_defaults` exactly as
+    `_run_manifold` resolves them for its run (a value the params hold is the one it ran with;
+    a null one, manifold's default for the cell's system). A cell whose params do not say
+    is left without them (NaN in the store: not recorded)."""
+    missing = [(n, what) for n, what in _MANIFOLD_USED if f"{n}_used" not in ds]
+    if not missing or "status" not in ds or str(ds["status"].values) != STATUS_DONE:
+        return ds
+    try:
+        c = _manifold_defaults(json.loads(ds.attrs["params"]))
+    except (KeyError, TypeError, ValueError, InputError):  # no params, or not a manifold's
+        return ds
+    ds = ds.copy()
+    for name, what in missing:
+        v = c.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            ds[f"{name}_used"] = _used_var(what, v)
+    return ds
 
 
 # -- train-network ----------------------------------------------------------------------------
@@ -582,18 +621,33 @@ def _check_held_kinds(grid: dict, held: list, kinds: set) -> None:
     another device kind than `kinds`, those where this sweep's workers train: reused, it
     would sit beside cells trained otherwise (CUDA in bf16, the CPU in float32), which
     training refuses of a run folder too (`training._computed_otherwise`); recomputed, its
-    worker would find that run in the cell's folder and refuse it."""
+    worker would find that run in the cell's folder and refuse it. A cell whose kind was not
+    recorded ("") is not judged: nothing says it differs, and no sweep could be run where it
+    was made (`_warn_unrecorded` says it is reused)."""
     for params, kind in held:
-        if {kind} == kinds:
+        if not kind or {kind} == kinds:
             continue
         want = " and ".join(sorted(kinds))
         where = "here" if len(kinds) == 1 else "on the cluster's workers"
         raise CellInputError({k: params[k] for k in grid},
-                             f"the store holds this cell trained on {kind or 'an unrecorded device'}, "
-                             f"and --device auto trains on {want} {where}, so reusing it would mix "
-                             f"device kinds in one sweep; expected the sweep run where auto trains "
-                             f"on {kind or 'the device it was made on'}, or an explicit --device with "
-                             f"another --store and --runs-dir.")  # fmt: skip
+                             f"the store holds this cell trained on {kind}, and --device auto "
+                             f"trains on {want} {where}, so reusing it would mix device kinds in "
+                             f"one sweep; expected the sweep run where auto trains on {kind}, or "
+                             f"an explicit --device with another --store and --runs-dir.")  # fmt: skip
+
+
+def _warn_unrecorded(held: list) -> None:
+    """One `UnrecordedDeviceWarning` naming how many finished cells of `held` (`[(params,
+    kind)]`) have no recorded device kind: reused as they are (their `device_kind` stays ''
+    in the store, "not recorded"), beside the cells this sweep trains."""
+    n = sum(1 for _, kind in held if not kind)
+    if n:
+        its, them = ("its run folder", "it is") if n == 1 else ("their run folders", "they are")
+        warnings.warn(f"{plural(n, 'finished cell')} in the store trained on a device whose "
+                      f"kind was not recorded (no device_kind in the cell, no summary.json in "
+                      f"{its}); {them} reused, so this sweep may mix device kinds (CUDA trains "
+                      f"in bf16 autocast, the CPU in float32).",
+                      UnrecordedDeviceWarning, stacklevel=3)  # fmt: skip
 
 
 def _tasks() -> dict[str, Task]:
@@ -622,7 +676,7 @@ def _tasks() -> dict[str, Task]:
              "y_min": Option(float, None), "y_max": Option(float, None),
              "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
-            defaults=_manifold_defaults,
+            defaults=_manifold_defaults, recorded=_manifold_recorded,
             description="branches, folds and the gap to the linear identity (kappa, y_min, "
                         "y_max: manifold's defaults per system, kappa 3 for birth-death else 0, "
                         "y from -1 to 1.5 cut to the system's domain)",
@@ -1319,7 +1373,7 @@ def consolidate(store, task: Task, grid: dict, fixed: dict, cells: list, attrs=N
     for idx, key, _ in cells:
         ds = _read_cell(store / CELLS / f"{key}{CELL_SUFFIX}")
         if ds is not None:
-            loaded[idx] = ds
+            loaded[idx] = ds if task.recorded is None else task.recorded(ds)
     loaded = _without_grid_copies(loaded, grid)
     names, dims, sizes, dtypes, vattrs, coords = [], {}, {}, {}, {}, {}
     for ds in loaded.values():
@@ -1614,6 +1668,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
             kinds = set(c.run(_auto_device_kind).values()) if held and not local else set()
             if kinds:  # the cluster's workers decide where auto trains (none connected: the
                 _check_held_kinds(grid, held, kinds)  # cells they train record their kind)
+            _warn_unrecorded(held)  # every check passed: they are reused
             try:
                 created = _create_store(store, parents)
                 consolidate(store, t, grid, fixed, cells, attrs)

@@ -1750,6 +1750,47 @@ def test_a_train_cell_written_before_device_kind_was_recorded_reads_its_run_fold
     assert _held_train_kind({"device": "auto"}, cell.assign(device_kind=((), "cpu"))) == "cpu"
 
 
+def test_a_train_cell_of_an_unrecorded_device_kind_is_reused_with_a_warning(tmp_path):
+    """A finished cell of `--device auto` from before cells recorded device_kind, whose run
+    folder's summary.json is gone, says nothing of where it trained: it does not block a
+    sweep that extends the store (it was an error no sweep could satisfy, exit status 2) but
+    is reused, with one Warning line naming how many such cells there are; the store records
+    nothing of its device kind ('', not recorded) and the new cell its own."""
+    import fastslow_sim.sweep as sw
+
+    store, runs = tmp_path / "t.zarr", tmp_path / "t-runs"
+
+    def sweep(seeds):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", seeds,
+                                         "--store", str(store), "--workers", "0", *TINY_TRAIN])  # fmt: skip
+
+    assert sweep("seed=0").exit_code == 0
+    (key,) = xr.open_zarr(store)["cell_key"].values.tolist()
+    path = store / CELLS / f"{key}.npz"
+    old = sw._load_cell(path).drop_vars("device_kind")  # as a cell of an older store
+    with open(path, "wb") as f:
+        sw._dump_cell(old, f)
+    (runs / "seed0" / "summary.json").unlink()
+    assert sw._held_train_kind({"device": "auto"}, old) == ""
+    res = sweep("seed=0,1")
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("Warning:")]
+    assert warned == ["Warning: 1 finished cell in the store trained on a device whose kind was "
+                      "not recorded (no device_kind in the cell, no summary.json in its run "
+                      "folder); it is reused, so this sweep may mix device kinds (CUDA trains "
+                      "in bf16 autocast, the CPU in float32)."]  # fmt: skip
+    assert "Error" not in res.output and "2 cells over seed; 1 already in the store, 1 run, " \
+        "0 failed" in res.output, res.output  # fmt: skip
+    ds = xr.open_zarr(store).load()
+    assert ds["cell_key"].values.tolist()[0] == key and ds["status"].values.tolist() == ["done"] * 2
+    assert ds["device_kind"].values.tolist() == ["", "cpu"]  # nothing said of the held cell
+    assert "'' where not recorded" in ds["device_kind"].attrs["long_name"]
+    assert sw._load_cell(path).identical(old)  # reused as it was, not trained again
+    assert not (runs / "seed0" / "summary.json").exists()
+    res = sweep("seed=0,1")  # nothing to train: no cell sits beside it anew, nothing said
+    assert res.exit_code == 0 and "Warning" not in res.output, res.output
+
+
 def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path):
     """`sweep manifold --grid system=...` at default options computes what `fastslow-sim
     manifold --system S` does: kappa 0 for a linear system (3 was refused), and the y range
@@ -1789,3 +1830,52 @@ def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path)
     old = {"system": "birth-death", "kappa": 3.0, "y_min": -1.0, "y_max": 1.5, "osc_eps": 0.01}
     ((_, key, _),) = sw.make_cells(t, {"system": ["birth-death"]}, sw.parse_options(t, {}))
     assert key == sw.cell_key("manifold", old)
+
+
+def test_an_older_manifold_store_extended_says_what_its_old_cells_ran_with(tmp_path):
+    """A manifold cell written before cells recorded kappa_used, y_min_used and y_max_used
+    (they were NaN in the extended store) has them from its own params, resolved as its run
+    resolved them: birth-death's defaults, kappa 3 and y from -1 to 1.5. A cell whose params
+    do not say keeps none (NaN in the store: not recorded, as the long name says)."""
+    import fastslow_sim.sweep as sw
+    from fastslow_sim.nonlinear import default_kappa, default_y_range, family_for
+
+    store = tmp_path / "s.zarr"
+
+    def sweep(systems):
+        return CliRunner().invoke(main, ["sweep", "manifold", "--grid", f"system={systems}",
+                                         "--store", str(store), "--workers", "0", "--json"])  # fmt: skip
+
+    assert sweep("birth-death").exit_code == 0
+    (key,) = xr.open_zarr(store)["cell_key"].values.tolist()
+    path = store / CELLS / f"{key}.npz"
+    used = ["kappa_used", "y_min_used", "y_max_used"]
+    old = sw._load_cell(path).drop_vars(used)  # as a cell of an older store
+    with open(path, "wb") as f:
+        sw._dump_cell(old, f)
+    res = sweep("birth-death,michaelis-menten")  # extends it: the old cell is reused
+    assert res.exit_code == 0, res.output
+    out = json.loads(next(ln for ln in res.output.splitlines() if ln.startswith("{")))
+    assert (out["n_skipped"], out["n_run"], out["n_failed"]) == (1, 1, 0)
+    assert sw._load_cell(path).identical(old)  # the cell file is left as it was written
+    ds = xr.open_zarr(store).load()
+    bd = ds.sel(system="birth-death")
+    kappa = default_kappa("birth-death")
+    lo, hi = default_y_range(family_for("birth-death", kappa))
+    assert [float(bd[v]) for v in used] == [kappa, lo, hi] == [3.0, -1.0, 1.5]
+    mm = ds.sel(system="michaelis-menten")
+    assert [float(mm[v]) for v in used] == [0.0, 0.0, 1.5]  # recorded by its own run
+    for v in used:
+        assert ds[v].attrs["long_name"].endswith("(NaN: the cell did not finish, or did not "
+                                                 "record it)")  # fmt: skip
+    # a null in the params is the default its run resolved; params that do not say: nothing
+    params = json.loads(old.attrs["params"])
+    nulls = old.assign_attrs(params=json.dumps({**params, "kappa": None, "y_min": None}))
+    assert [float(sw._manifold_recorded(nulls)[v]) for v in used] == [3.0, -1.0, 1.5]
+    unsaid = old.assign_attrs(params=json.dumps({"system": "birth-death"}))
+    assert not set(used) & set(sw._manifold_recorded(unsaid).data_vars)
+    with open(path, "wb") as f:
+        sw._dump_cell(unsaid, f)
+    assert sweep("birth-death,michaelis-menten").exit_code == 0
+    ds = xr.open_zarr(store).load()
+    assert [np.isnan(float(ds.sel(system="birth-death")[v])) for v in used] == [True] * 3
