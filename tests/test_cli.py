@@ -1081,3 +1081,20 @@ def test_manifold_kappa_minus_zero_is_zero_in_the_header_and_the_name(tmp_path, 
     assert [p.name for p in (tmp_path / "fastslow-results").iterdir()] == ["manifold-birth-death-kappa0.nc"]
     with xr.open_dataset(tmp_path / "fastslow-results" / "manifold-birth-death-kappa0.nc") as ds:
         assert np.copysign(1.0, ds.attrs["kappa"]) == 1.0  # +0, not -0
+
+
+@pytest.mark.parametrize("args, line", [
+    (["integrate", "--P", "8", "--t-end", "1e999"],
+     "Error: Invalid value for '--t-end': '1e999' is beyond the range of a float (magnitude at "
+     "most about 1.8e308); see 'fastslow-sim integrate --help'."),
+    (["integrate", "--P", "8", "--n-eval", "9" * 5000],
+     "Error: Invalid value for '--n-eval': '999999999999...' (5,000 characters) is not an "
+     "integer of at most 4,300 digits; see 'fastslow-sim integrate --help'."),
+])  # fmt: skip
+def test_numbers_beyond_what_python_reads_are_named_not_echoed_as_inf(args, line, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    """--t-end 1e999 was refused as "got inf", a value not typed; 5,000 digits as "not a valid
+    integer" (Python's int() reads at most 4,300) echoing all of them."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
+    assert res.exit_code == 2 and res.output.strip() == line, res.output

@@ -4,6 +4,7 @@ one-sentence errors, output paths, and the summary printing."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -62,6 +63,9 @@ class Integer(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):  # a default
             return value
         no_underscore(param_name(param), value)
+        if len(str(value).strip()) > 4300:  # int() reads no more digits; not echoed whole
+            self.fail(f"'{str(value).strip()[:12]}...' ({len(str(value).strip()):,} characters) is "
+                      f"not an integer of at most 4,300 digits", param, ctx)  # fmt: skip
         try:  # digits of any size, as click INT read them: the option's bound says more
             return as_int(value)
         except ValueError:
@@ -83,9 +87,12 @@ class Number(click.ParamType):
             return float(value)
         no_underscore(param_name(param), value)
         try:
-            return float(value)
+            v = float(value)
         except ValueError:
             self.fail(f"{value!r} is not a valid float", param, ctx)
+        if math.isinf(v) and "inf" not in str(value).lower():  # 1e999: the message said "got inf"
+            self.fail(f"{value!r} is beyond the range of a float (magnitude at most about 1.8e308)", param, ctx)
+        return v
 
 
 INTEGER, NUMBER = Integer(), Number()
