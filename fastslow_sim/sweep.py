@@ -579,7 +579,7 @@ def _run_train(cells):
                                       {"long_name": "training FLOPs per token (forward + backward)"}),
             "n_layer": ((), int(s["n_layer"]), {"long_name": "layers"}),
             "steps": ((), int(s["steps"]), {"long_name": "optimizer steps"}),
-            "tokens": ((), int(s["tokens"]), {"long_name": "tokens trained (whole steps)", "units": "tokens"}),
+            "tokens": ((), int(s["tokens"]), _TOKENS_ATTRS),
             "gate": ("layer", np.array(gates, dtype=np.float64),
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
@@ -590,6 +590,26 @@ def _run_train(cells):
         }
     )  # fmt: skip
     return [cell]
+
+
+def _train_recorded(ds: xr.Dataset) -> xr.Dataset:
+    """A finished train-network cell with `tokens`: one written before cells recorded them
+    (-1 in the store, as if not trained) has them from its own steps and params, steps x
+    batch_size x block_size (a cell trains in one process, and no arm changes the batch)."""
+    if "tokens" in ds or "steps" not in ds or "status" not in ds \
+            or str(ds["status"].values) != STATUS_DONE:  # fmt: skip
+        return ds
+    try:
+        c = json.loads(ds.attrs["params"])
+        per_step = int(c["batch_size"]) * int(c["block_size"])
+    except (KeyError, TypeError, ValueError):  # no params: left unrecorded
+        return ds
+    ds = ds.copy()
+    ds["tokens"] = ((), int(ds["steps"].values) * per_step, _TOKENS_ATTRS)
+    return ds
+
+
+_TOKENS_ATTRS = {"long_name": "tokens trained (whole steps)", "units": "tokens"}
 
 
 def _auto_device_kind() -> str:
@@ -683,6 +703,7 @@ def _tasks() -> dict[str, Task]:
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
+            recorded=_train_recorded,
             validate=_validate_train, claim=_claim_train, aliases={"context": "block_size"},
             settings=_validate_train_settings,
             description="one training run per cell (arm: as in reproduce)",

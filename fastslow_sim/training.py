@@ -99,8 +99,9 @@ def _kept_checkpoint(path, saved, bad) -> str:
             f"{plural(saved, 'step')}, whose loss was finite.")  # fmt: skip
 
 
-# a count as typed: digits (commas only between groups of three), a decimal part, an exponent
-_COUNT = re.compile(r"\+?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?")
+# a count as typed: digits (commas only between groups of three after a first group that does not
+# begin with 0: "0,500m" is a decimal comma), a decimal part, an exponent
+_COUNT = re.compile(r"\+?(?:(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?")
 
 
 def parse_tokens(text) -> int:

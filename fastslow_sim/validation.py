@@ -112,9 +112,9 @@ def positive_int(name: str, value) -> int:
         raise InputError(expected)
     if isinstance(value, numbers.Integral):
         v = int(value)
-    elif isinstance(value, str):
+    elif isinstance(value, (str, decimal.Decimal)):
         try:
-            v = as_int(value)
+            v = as_int(str(value))
         except ValueError:
             raise InputError(expected) from None
         except OverflowError:  # 1e19 or more with an exponent: never expanded

@@ -12,8 +12,11 @@ __all__ = ["plural", "number_text", "count_text", "int_text", "amount_text", "by
 def count_text(v: int) -> str:
     """A count as a message prints it: `1,000,000`, or `1e+300` beyond 16 digits (a count
     parsed from `1e300` is an integer of 301 digits)."""
-    # as a decimal, not a float: 1e999 has no float
-    return f"{v:,}" if abs(v) < 10**16 else format(decimal.Decimal(v).normalize(), ".3g")
+    if abs(v) < 10**16:
+        return f"{v:,}"
+    if abs(v) < 10**308:
+        return f"{float(v):.3g}"
+    return format(decimal.Decimal(v).normalize(), ".3g")  # 1e+999: no float holds it
 
 
 def int_text(v: int) -> str:

@@ -1879,3 +1879,33 @@ def test_an_older_manifold_store_extended_says_what_its_old_cells_ran_with(tmp_p
     assert sweep("birth-death,michaelis-menten").exit_code == 0
     ds = xr.open_zarr(store).load()
     assert [np.isnan(float(ds.sel(system="birth-death")[v])) for v in used] == [True] * 3
+
+
+def test_an_older_train_store_extended_says_the_tokens_its_old_cells_trained(tmp_path):
+    """A train-network cell written before cells recorded `tokens` showed -1 ("tokens trained")
+    in the extended store; it has them from its own steps and params: steps x batch x context."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+
+    def sweep(seeds):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", f"seed={seeds}",
+                                         "--store", str(store), "--runs-dir", str(tmp_path / "r"),
+                                         "--workers", "0", "--tokens", "300", "--context", "16",
+                                         "--batch-size", "2", "--n-layer", "1", "--n-embd", "16",
+                                         "--corpus", "random", "--json"])  # fmt: skip
+
+    assert sweep("0").exit_code == 0
+    (key,) = xr.open_zarr(store)["cell_key"].values.ravel().tolist()
+    path = store / CELLS / f"{key}.npz"
+    old = sw._load_cell(path).drop_vars("tokens")  # as a cell of an older store
+    with open(path, "wb") as f:
+        sw._dump_cell(old, f)
+    res = sweep("0,1")
+    assert res.exit_code == 0, res.output
+    ds = xr.open_zarr(store).load()
+    assert ds["steps"].values.tolist() == [9, 9]  # 300 // (2 x 16)
+    assert ds["tokens"].values.tolist() == [288, 288]  # the old cell's from its params
+    assert sw._load_cell(path).identical(old)
+    unsaid = old.assign_attrs(params=json.dumps({"seed": 0}))
+    assert "tokens" not in sw._train_recorded(unsaid)

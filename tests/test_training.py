@@ -34,7 +34,7 @@ def test_parse_tokens_refuses_underscores():
         parse_tokens("10_000")
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "k", "inf", "nan", "0x10", "\u0661\u0660",
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "k", "inf", "nan", "0x10", "\u0661\u0660k",
                                   "1.0000000000000000000000000001k"])  # fmt: skip
 def test_parse_tokens_rejects(text):
     # the last: 28 digits of precision would round it to a whole 1,000 (read exactly: refused)
@@ -50,12 +50,24 @@ def test_parse_tokens_thousands_and_exact(text, value):
     assert parse_tokens(text) == value
 
 
-@pytest.mark.parametrize("text", ["1,5m", "2,50k", "1,000,", "10,00"])
+@pytest.mark.parametrize("text", ["1,5m", "2,50k", "1,000,", "10,00", "0,500m", "00,001k"])
 def test_parse_tokens_refuses_commas_not_grouping_thousands(text):
     # "1,5m" (a decimal comma) was read as 15 million tokens
     with pytest.raises(fs.InputError, match=f"commas only between groups of three digits, as in "
                                             f"1,000,000; got '{text}'"):  # fmt: skip
         parse_tokens(text)
+
+
+def test_parse_tokens_refuses_digits_outside_ascii():
+    with pytest.raises(fs.InputError, match="--tokens must be a number written in ASCII digits"):
+        parse_tokens("\u0661\u0660")
+
+
+def test_count_text_of_large_counts():
+    from fastslow_sim.wording import count_text
+
+    assert [count_text(v) for v in (10**16 - 1, 10**16 + 1, 10**20 + 3, 10**300, 10**999)] == [
+        "9,999,999,999,999,999", "1e+16", "1e+20", "1e+300", "1e+999"]  # fmt: skip
 
 
 def test_parse_tokens_reads_large_counts_exactly_and_refuses_absurd_exponents():
