@@ -768,6 +768,8 @@ def _typed(task: Task, name: str, text, where: str):
             raise InputError(_int64_text(where, name, text))
     if opt.type is float and value is not None and not math.isfinite(value):
         raise InputError(f"{where}: {name} must be finite; got {text!r}.")
+    if isinstance(value, float) and value == 0.0:  # -0 is 0: one cell (key), not two
+        value = 0.0
     if opt.choices is not None and value not in opt.choices:
         raise InputError(f"{where}: {name} must be one of {list(opt.choices)}; got {value!r}.")
     if opt.check is not None and value is not None and not opt.check[0](value):

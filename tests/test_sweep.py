@@ -1909,3 +1909,18 @@ def test_an_older_train_store_extended_says_the_tokens_its_old_cells_trained(tmp
     assert sw._load_cell(path).identical(old)
     unsaid = old.assign_attrs(params=json.dumps({"seed": 0}))
     assert "tokens" not in sw._train_recorded(unsaid)
+
+
+def test_minus_zero_in_a_grid_is_the_cell_of_zero(tmp_path):
+    """--grid kappa=-0 then kappa=0 computed the manifold twice (two cell keys, two files)."""
+    store = tmp_path / "s.zarr"
+
+    def sweep(kappa):
+        return CliRunner().invoke(main, ["sweep", "manifold", "--grid", f"kappa={kappa}",
+                                         "--store", str(store), "--workers", "0", "--json"])  # fmt: skip
+
+    assert sweep("-0").exit_code == 0
+    res = sweep("0")
+    out = json.loads(next(ln for ln in res.output.splitlines() if ln.startswith("{")))
+    assert (out["n_skipped"], out["n_run"]) == (1, 0)
+    assert len(list((store / CELLS).iterdir())) == 1
