@@ -225,6 +225,7 @@ def multirate_error_dataset(eps_values, H_values, H_fixed, t_end=2.0, system="bi
 
     from ._version import __version__
     from .integrators import integrate
+    from .solvers.multirate import whole_blocks
     from .systems import make_system
 
     eps_values = [float(e) for e in eps_values]
@@ -234,6 +235,12 @@ def multirate_error_dataset(eps_values, H_values, H_fixed, t_end=2.0, system="bi
     strides = [int(round(h / h_min)) for h in H_values]
     if any(abs(s * h_min - h) > 1e-12 for s, h in zip(strides, H_values)):
         raise InputError(f"every H must be a multiple of the smallest ({h_min:g}); got {H_values}.")
+    for h in H_values:  # the multirate runs refuse a span of no whole blocks: before any Radau
+        whole_blocks(0.0, t_end, h)
+    # the block ends of the smallest H; the last is t_end itself (h_min * n_fine may round past
+    # it: 0.05 * 24 = 1.2000000000000002, outside the span), the others k * h_min as before
+    t_fine = h_min * np.arange(n_fine + 1)
+    t_fine[-1] = t_end
     err_y = np.empty((len(eps_values), len(H_values)))
     err_x = np.empty_like(err_y)
     ref_wall = np.empty(len(eps_values))
@@ -241,7 +248,7 @@ def multirate_error_dataset(eps_values, H_values, H_fixed, t_end=2.0, system="bi
         s = make_system(system, eps=e)
         t0 = time.perf_counter()
         ref = integrate(s, (0.0, t_end), method="radau", rtol=rtol, atol=atol,
-                        t_eval=h_min * np.arange(n_fine + 1))  # fmt: skip
+                        t_eval=t_fine)  # fmt: skip
         ref_wall[i] = time.perf_counter() - t0
         for j, (h, stride) in enumerate(zip(H_values, strides)):
             run = integrate(s, (0.0, t_end), method="multirate", H=h)
@@ -370,8 +377,13 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
         base = {**s.base, "progress": False}
         with ctx.bar(f"the ablation on {name} ({len(ARMS)} arms x {plural(s.seeds, 'seed')}, "
                      f"{s.tokens:,} tokens each)", len(ARMS) * s.seeds) as bar:  # fmt: skip
-            reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base,
-                      log=lambda msg: bar.update(1))  # fmt: skip
+            # the bar moves as each run finishes (`reproduce` logs its per-run lines only once
+            # the whole grid is done: they are not shown under the bar); runs reused from an
+            # earlier, interrupted call are not reported, and fill the bar at the end
+            reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base, log=lambda msg: None,
+                      on_chunk=lambda results, chunk: bar.update(len(chunk)))  # fmt: skip
+            if bar.n < bar.total:
+                bar.update(bar.total - bar.n)
         ctx.used.append((str(path), "computed"))
         dirs[name] = folder
     if not dirs:
@@ -553,13 +565,25 @@ def _fig_phi_sweep(ctx):
 # cost against T
 
 
+COST_THREADS = 1  # the cost figure's torch threads (figures/README.md: "CPU, one thread")
+
+
 def cost_dataset(T_values, P_values, model: dict, batch: int = 1, rounds: int = 3, seed: int = 0,
-                 bar=None):  # fmt: skip
+                 bar=None, threads: int | None = 1):  # fmt: skip
     """Wall-clock of one training step (forward + backward, no optimiser) per token, and the
     FLOP model's training FLOPs per token (`bridge.cost.flops_per_token`), against the context
     length `T`, for the dense network and the coupled one at every `P`. Each (config, T) is
     timed once per round, rounds interleaved, after one warm-up step; the median over rounds
-    is kept, with the quartiles. On the device torch picks (CPU here), float32."""
+    is kept, with the quartiles. On the device torch picks (CPU here), float32, on `threads`
+    torch intra-op threads (`threads.torch_threads`: torch's setting restored after; `None`:
+    torch's own), recorded in `attrs["device"]`."""
+    from .threads import torch_threads
+
+    with torch_threads(threads):
+        return _cost_dataset(T_values, P_values, model, batch, rounds, seed, bar)
+
+
+def _cost_dataset(T_values, P_values, model, batch, rounds, seed, bar):
     import torch
     import xarray as xr
 
@@ -634,9 +658,9 @@ def _fig_cost(ctx):
                      f"wall-clock per token against T ({len(s.cost_T)} T x "
                      f"{1 + len(s.cost_P)} networks x {plural(s.cost_rounds, 'round')})",
                      {"T": list(s.cost_T), "P": list(s.cost_P), "model": s.cost_model,
-                      "batch": s.cost_batch, "rounds": s.cost_rounds},
+                      "batch": s.cost_batch, "rounds": s.cost_rounds, "threads": COST_THREADS},
                      lambda bar: cost_dataset(s.cost_T, s.cost_P, s.cost_model, s.cost_batch,
-                                              s.cost_rounds, bar=bar),
+                                              s.cost_rounds, bar=bar, threads=COST_THREADS),
                      total=s.cost_rounds)  # fmt: skip
     return {"cost": plot_cost(ds)}
 
@@ -748,7 +772,7 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     from .io import check_parent, check_writable
 
     sizes = sizes or (QUICK if quick else FULL)
-    out_given, results_given = out is not None, results is not None
+    out_given, results_given, runs_given = out is not None, results is not None, runs is not None
     root = Path("fastslow-results") / ("quick" if sizes.name == "quick" else "")
     out = _folder(out if out is not None else (root / "figures" if sizes.name == "quick"
                                                 else "figures"), "figure folder")  # fmt: skip
@@ -756,9 +780,12 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     runs = _folder(runs if runs is not None else (root / "runs" if sizes.name == "quick" else "runs"),
                    "runs folder")  # fmt: skip
     # a folder given is made, but not the folders above it (a typo there would scatter the
-    # figures); the defaults are the gallery's own, made as needed
+    # figures, or start hours of training in it); the defaults are the gallery's own, made as
+    # needed. The runs folder is written only when computing (`compute=False` only reads it: a
+    # missing one is a figure skipped, not an error)
     for given, folder, what in ((out_given, out, "figure folder"),
-                                (results_given, results, "results folder")):  # fmt: skip
+                                (results_given, results, "results folder"),
+                                (runs_given and compute, runs, "runs folder")):  # fmt: skip
         if given and not folder.exists():
             check_parent(folder, what)
     names = select(only)

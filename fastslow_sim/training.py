@@ -958,7 +958,7 @@ def _comparison_pairs(arms) -> list:
 def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: dict | None = None,
               margin: float = 0.01, log=print, workers: int = 0, scheduler: str | None = None,
               client=None, names: dict | None = None, parents: bool = True,
-              retry_failed: bool = False) -> dict:  # fmt: skip
+              retry_failed: bool = False, on_chunk=None) -> dict:  # fmt: skip
     """Train every arm for every seed (arms of one seed share the data order, and the arms that
     share the dense architecture share its initialisation); returns the ablation table.
 
@@ -967,7 +967,9 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     dask cluster, `scheduler` (or `client`) on an existing one. The table is computed from the
     store; re-running skips the cells (and reuses the run folders) it already has, failed ones
     too unless `retry_failed`. `names` and `parents`: as `train`'s (`parents=False`: the folder
-    that holds `out` must exist)."""
+    that holds `out` must exist). `on_chunk(results, chunk)`: `run_sweep`'s, called as each
+    run finishes (a cell reused from the store is not run, so not reported); `log` has the
+    per-run lines only once the whole grid is done."""
     import xarray as xr
 
     from .io import save_dataset
@@ -995,7 +997,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
                         client=client, runs_dir=out, parents=True, log=log,
-                        retry_failed=retry_failed,
+                        retry_failed=retry_failed, on_chunk=on_chunk,
                         progress=base.get("progress", True),
                         attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens_requested": tokens,
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip

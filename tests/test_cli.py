@@ -1024,14 +1024,25 @@ def test_an_empty_path_is_refused_in_one_sentence(args, name, what, tmp_path, mo
 
 @pytest.mark.parametrize("args", [["training-figures", "--runs", "runs", "--out-dir", "nodir/x"],
                                   ["figures", "--only", "cost", "--out", "nodir/x"],
-                                  ["figures", "--only", "cost", "--results-dir", "nodir/x"]])
+                                  ["figures", "--only", "cost", "--results-dir", "nodir/x"],
+                                  ["figures", "--quick", "--only", "phi-vs-pst-sweep", "--runs",
+                                   "nodir/x"]])  # fmt: skip
 def test_figure_folders_above_the_one_given_are_not_made(args, tmp_path, monkeypatch):
-    # training-figures --out-dir nodir/x made nodir/ silently; other commands refuse it
+    # training-figures --out-dir nodir/x made nodir/ silently; other commands refuse it;
+    # figures --runs nodir/x made nodir/x/phi-sweep (or reproduce-me) and trained there (an
+    # hour at full sizes)
+    from fastslow_sim import gallery, training
+
+    def trains(*a, **kw):
+        raise AssertionError("trained")
+
+    monkeypatch.setattr(training, "reproduce", trains)
+    monkeypatch.setattr(gallery, "phi_sweep", trains)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
-    what = "results" if "--results-dir" in args else "figure"
+    what = {"--results-dir": "results", "--runs": "runs"}.get(args[-2], "figure")
     assert res.output == (f"Error: cannot write the {what} folder 'nodir/x': folder 'nodir' "
                           "does not exist.\n")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

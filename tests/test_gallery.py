@@ -289,3 +289,120 @@ def test_sweep_rows_read_nulls_as_nan(tmp_path):
     assert '"se": null' in path.read_text()
     (back,) = gallery.sweep_rows(path)
     assert all(v["mean"] == 0.1 and np.isnan(v["se"]) for v in back["tv"].values())
+
+
+class _RecordingBar:
+    """A stand-in for `_Context.bar`'s tqdm: records every update."""
+
+    def __init__(self, total):
+        self.total, self.n, self.updates = total, 0, []
+
+    def update(self, k=1):
+        self.n += k
+        self.updates.append(k)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_ablation_bar_moves_as_each_run_finishes(tmp_path, monkeypatch):
+    """The ablation's bar was moved by `reproduce`'s log, whose per-run lines come only once
+    the whole sweep is done: it sat at 0/N during all the training. Now it moves by one as each
+    run finishes (`run_sweep`'s `on_chunk`), before the sweep returns; runs reused from the
+    store (an earlier call cut short) fill it at the end."""
+    import fastslow_sim.sweep as sweep
+
+    sizes = dataclasses.replace(TINY, seeds=1, tokens=512)
+    ctx = gallery._Context(sizes, tmp_path / "f", tmp_path / "r", tmp_path / "runs", None, False,
+                           True)  # fmt: skip
+    bars = []
+
+    def bar(what, total):
+        bars.append(_RecordingBar(total))
+        return bars[-1]
+
+    monkeypatch.setattr(ctx, "bar", bar)
+    at_return = []
+    real = sweep.run_sweep
+
+    def run_sweep(*a, **kw):
+        res = real(*a, **kw)
+        at_return.append(bars[-1].n)  # where the bar stood as the sweep returned
+        return res
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+    n = len(gallery.ARMS)
+    dirs = gallery._ablations(ctx, ("me",))
+    assert dirs == {"me": tmp_path / "runs" / "reproduce-me"}
+    assert at_return == [n] and bars[0].updates == [1] * n and bars[0].n == bars[0].total == n
+    # the sweep's store holds every run; without its ablation.nc the call reuses them all
+    (tmp_path / "runs" / "reproduce-me" / "ablation.nc").unlink()
+    gallery._ablations(ctx, ("me",))
+    assert at_return[1] == 0 and bars[1].updates == [n] and bars[1].n == n
+
+
+def test_reproduce_reports_each_run_as_it_finishes_and_logs_as_before(tmp_path):
+    """`reproduce(on_chunk=...)` passes `run_sweep`'s hook through: one call per run, each
+    before any per-run line of `log` (those come once the grid is done, unchanged)."""
+    from fastslow_sim.training import reproduce
+
+    events = []
+    base = {**TINY.base, "progress": False}
+    reproduce("me:tokens=20000", 512, 2, ["coupled"], str(tmp_path / "a"), base,
+              log=lambda msg: events.append(("log", msg)),
+              on_chunk=lambda results, chunk: events.append(("chunk", len(chunk),
+                                                             [s for _, s in results])))  # fmt: skip
+    assert [e[0] for e in events] == ["chunk", "chunk", "log", "log"]
+    assert [e[1:] for e in events[:2]] == [(1, ["done"]), (1, ["done"])]
+    assert [e[1].split(":")[0] for e in events[2:]] == ["  coupled       seed 0",
+                                                         "  coupled       seed 1"]
+
+
+def test_cost_dataset_is_timed_on_one_thread_and_restores_torchs(tmp_path, monkeypatch):
+    """The cost figure (captioned "CPU, one thread") was timed on torch's default threads (the
+    dataset said 'cpu, 2 thread(s)'), and a cost.nc timed on other threads was reused. Now it
+    is timed on one thread, torch's setting is restored after, and the thread count is part
+    of the recipe: a cost.nc without it is recomputed."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ds = gallery.cost_dataset((16,), (4,), TINY.cost_model, rounds=1)
+        assert ds.attrs["device"] == "cpu, 1 thread(s)"
+        assert torch.get_num_threads() == 2
+        rec = _make(tmp_path, ["cost"])
+        cost = fs.load_dataset(tmp_path / "res" / "cost.nc")
+        assert cost.attrs["device"] == "cpu, 1 thread(s)" and torch.get_num_threads() == 2
+        assert json.loads(cost.attrs["gallery_recipe"])["threads"] == 1
+        assert rec["cost"]["datasets"] == [(str(tmp_path / "res" / "cost.nc"), "computed")]
+        # a cost.nc whose recipe names no threads (timed before this) is not reused
+        from fastslow_sim.io import save_dataset
+
+        recipe = json.loads(cost.attrs["gallery_recipe"])
+        del recipe["threads"]
+        cost.attrs["gallery_recipe"] = json.dumps(recipe, sort_keys=True)
+        cost.attrs["device"] = "cpu, 2 thread(s)"
+        save_dataset(cost.load(), tmp_path / "res" / "cost.nc")
+        rec = _make(tmp_path, ["cost"])
+        assert rec["cost"]["datasets"] == [(str(tmp_path / "res" / "cost.nc"), "computed")]
+        assert fs.load_dataset(tmp_path / "res" / "cost.nc").attrs["device"] == "cpu, 1 thread(s)"
+        assert _make(tmp_path, ["cost"])["cost"]["datasets"][0][1] == "reused"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_multirate_error_dataset_ends_exactly_at_t_end():
+    """`h_min * arange(n + 1)` ended at 0.05 * 24 = 1.2000000000000002 for t_end = 1.2: the
+    reference run refused it ('t_eval must lie inside t_span (0.0, 1.2).'). The last point is
+    t_end itself; the errors are those at the block ends of every H."""
+    ds = gallery.multirate_error_dataset([0.125], [0.1, 0.05], 0.1, t_end=1.2)
+    assert list(ds["H"].values) == [0.1, 0.05] and ds.attrs["t_end"] == 1.2
+    assert np.all(np.isfinite(ds["err_y"].values)) and np.all(ds["err_y"].values > 0)
+    assert np.all(np.isfinite(ds["err_x"].values))
+    # a span of no whole blocks is refused before any reference run
+    with pytest.raises(fs.InputError, match=r"the span 1\.23 is not a whole number of blocks"):
+        gallery.multirate_error_dataset([0.125], [0.1, 0.05], 0.1, t_end=1.23)
