@@ -91,34 +91,79 @@ def test_example_draws_into_given_axes_and_matches_theory(name):
         plt.close("all")
 
 
+def _script(name, *args, cwd):
+    return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_example_runs_as_a_script_and_saves_its_png(name, tmp_path):
-    res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    # by default under the git-ignored fastslow-results/, not in the current folder (the
+    # repository's root, run as the docstrings show)
+    res = _script(name, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert (tmp_path / f"{name}.png").stat().st_size > 10_000
-    assert "saved" in res.stdout
+    assert (tmp_path / "fastslow-results" / "examples" / f"{name}.png").stat().st_size > 10_000
+    assert res.stdout.endswith(f"saved fastslow-results/examples/{name}.png\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fastslow-results"]
+
+
+def test_an_example_saves_its_figure_under_fastslow_results_or_at_out(tmp_path):
+    """The scripts wrote `<name>.png` into the current folder, the repository's root when run
+    as their docstrings show, where git does not ignore it (one quick example, all the others
+    take the same path through `script_arguments`)."""
+    res = _script("gth_birth_death", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    png = tmp_path / "fastslow-results" / "examples" / "gth_birth_death.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = res.stdout.splitlines()  # the table as before, then where the figure went
+    assert lines[0] == "birth-death chain, 40 states: largest relative error against the closed form"
+    assert lines[-1] == "saved fastslow-results/examples/gth_birth_death.png" and len(lines) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fastslow-results"]
+    res = _script("gth_birth_death", "--out", "mine.pdf", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "mine.pdf").read_bytes()[:5] == b"%PDF-"
+    assert res.stdout.splitlines()[-1] == "saved mine.pdf"
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
-def test_example_keeps_a_users_file_of_its_pngs_name(name, tmp_path):
+def test_example_help_prints_its_usage_and_does_nothing_else(name, tmp_path):
+    """`--help` (and any other argument) was ignored: the script ran whole (tiny_gate trained a
+    network) and wrote its PNG."""
+    res = _script(name, "--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"usage: python scripts/examples/{name}.py [-h] [--out PATH]\n")
+    first = _load(name).__doc__.splitlines()[0]
+    assert f"\n{first}\n" in res.stdout and "--out PATH" in res.stdout
+    # (argparse wraps the help text at the terminal's width, also at a hyphen)
+    assert f"[default:fastslow-results/examples/{name}.png]" in "".join(res.stdout.split())
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even the folder
+    res = _script(name, "--bogus", cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.endswith("error: unrecognized arguments: --bogus\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["default", "--out"])
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_example_keeps_a_users_file_of_its_pngs_name(name, where, tmp_path):
     """Run as a script, each example wrote its PNG with a plain savefig into the current folder,
     replacing a file of the user's of that name (their own plot, say). It is refused before the
     work, in one sentence, with exit status 2 (the CLI's for a refused input), and the file is
-    kept byte for byte."""
+    kept byte for byte: at the default path and at one given with --out."""
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
-    mine = tmp_path / f"{name}.png"
+    shown = f"fastslow-results/examples/{name}.png" if where == "default" else "mine.png"
+    mine = tmp_path / shown
+    mine.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(mine)  # a PNG of the user's: matplotlib's, without fastslow-sim's mark
     plt.close(fig)
     before = mine.read_bytes()
-    res = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    res = _script(name, *(["--out", shown] if where == "--out" else []), cwd=tmp_path)
     assert res.returncode == 2, res.stdout
-    assert res.stderr == (f"Error: the figure path '{name}.png' holds a file that fastslow-sim "
+    assert res.stderr == (f"Error: the figure path '{shown}' holds a file that fastslow-sim "
                           f"did not write; it is never replaced: remove it or choose another "
                           f"path.\n")  # fmt: skip
     assert res.stdout == ""  # refused before the work
     assert mine.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.png"]  # no temporary file
+    assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]  # no temporary file

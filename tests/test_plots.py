@@ -414,3 +414,96 @@ def test_a_listed_run_that_is_gone_is_left_out_not_an_error(tmp_path, plot):
     (folder / "frozen-slow-seed0" / "train.nc").unlink()
     labels = [t.get_text() for t in plot({"me": folder}).axes[0].get_legend().get_texts()]
     assert labels[0] == "coupled (1 seed)" and len(labels) == (2 if plot is plot_val_loss else 1)
+
+
+@pytest.mark.parametrize("plot", [plot_val_loss, plot_gates])
+def test_seeds_of_different_lengths_are_each_drawn_on_their_own_steps(tmp_path, plot):
+    """One seed's run stopped after 2 of 4 steps (train.nc re-saved as `isel(step=slice(0, 2))`):
+    `np.array` of the seeds' curves raised "setting an array element with a sequence ... an
+    inhomogeneous shape" (training-figures exit 1), and seed 0's steps stood for every seed's.
+    Each seed is drawn on its own steps, the mean over the steps both logged."""
+    folder = _ablation_folder(tmp_path, {"coupled": 2}, [], np.array([1, 2, 3, 4]))
+    path = folder / "coupled-seed1" / "train.nc"
+    short = fs_io.load_dataset(path).isel(step=slice(0, 2), eval_step=slice(0, 2))
+    short["gate"].values[:] = 0.3
+    short["val_loss"].values[:] = 2.5
+    path.unlink()
+    fs_io.save_dataset(short, path)
+    ax = plot({"me": folder}).axes[0]
+    runs = {ln.get_label(): ln for ln in ax.get_lines() if "run" in ln.get_label()}
+    if plot is plot_val_loss:
+        assert runs["_coupled run 0"].get_xdata().tolist() == [1, 2, 3, 4]
+        assert runs["_coupled run 0"].get_ydata().tolist() == [1.5] * 4
+        assert runs["_coupled run 1"].get_xdata().tolist() == [1, 2]
+        assert runs["_coupled run 1"].get_ydata().tolist() == [2.5, 2.5]
+    else:
+        for layer in (0, 1):
+            assert runs[f"_coupled run 0, layer {layer}"].get_xdata().tolist() == [1, 2, 3, 4]
+            assert runs[f"_coupled run 1, layer {layer}"].get_xdata().tolist() == [1, 2]
+            assert runs[f"_coupled run 1, layer {layer}"].get_ydata().tolist() == [0.3, 0.3]
+    (mean,) = [ln for ln in ax.get_lines() if ln.get_label() == "coupled (2 seeds)"]
+    assert mean.get_xdata().tolist() == [1, 2]  # the steps both seeds logged
+    assert mean.get_ydata().tolist() == pytest.approx([2.0, 2.0] if plot is plot_val_loss
+                                                      else [0.2, 0.2])  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["png", "pdf", "svg", "svgz", "eps", "ps"])
+def test_the_same_figure_saved_twice_gives_the_same_bytes(tmp_path, rng, fmt):
+    """PNG and PDF were reproducible; an SVG held the time in <dc:date> and random ids, an
+    SVGZ also gzip's time and the temporary file's name, a PS or EPS file %%CreationDate and
+    a %%Title naming the temporary file. Still marked as fastslow-sim's (replaceable)."""
+    ds = _trajectory(rng)
+    path = tmp_path / f"t.{fmt}"
+    save_figure(plot_trajectory(ds), path)
+    first = path.read_bytes()
+    save_figure(plot_trajectory(ds), path)  # replaces its own file
+    assert path.read_bytes() == first
+    assert fs_io.written_by_us(path)
+    if fmt in ("eps", "ps"):
+        head = first[: first.index(b"%%EndComments")]
+        assert b"%%CreationDate" not in head and b"%%Title: t." + fmt.encode() + b"\n" in head
+    if fmt == "svg":
+        assert b"<dc:date>" not in first
+
+
+def test_a_failed_trajectory_spans_its_run_marks_lone_points_and_says_where_it_stopped(rng):
+    """`integrate --eps 0.001 --method rk45 --max-steps 50 --plot`: every state after t = 0 is
+    NaN. The figure was blank (one point of a line draws nothing) on an x axis of -0.04..0.04;
+    it spans the run's [0, 2] here, marks the lone points and names where the solver stopped."""
+    ds = _trajectory(rng, T=9)
+    for k in ("x", "y", "p_st"):
+        ds[k].values[3:] = np.nan  # saved states at t = 0, 0.25, 0.5, then none
+    ds["x"].values[1] = np.nan  # x at t = 0 alone: no segment reaches it
+    ds.attrs["status"] = "max_steps"
+    fig = plot_trajectory(ds)
+    ax_x, ax_y = fig.axes
+    assert ax_x.get_xlim() == (0.0, 2.0) and ax_y.get_xlim() == (0.0, 2.0)
+    x0 = [ln for ln in ax_x.lines if ln.get_label() == "$x_{0}$"][0]
+    assert x0.get_marker() == "o" and x0.get_markevery() == [0, 2]  # t = 0 alone, t = 0.5 too
+    y0 = [ln for ln in ax_y.lines if ln.get_label() == "$y_{0}$"][0]
+    assert y0.get_marker() in ("None", "", None) or not y0.get_markevery()  # a segment 0..0.5
+    assert [t.get_text() for t in ax_y.texts] == ["solver stopped (max_steps) after t = 0.5"]
+    stops = [ln for ln in ax_x.lines + ax_y.lines if ln.get_linestyle() == ":"]
+    assert [ln.get_xdata()[0] for ln in stops] == [0.5, 0.5]
+
+
+def test_a_successful_trajectory_has_no_stop_note_and_no_markers(rng):
+    fig = plot_trajectory(_trajectory(rng))
+    assert len(fig.axes[1].texts) == 0 and fig.axes[0].get_xlim() == (0.0, 2.0)
+    assert all(ln.get_marker() in ("None", None) for ln in fig.axes[0].lines)
+
+
+def test_one_trajectory_of_a_batch_is_titled_as_such_with_its_own_status(rng):
+    """`integrate --batch 4 --plot` drew trajectory 0 alone under the batch's status ("status
+    4 of 4 trajectories failed"), nothing saying it was 1 of 4."""
+    ds = _batched_trajectory(rng)
+    ds["status"] = ("batch", ["success", "max_steps", "success", "max_steps"])
+    ds.attrs.update(status="2 of 4 trajectories failed", batch_size=4)
+    indexed = ds.assign_coords(batch=np.arange(4))
+    title = plot_trajectory(indexed.isel(batch=1)).axes[0].get_title()
+    assert title == "test: eps = 0.125, method radau, status max_steps, trajectory 1 of 4"
+    title = plot_trajectory(ds.isel(batch=0)).axes[0].get_title()  # no batch coordinate
+    assert title == "test: eps = 0.125, method radau, status success, one trajectory of 4"
+    title = plot_trajectory(ds).axes[0].get_title()  # the whole batch: its summary
+    assert title == ("test: eps = 0.125, method radau, status 2 of 4 trajectories failed, "
+                     "4 trajectories")

@@ -48,6 +48,42 @@ def script_figure(path):
     return save
 
 
+EXAMPLES_RESULTS = Path("fastslow-results") / "examples"  # in the CLI's default, git-ignored
+
+
+def script_arguments(doc: str, name: str, argv=None):
+    """For an example script run from the command line: its arguments, `--help` (usage, with the
+    script's docstring `doc` as description; exits 0 having done nothing) and `--out PATH`, the
+    figure's path, by default `fastslow-results/examples/NAME.png` (its folders made; the CLI's
+    default outputs go to the git-ignored `fastslow-results/` too), and not the current folder,
+    which is the repository's root when run as the docstrings show. Returns `(path, save)`, with
+    `save` from `script_figure(path)`: a file of the user's at `path` is refused now, before
+    the script's work, with one sentence on stderr and exit status 2 (usage errors too)."""
+    import argparse
+    import sys
+
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.validation import folder
+
+    parser = argparse.ArgumentParser(
+        prog=f"python scripts/examples/{name}.py", description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--out", metavar="PATH", default=None,
+                        help=f"the figure's file; the format from its suffix (PNG, PDF, SVG, ...) "
+                             f"[default: {EXAMPLES_RESULTS / (name + '.png')}]")  # fmt: skip
+    args = parser.parse_args(argv)
+    path = args.out
+    if path is None:
+        try:
+            folder(EXAMPLES_RESULTS, "default output folder").mkdir(parents=True, exist_ok=True)
+        except (InputError, OSError) as err:
+            print(f"Error: {err}", file=sys.stderr)
+            sys.exit(2 if isinstance(err, InputError) else 1)
+        path = EXAMPLES_RESULTS / f"{name}.png"
+    return path, script_figure(path)
+
+
 def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, PNG without one), atomically: the file is
     either complete on disk or absent. A PNG, PDF, SVG, PS, TIFF or WebP file names
@@ -60,10 +96,12 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"
     me = f"{MARK} {__version__} (Matplotlib v{matplotlib.__version__})"
-    # no creation date in a PDF: the same figure gives the same bytes (clean diffs in figures/)
+    # no creation date in a PDF or an SVG: the same figure gives the same bytes (clean diffs in
+    # figures/); PS and EPS take no date key (matplotlib's PS backend reads only Creator), so
+    # `_reproducible_ps` takes their date line out after the write
     meta = {"png": {"Software": me}, "pdf": {"Creator": me, "CreationDate": None},
-            "svg": {"Creator": me}, "svgz": {"Creator": me}, "eps": {"Creator": me},
-            "ps": {"Creator": me}}.get(fmt)  # fmt: skip
+            "svg": {"Creator": me, "Date": None}, "svgz": {"Creator": me, "Date": None},
+            "eps": {"Creator": me}, "ps": {"Creator": me}}.get(fmt)  # fmt: skip
     pil = None  # TIFF and WebP, written through Pillow, carry the mark in its options
     if fmt in ("tif", "tiff"):
         pil = {"tiffinfo": {305: me}}  # Software
@@ -75,9 +113,21 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
         pil = {"exif": exif.tobytes()}
     kw = {"metadata": meta} if pil is None else {"pil_kwargs": pil}
     try:
-        with atomic_path(path, "figure") as tmp:
+        # an SVG's ids (clip paths, glyphs) are hashed with a random salt unless one is set
+        salt = matplotlib.rcParams["svg.hashsalt"] or MARK
+        with atomic_path(path, "figure") as tmp, matplotlib.rc_context({"svg.hashsalt": salt}):
             try:
-                fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **kw)
+                if fmt == "svgz":  # gzip's header holds the time and the temporary file's name
+                    import gzip
+                    import io
+
+                    svg = io.BytesIO()
+                    fig.savefig(svg, format="svg", dpi=dpi, bbox_inches="tight", **kw)
+                    tmp.write_bytes(gzip.compress(svg.getvalue(), mtime=0))
+                else:
+                    fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **kw)
+                    if fmt in ("eps", "ps"):
+                        _reproducible_ps(tmp, path.name)
             except Exception as err:  # noqa: BLE001 - matplotlib's LatexError has no public base
                 # a TeX engine that exits at once may also close its pipe before matplotlib
                 # has written to it: the same failure, one sentence either way
@@ -93,6 +143,23 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
         if close:
             plt.close(fig)
     return path
+
+
+def _reproducible_ps(tmp: Path, name: str) -> None:
+    """A PS or EPS file written at `tmp` without its `%%CreationDate` comment (the time of the
+    write, which matplotlib sets whatever the metadata say) and with `name` as its `%%Title`
+    (matplotlib's is the file it wrote, the temporary one, whose name is random): the same
+    figure gives the same bytes. Only the header's comments, before `%%EndComments`, change."""
+    import re
+
+    data = tmp.read_bytes()
+    end = data.find(b"%%EndComments")
+    if end < 0:
+        return
+    head = re.sub(rb"^%%CreationDate:[^\n]*\n", b"", data[:end], flags=re.M)
+    title = name.encode("ascii", "replace")
+    head = re.sub(rb"^%%Title:[^\n]*$", lambda _: b"%%Title: " + title, head, flags=re.M)
+    tmp.write_bytes(head + data[end:])
 
 
 def axis_label(da, default: str) -> str:
@@ -149,7 +216,12 @@ def plot_trajectory(ds, *, ax=None):
 
     A batched dataset (dimension `batch`) draws every trajectory, in the colour of its state (of
     its slow component in the `y` panel), with one legend entry per state; the title counts the
-    trajectories. `ds.isel(batch=k)` plots one trajectory alone.
+    trajectories. `ds.isel(batch=k)` plots one trajectory alone, titled with its own status
+    (the `status` variable of a batch) as one of the batch's `batch_size` trajectories.
+    The x axis spans the whole time coordinate; a point that no segment of its curve reaches
+    (its neighbours NaN: a run that failed saves NaN after its last state) is marked, and a
+    single trajectory that stopped early has a dotted line at its last saved time, labelled
+    "solver stopped (status) after t = ...".
     `ax`: two Axes `(for x, for y)`, or None for a new figure. Returns the Figure.
     """
     t = ds["time"].values
@@ -164,27 +236,62 @@ def plot_trajectory(ds, *, ax=None):
     lw, alpha = (1.4, 1.0) if B == 1 else (1.0, 0.7)
     for i in range(n):
         for b in range(B):
-            ax_x.plot(t, x[b, :, i], color=colors[i], lw=lw, alpha=alpha,
+            ax_x.plot(t, x[b, :, i], color=colors[i], lw=lw, alpha=alpha, ms=4,
+                      **_isolated(x[b, :, i]),
                       label=f"$x_{{{i}}}$" if b == 0 else "_nolegend_")  # fmt: skip
             if p is not None:
-                ax_x.plot(t, p[b, :, i], color=colors[i], lw=1.0, ls="--", alpha=alpha)
+                ax_x.plot(t, p[b, :, i], color=colors[i], lw=1.0, ls="--", alpha=alpha,
+                          ms=4, mfc="none", **_isolated(p[b, :, i]))  # fmt: skip
     if p is not None:
         ax_x.plot([], [], color="k", ls="--", lw=1.0, label=r"$p_{st}(y(t))$")
     ax_x.set_ylabel(axis_label(ds["x"], "probability"))
-    count = "" if "batch" not in ds.dims and B == 1 else f", {B:,} trajectories"
+    # a batch's own status is its `status` variable, one per trajectory; its attribute says
+    # how many of the whole batch failed, which is not this trajectory's (`ds.isel(batch=k)`)
+    own = ds["status"] if "status" in ds.data_vars else None
+    if own is not None and own.ndim == 0:
+        status = str(own.values)
+        index = f"trajectory {int(ds['batch'])}" if "batch" in ds.coords else "one trajectory"
+        count = f", {index} of {int(ds.attrs['batch_size']):,}" if "batch_size" in ds.attrs \
+            else ""  # fmt: skip
+    else:
+        status = str(ds.attrs.get("status", ""))
+        count = "" if "batch" not in ds.dims and B == 1 else f", {B:,} trajectories"
     ax_x.set_title(
         f"{ds.attrs.get('system', '')}: {_eps_text(_trajectory_eps(ds, B))}, method "
-        f"{ds.attrs.get('method', '')}, status {ds.attrs.get('status', '')}{count}"
+        f"{ds.attrs.get('method', '')}, status {status}{count}"
     )
     ax_x.legend(ncol=3, fontsize=8, loc="center right")
     for k in range(ds.sizes["slow"]):
         for b in range(B):
             ax_y.plot(t, y[b, :, k], lw=1.5 if B == 1 else 1.0, alpha=alpha, color=f"C{k % 10}",
+                      ms=4, **_isolated(y[b, :, k]),
                       label=f"$y_{{{k}}}$" if b == 0 else "_nolegend_")  # fmt: skip
+    if len(t) > 1 and t[-1] > t[0]:  # the run's span, also where its states are NaN
+        ax_x.set_xlim(t[0], t[-1])
+    finite = np.isfinite(x[0]).all(axis=1) & np.isfinite(y[0]).all(axis=1)
+    if B == 1 and status != "success" and len(t) and not finite[-1]:
+        last = np.flatnonzero(finite)
+        stop = f"after t = {t[last[-1]]:g}" if len(last) else "before its first saved state"
+        for a in (ax_x, ax_y):
+            a.axvline(t[last[-1]] if len(last) else t[0], color="C3", lw=1.0, ls=":")
+        why = f" ({status})" if status else ""
+        ax_y.text(0.99, 0.95, f"solver stopped{why} {stop}", transform=ax_y.transAxes,
+                  ha="right", va="top", fontsize=8, color="C3")  # fmt: skip
     ax_y.set_xlabel(axis_label(ds["time"], "slow time t"))
     ax_y.set_ylabel(axis_label(ds["y"], "slow variable y"))
     ax_y.legend(fontsize=8)
     return fig
+
+
+def _isolated(v) -> dict:
+    """`plot` keywords that mark the finite points of `v` that no segment of its line reaches
+    (both neighbours NaN or absent): a run that failed has NaN after its last saved state, and
+    a single point draws nothing without a marker. Empty where there are none."""
+    ok = np.isfinite(v)
+    before = np.concatenate([[False], ok[:-1]])
+    after = np.concatenate([ok[1:], [False]])
+    alone = np.flatnonzero(ok & ~before & ~after)
+    return {"marker": "o", "markevery": alone.tolist()} if len(alone) else {}
 
 
 def plot_convergence(ds, *, ax=None):

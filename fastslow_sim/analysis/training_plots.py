@@ -34,6 +34,22 @@ def _runs(ablation_dir):
             for arm, ps in paths.items() if any(p.is_file() for p in ps)}  # fmt: skip
 
 
+def _shared(steps):
+    """The steps that every seed's run logged (sorted), and whether the runs logged the same
+    ones: runs of one arm may differ in length (one stopped early, or trained on another
+    budget), and a mean across seeds is only defined where all of them have a value."""
+    common = steps[0]
+    for s in steps[1:]:
+        common = np.intersect1d(common, s)
+    same = all(len(s) == len(steps[0]) and np.array_equal(s, steps[0]) for s in steps)
+    return np.asarray(common), same
+
+
+def _on(steps, values, common):
+    """`values` (first axis: `steps`) at the steps `common`, which all lie in `steps`."""
+    return values[np.searchsorted(steps, common)] if len(common) else values[:0]
+
+
 def _marker(x):
     """A marker where a curve has one point (a run evaluated once draws no line), else none."""
     return "o" if len(x) == 1 else None
@@ -66,16 +82,27 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
         for arm in GATED:
             if arm not in runs:
                 continue
-            steps = runs[arm][0]["step"].values
-            g = np.array([ds["gate"].values for ds in runs[arm]])  # (seeds, steps, layers)
-            shades = _layer_shades(arm_color(arm), g.shape[2])
-            for layer in range(g.shape[2]):
-                ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
-                        marker=_marker(steps), ms=4,
-                        label=f"{arm} ({plural(len(g), 'seed')})" if layer == g.shape[2] - 1
-                        else None)  # fmt: skip
-                ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
-                                color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
+            # each seed on its own steps: the runs of an arm may differ in length
+            seeds = [(ds["step"].values, ds["gate"].values) for ds in runs[arm]]  # (steps, layers)
+            steps, same = _shared([s for s, _ in seeds])
+            g = np.array([_on(s, v, steps) for s, v in seeds])  # (seeds, shared steps, layers)
+            n_layers = seeds[0][1].shape[1]
+            shades = _layer_shades(arm_color(arm), n_layers)
+            label = f"{arm} ({plural(len(seeds), 'seed')})"
+            for layer in range(n_layers):
+                last = layer == n_layers - 1
+                if not same:  # every seed drawn whole, thin, beside the mean where they overlap
+                    for k, (s, v) in enumerate(seeds):
+                        ax.plot(s, v[:, layer], color=shades[layer], lw=0.7, alpha=0.6,
+                                marker=_marker(s), ms=3,
+                                label=label if last and k == 0 and not len(steps)
+                                else f"_{arm} run {k}, layer {layer}")  # fmt: skip
+                if len(steps):
+                    ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
+                            marker=_marker(steps), ms=4,
+                            label=label if last else None)  # fmt: skip
+                    ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
+                                    color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
         ax.set_title(f"{corpus}: gates per layer (darker: deeper)")
         ax.set_xlabel("training step")
         ax.set_ylabel(r"$|\tanh\alpha|$ (mean over seeds)")
@@ -101,25 +128,38 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
     for ax, corpus in zip(axes, corpora):
         runs = _runs(ablation_dirs[corpus])
         ablation = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
+        first_step = np.inf  # where the references' labels start
         for arm in ARMS:
             if arm not in runs:
                 continue
-            steps = runs[arm][0]["eval_step"].values
-            v = np.array([ds["val_loss"].values for ds in runs[arm]])
-            label = f"{arm} ({plural(len(v), 'seed')})"
-            ax.plot(steps, v.mean(0), color=arm_color(arm), label=label, marker=_marker(steps),
-                    ms=4)  # fmt: skip
-            ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
+            # each seed on its own steps: the runs of an arm may differ in length
+            seeds = [(ds["eval_step"].values, ds["val_loss"].values) for ds in runs[arm]]
+            steps, same = _shared([s for s, _ in seeds])
+            v = np.array([_on(s, y, steps) for s, y in seeds])  # (seeds, shared steps)
+            label = f"{arm} ({plural(len(seeds), 'seed')})"
+            if not same:  # every seed drawn whole, thin, beside the mean where they overlap
+                for k, (s, y) in enumerate(seeds):
+                    ax.plot(s, y, color=arm_color(arm), lw=0.7, alpha=0.6, marker=_marker(s),
+                            ms=3,
+                            label=label if k == 0 and not len(steps) else f"_{arm} run {k}")  # fmt: skip
+            if len(steps):
+                ax.plot(steps, v.mean(0), color=arm_color(arm), label=label,
+                        marker=_marker(steps), ms=4)  # fmt: skip
+                ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
             full = ablation["val_loss"].sel(arm=arm).values  # (seed,), NaN for a failed run
-            ax.plot(steps[-1], np.nanmean(full), ls="", marker="D", mfc="none", ms=7,
+            # at the last step of the runs (the longest run's where they differ)
+            end = max(s[-1] for s, _ in seeds if len(s)) if any(len(s) for s, _ in seeds) else 0
+            ax.plot(end, np.nanmean(full), ls="", marker="D", mfc="none", ms=7,
                     color=arm_color(arm))  # fmt: skip
+            first_step = min([first_step] + [s[0] for s, _ in seeds if len(s)])
         ax.plot([], [], ls="", marker="D", mfc="none", color="k",
                 label="final, on every validation window")  # fmt: skip
         refs = sorted((references or {}).get(corpus, {}).items(), key=lambda kv: kv[1])
         for k, (name, value) in enumerate(refs):
             ax.axhline(value, color="k", lw=0.8, ls=":")
             # the lowest label below its line, the others above, so that close lines stay legible
-            ax.text(steps[0], value, f" {name} {value:.3f}", fontsize=7.5,
+            ax.text(first_step if np.isfinite(first_step) else 0, value, f" {name} {value:.3f}",
+                    fontsize=7.5,
                     va="top" if k == 0 and len(refs) > 1 else "bottom", ha="left")  # fmt: skip
         ax.set_xlabel("training step")
         first = next(iter(runs.values()), [None])[0]

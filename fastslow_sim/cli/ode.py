@@ -287,7 +287,10 @@ def integrate(
         use_agg()
         from ..analysis import plot_trajectory, save_figure
 
-        save_figure(plot_trajectory(ds.isel(batch=0) if "batch" in ds.dims else ds), plot_path)
+        # a batch: its first trajectory, titled as trajectory 0 of N with its own status
+        one = ds.assign_coords(batch=np.arange(ds.sizes["batch"])).isel(batch=0) \
+            if "batch" in ds.dims else ds  # fmt: skip
+        save_figure(plot_trajectory(one), plot_path)
 
     summary = {"system": system_name, **trajectory_summary(ds), "out": str(out),
                "plot": None if no_plot else str(plot_path)}  # fmt: skip

@@ -6,7 +6,8 @@ with h0 = p_st(Q(y)) and h1 = Z (dh0/dy) g(h0, y), Z = (Q^T - h0 1^T)^{-1} (Feni
 and the reduced (QSS) system dy/dt = g(h0(y), y) follows y to O(eps). Halving eps halves the
 first error and quarters the second: their log-log slopes are 1 and 2.
 
-    python scripts/examples/first_order_correction.py
+    python scripts/examples/first_order_correction.py   # figure in fastslow-results/examples/
+    python scripts/examples/first_order_correction.py --out fig.pdf   # elsewhere; or --help
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ if __name__ == "__main__":
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis.plots import script_figure
+    from fastslow_sim.analysis.plots import script_arguments
 
-    png = "first_order_correction.png"
-    save = script_figure(png)  # a file of the user's of that name is refused before the work
+    # --help; --out PATH, by default in fastslow-results/examples/ (a file of the user's there
+    # is refused before the work)
+    png, save = script_arguments(__doc__, "first_order_correction")
     out = main()
     ds = out["dataset"]
     print(f"{'eps':>8} {'|x-h0|':>11} {'|x-h0-eps h1|':>14} {'|y-y_red|':>11}")

@@ -11,6 +11,9 @@ subtractions and gives every entry to a relative error of a few units of round-o
 ratio (O'Cinneide 1993): about 1e-15 here, against a reference computed in exact arithmetic.
 
     python scripts/examples/gth_birth_death.py      # prints the table, saves a PNG
+    python scripts/examples/gth_birth_death.py --out gth.pdf   # the figure elsewhere
+
+The PNG goes to fastslow-results/examples/gth_birth_death.png unless --out says otherwise.
 """
 
 from __future__ import annotations
@@ -86,10 +89,11 @@ if __name__ == "__main__":
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis.plots import script_figure
+    from fastslow_sim.analysis.plots import script_arguments
 
-    png = "gth_birth_death.png"
-    save = script_figure(png)  # a file of the user's of that name is refused before the work
+    # --help; --out PATH, by default in fastslow-results/examples/ (a file of the user's there
+    # is refused before the work)
+    png, save = script_arguments(__doc__, "gth_birth_death")
     out = main()
     print(f"birth-death chain, {N_STATES} states: largest relative error against the closed form")
     print(f"| r | {' | '.join(next(iter(out['errors'].values())))} |")

@@ -7,7 +7,8 @@ stays within O(eps) of the critical manifold h0(y) = p_st(Q(y)), the chain's sta
 distribution at the current y (the paper's theorem for a linear generator). More precisely,
 x = h0(y) + eps h1(y) + O(eps^2): after the layer, |x - h0(y)| / (eps |h1(y)|) tends to 1.
 
-    python scripts/examples/manifold_collapse.py
+    python scripts/examples/manifold_collapse.py   # figure in fastslow-results/examples/
+    python scripts/examples/manifold_collapse.py --out fig.pdf   # elsewhere; or --help
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ if __name__ == "__main__":
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis.plots import script_figure
+    from fastslow_sim.analysis.plots import script_arguments
 
-    png = "manifold_collapse.png"
-    save = script_figure(png)  # a file of the user's of that name is refused before the work
+    # --help; --out PATH, by default in fastslow-results/examples/ (a file of the user's there
+    # is refused before the work)
+    png, save = script_arguments(__doc__, "manifold_collapse")
     out = main()
     for eps, r in out["ratio"].items():
         print(f"eps = {eps:<5g} max|x - h0(y)| / max eps|h1(y)| after the layer = {r:.4f} (theory -> 1)")

@@ -9,7 +9,8 @@ updates every token, its slow path (attention over pooled blocks) once per P tok
 pooled state reaches the tokens only after its block has ended. The map converges to the ODE
 at first order in H: halving H halves the error.
 
-    python scripts/examples/multirate_skeleton.py
+    python scripts/examples/multirate_skeleton.py   # figure in fastslow-results/examples/
+    python scripts/examples/multirate_skeleton.py --out fig.pdf   # elsewhere; or --help
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ if __name__ == "__main__":
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis.plots import script_figure
+    from fastslow_sim.analysis.plots import script_arguments
 
-    png = "multirate_skeleton.png"
-    save = script_figure(png)  # a file of the user's of that name is refused before the work
+    # --help; --out PATH, by default in fastslow-results/examples/ (a file of the user's there
+    # is refused before the work)
+    png, save = script_arguments(__doc__, "multirate_skeleton")
     out = main()
     print(f"{out['tokens']} tokens, {out['slow_updates']} slow updates (one per {P} tokens)")
     for h, e in out["errors"].items():

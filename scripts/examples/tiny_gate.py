@@ -16,7 +16,8 @@ That the gate follows it says only that the gradient kept pointing the same way.
 coupling helps is in the losses (the run's validation loss against ignore-y and the Bayes
 floor, printed), and here, after so few tokens, the network does not use y yet.
 
-    python scripts/examples/tiny_gate.py
+    python scripts/examples/tiny_gate.py   # figure in fastslow-results/examples/
+    python scripts/examples/tiny_gate.py --out fig.pdf   # elsewhere; or --help
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ if __name__ == "__main__":
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot, which fastslow_sim.analysis imports
-    from fastslow_sim.analysis.plots import script_figure
+    from fastslow_sim.analysis.plots import script_arguments
 
-    png = "tiny_gate.png"
-    save = script_figure(png)  # a file of the user's of that name is refused before the work
+    # --help; --out PATH, by default in fastslow-results/examples/ (a file of the user's there
+    # is refused before the work)
+    png, save = script_arguments(__doc__, "tiny_gate")
     out = main()
     g = out["gates"]
     print(f"gate |tanh alpha| per layer: step 0 {g[0].tolist()}, last step {np.round(g[-1], 4).tolist()}")
