@@ -23,7 +23,14 @@ import numpy as np
 from .errors import InputError
 from .wording import plural
 
-__all__ = ["Corpus", "load_corpus", "text_corpus", "random_corpus", "corpus_fingerprint"]
+__all__ = [
+    "Corpus",
+    "load_corpus",
+    "text_corpus",
+    "random_corpus",
+    "corpus_fingerprint",
+    "same_text_corpus",
+]
 
 VAL_FRACTION = 0.1
 
@@ -142,6 +149,20 @@ def corpus_fingerprint(spec: str) -> str | None:
     except OSError:
         return None
     return digest.hexdigest()
+
+
+def same_text_corpus(held_spec, held_sha256, spec, sha256: str | None = None) -> bool:
+    """Whether a run recorded as made on the corpus `held_spec`, whose contents had the sha256
+    `held_sha256`, was made on the `text:` corpus `spec`, however each spells its path
+    (`text:corpus.txt`, `text:./corpus.txt`, the absolute path, a copy of the file): both are
+    `text:` specs and `held_sha256` is the sha256 of the contents `spec`'s file has now
+    (`sha256` where already read, else read now). False where the run recorded none (one made
+    before fastslow-sim recorded it: the spelling is then all that is known of its file)."""
+    if not all(isinstance(s, str) and s.startswith("text:") for s in (held_spec, spec)):
+        return False
+    if not held_sha256:
+        return False
+    return held_sha256 == (sha256 if sha256 is not None else corpus_fingerprint(spec))
 
 
 @functools.lru_cache(maxsize=4)

@@ -307,13 +307,21 @@ def _corpora(ctx) -> dict:
 
 
 def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
+    from .corpora import same_text_corpus
     from .training import _RESUME_FREE, TrainConfig
 
     a = ds.attrs
     # the tokens asked for (a file written before "tokens_requested": its "tokens" were those)
     requested = int(a.get("tokens_requested", a.get("tokens", -1)))
-    if a.get("corpus") != spec or requested != sizes.tokens:
+    if requested != sizes.tokens:
         return False
+    if a.get("corpus") != spec:  # another spelling of the text file's path, on its contents
+        try:
+            held_sha = json.loads(a.get("corpus_summary", "{}")).get("sha256")
+        except (ValueError, TypeError, AttributeError):
+            held_sha = None
+        if not same_text_corpus(a.get("corpus"), held_sha, spec):
+            return False
     if ds.sizes.get("seed") != sizes.seeds or list(ds["arm"].values) != list(ARMS):
         return False
     saved, defaults = json.loads(a.get("base_config", "{}")), asdict(TrainConfig())

@@ -31,7 +31,7 @@ from ._version import __version__
 from .bridge import BridgeConfig, FastSlowLM
 from .bridge.cost import flops_per_token, peak_flops
 from .bridge.variants import ARMS
-from .corpora import Corpus, load_corpus
+from .corpora import Corpus, load_corpus, same_text_corpus
 from .errors import InputError
 from .io import atomic_path, check_writable, creation_error, save_json, watched_file
 from .threads import check_threads, torch_threads
@@ -435,6 +435,19 @@ def _corpus_changed(held: str | None, corpus: Corpus | None) -> bool:
     return held is not None and now is not None and held != now
 
 
+def _corpus_free(held: dict, cfg: TrainConfig, corpus: Corpus | None = None) -> tuple:
+    """`("corpus",)` where the run whose configuration is `held` (with its "corpus_sha256")
+    names its text corpus otherwise than `cfg` does but was made on the contents that `cfg`'s
+    file has now (`corpus`'s, else read now): another spelling of the same file's path is no
+    other configuration (`same_text_corpus`); else `()`. The run's files keep the spelling
+    they recorded."""
+    if held.get("corpus") == cfg.corpus:
+        return ()
+    now = None if corpus is None else corpus.stats.get("sha256")
+    same = same_text_corpus(held.get("corpus"), held.get("corpus_sha256"), cfg.corpus, now)
+    return ("corpus",) if same else ()
+
+
 def _changed_text(corpus: Corpus, where: str) -> str:
     return (f"the corpus file {corpus.stats.get('path')!r} has changed since the run in "
             f"{where!r} was made (its contents' sha256 differs)")  # fmt: skip
@@ -505,7 +518,7 @@ def check_run_folder(out, resume: bool = False, same_as=None, here: bool = True)
     held = _held_config(out)
     cfg, corpus = (None, None) if held is None else same_as()
     diff = "no readable configuration" if held is None else \
-        _difference(held, cfg.comparable(), free=RESULT_FREE)  # fmt: skip
+        _difference(held, cfg.comparable(), free=RESULT_FREE + _corpus_free(held, cfg, corpus))  # fmt: skip
     if diff is None and _corpus_changed(held.get("corpus_sha256"), corpus):
         raise InputError(
             f"{_changed_text(corpus, str(out))}, which this run would replace; expected another "
@@ -653,7 +666,9 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
             raise InputError(
                 f"the checkpoint {str(ckpt_path)!r} is corrupt or unreadable ({type(err).__name__})."
             ) from None
-        diff = _difference(saved_cfg, cfg.comparable(), names, free=RESULT_FREE)
+        free = RESULT_FREE + _corpus_free({**saved_cfg, "corpus_sha256":
+                                           checkpoint.get("corpus_sha256")}, cfg, corpus)  # fmt: skip
+        diff = _difference(saved_cfg, cfg.comparable(), names, free=free)
         if diff:
             raise InputError(
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration ({diff})."
@@ -1100,7 +1115,8 @@ def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None
         return None
     held = s.get("train_config")
     same = s.get("finished") and isinstance(held, dict) and \
-        _difference(held, cfg.comparable(), free=RESULT_FREE) is None  # fmt: skip
+        _difference(held, cfg.comparable(), free=RESULT_FREE + _corpus_free(
+            {**held, "corpus_sha256": s.get("corpus_sha256")}, cfg, corpus)) is None  # fmt: skip
     same = same and _computed_otherwise(s, cfg) is None
     return s if same and not _corpus_changed(s.get("corpus_sha256"), corpus) else None
 

@@ -253,6 +253,61 @@ def test_reproduce_never_reuses_a_run_made_on_other_contents_of_its_text_file(tm
     assert again.exit_code == 0 and "(reused)" in again.output, again.output
 
 
+def test_reproduce_reuses_the_runs_of_its_text_file_under_another_spelling(tmp_path, text_file,
+                                                                           monkeypatch):
+    """`--corpus text:./corpus.txt` after `text:corpus.txt` (or the absolute path, or a copy
+    of the file) was refused as "another configuration (corpus = ...)" though the contents
+    were the same. The same contents are the same corpus: the runs are reused, left as they
+    were (their summary keeps the spelling they recorded), and the table is theirs. Other
+    contents stay refused, under either spelling, with the messages of before."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r"
+    tail = ["--context", "32", "--batch-size", "4", "--P", "4", "--seeds", "1", "--arms",
+            "dense", "--tokens", "128", "--out", "r"]  # fmt: skip
+    first = CliRunner().invoke(main, ["reproduce", "--corpus", "text:corpus.txt", *tail])
+    assert first.exit_code == 0, first.output
+    start = "  dense         seed 0: "  # after the sweep's progress bar
+    val = first.output.split(start)[1].split("val ")[1].split(",")[0]
+    held = {k: v for k, v in _tree(out).items() if k.parts[0] == "dense-seed0"}
+    (tmp_path / "copy.txt").write_bytes(text_file.read_bytes())
+    for spec in ("text:./corpus.txt", f"text:{text_file}", "text:copy.txt"):
+        res = CliRunner().invoke(main, ["reproduce", "--corpus", spec, *tail])
+        assert res.exit_code == 0, (spec, res.output)
+        lines = (start + res.output.split(start)[1]).split("\n")
+        assert lines[0].startswith(f"{start}(reused) val {val}, "), lines[0]
+        assert lines[1].startswith(f"ablation on {spec}, 128 tokens per run, 1 seed"), lines[1]
+        assert lines[4].startswith("| dense | 4 | ") and f"| {val} ± n/a (1 seed) |" in lines[4]
+        assert {k: v for k, v in _tree(out).items() if k.parts[0] == "dense-seed0"} == held
+        assert fs.load_dataset(out / "ablation.nc").attrs["corpus"] == spec
+    summary = json.loads((out / "dense-seed0" / "summary.json").read_text())
+    assert summary["train_config"]["corpus"] == "text:corpus.txt"
+    # another file, of other contents: another configuration, as before
+    (tmp_path / "other.txt").write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))
+    other = CliRunner().invoke(main, ["reproduce", "--corpus", "text:other.txt", *tail])
+    assert other.exit_code == 2, other.output
+    assert other.output == (
+        "Error: dense seed 0: the run folder 'r/dense-seed0' holds a run of another configuration "
+        "(corpus = 'text:corpus.txt' there, 'text:other.txt' here), which this run would replace; "
+        "expected another output folder (--out of reproduce, --runs-dir of sweep), or that run's "
+        "settings to reuse it.\n"
+    )
+    # the file itself changed: its own spelling is refused as changed, another as before
+    text_file.write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))
+    same = CliRunner().invoke(main, ["reproduce", "--corpus", "text:corpus.txt", *tail])
+    assert same.exit_code == 2, same.output
+    assert same.output == (
+        "Error: dense seed 0: the corpus file 'corpus.txt' has changed since the run in "
+        "'r/dense-seed0' was made (its contents' sha256 differs), which this run would replace; "
+        "expected another output folder (--out of reproduce, --runs-dir of sweep), or the file "
+        "as it was.\n"
+    )
+    spelt = CliRunner().invoke(main, ["reproduce", "--corpus", "text:./corpus.txt", *tail])
+    assert spelt.exit_code == 2, spelt.output
+    assert "another configuration (corpus = 'text:corpus.txt' there, 'text:./corpus.txt' here)" \
+        in spelt.output  # fmt: skip
+    assert {k: v for k, v in _tree(out).items() if k.parts[0] == "dense-seed0"} == held
+
+
 class _FilterModel(torch.nn.Module):
     """A stand-in network whose next-token distribution is the Bayes filter's."""
 

@@ -344,6 +344,51 @@ def test_ablation_bar_moves_as_each_run_finishes(tmp_path, monkeypatch):
     assert at_return[1] == 0 and bars[1].updates == [n] and bars[1].n == n
 
 
+def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, monkeypatch):
+    """`figures --text corpus.txt` and then `--text ./corpus.txt` (or the absolute path):
+    the saved ablation did not match (its corpus spelt otherwise), and recomputing it was
+    refused as "another configuration (corpus = ...)" over its own runs. The same contents
+    are the same corpus: the ablation is reused as it was; another file's contents are not
+    (recomputed, over runs of another configuration: refused as before)."""
+    monkeypatch.chdir(tmp_path)
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be, that is the question " * 400)
+    sizes = dataclasses.replace(TINY, seeds=1, tokens=512)
+
+    def ctx_of(path):
+        return gallery._Context(sizes, tmp_path / "f", tmp_path / "r", tmp_path / "runs", path,
+                                False, True)  # fmt: skip
+
+    ctx = ctx_of("corpus.txt")
+    assert gallery._ablations(ctx, ("text",)) == {"text": tmp_path / "runs" / "reproduce-text"}
+    nc = tmp_path / "runs" / "reproduce-text" / "ablation.nc"
+    assert ctx.used == [(str(nc), "computed")]
+    held = nc.read_bytes()
+    for path in ("./corpus.txt", str(text)):
+        ctx = ctx_of(path)
+        assert gallery._ablations(ctx, ("text",)) == {"text": nc.parent}
+        assert ctx.used == [(str(nc), "reused")] and nc.read_bytes() == held
+    ds = gallery._checked_ablation(nc)
+    assert ds.attrs["corpus"] == "text:corpus.txt"
+    assert gallery._ablation_matches(ds, "text:./corpus.txt", sizes)
+    assert not gallery._ablation_matches(ds, "text:./corpus.txt", dataclasses.replace(sizes, tokens=1024))
+    (tmp_path / "other.txt").write_text("to be or not to be, that is the answer " * 400)
+    assert not gallery._ablation_matches(ds, "text:other.txt", sizes)
+    with pytest.raises(fs.InputError) as err:
+        gallery._ablations(ctx_of("other.txt"), ("text",))
+    assert str(err.value) == (
+        f"dense seed 0: the run folder {str(nc.parent / 'dense-seed0')!r} holds a run of another "
+        f"configuration (corpus = 'text:corpus.txt' there, 'text:other.txt' here), which this run "
+        f"would replace; expected another output folder (--out of reproduce, --runs-dir of "
+        f"sweep), or that run's settings to reuse it.")  # fmt: skip
+    assert nc.read_bytes() == held
+    # an ablation whose summary lacks the file's fingerprint matches its own spelling only
+    ds.attrs["corpus_summary"] = json.dumps({k: v for k, v in json.loads(
+        ds.attrs["corpus_summary"]).items() if k != "sha256"})  # fmt: skip
+    assert gallery._ablation_matches(ds, "text:corpus.txt", sizes)
+    assert not gallery._ablation_matches(ds, "text:./corpus.txt", sizes)
+
+
 def test_reproduce_reports_each_run_as_it_finishes_and_logs_as_before(tmp_path):
     """`reproduce(on_chunk=...)` passes `run_sweep`'s hook through: one call per run, each
     before any per-run line of `log` (those come once the grid is done, unchanged)."""

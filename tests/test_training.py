@@ -238,6 +238,77 @@ def test_resume_refuses_a_checkpoint_made_on_other_contents_of_its_text_file(tmp
     assert s["steps"] == 3 and s["corpus_sha256"] == hashlib.sha256(text_file.read_bytes()).hexdigest()
 
 
+def test_a_run_on_its_text_file_under_another_spelling_is_resumed_and_reused(tmp_path, text_file,
+                                                                            monkeypatch):
+    """`--resume` with `--corpus text:./corpus.txt` of a run made with `text:corpus.txt` was
+    refused as "another configuration (--corpus = ...)", and `reproduce` and sweeps refused or
+    retrained its folder: the same contents are the same corpus, whatever the spelling of the
+    path. A checkpoint without a fingerprint (its file's contents unknown), or one made on
+    other contents, is refused as before."""
+    from fastslow_sim.training import _finished_run, check_run_folder
+
+    monkeypatch.chdir(tmp_path)
+
+    def cfg_of(spec, **kw):  # train-network's configuration of `tail`
+        return TrainConfig(variant="dense", corpus=spec, tokens=3000, block_size=32, batch_size=4,
+                           P=4, device="cpu", out="r", progress=False, **kw)  # fmt: skip
+
+    (tmp_path / "other.txt").write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))
+    tail = ["--variant", "dense", "--tokens", "3000", "--context", "32", "--batch-size", "4",
+            "--P", "4", "--device", "cpu", "--out", "r", "--json"]  # fmt: skip
+    train(cfg_of("text:corpus.txt", stop_after_steps=2))
+    ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
+    other = CliRunner().invoke(main, ["train-network", "--corpus", "text:other.txt", *tail,
+                                      "--resume"])  # fmt: skip
+    assert other.exit_code == 2 and other.output == (
+        "Error: --resume: the checkpoint in 'r' is from another configuration (--corpus = "
+        "'text:corpus.txt' there, 'text:other.txt' here).\n"), other.output  # fmt: skip
+    del ckpt["corpus_sha256"]  # saved before fingerprints: only its spelling is known
+    torch.save(ckpt, tmp_path / "r" / "ckpt.pt")
+    unknown = CliRunner().invoke(main, ["train-network", "--corpus", "text:./corpus.txt", *tail,
+                                        "--resume"])  # fmt: skip
+    assert unknown.exit_code == 2 and unknown.output == (
+        "Error: --resume: the checkpoint in 'r' is from another configuration (--corpus = "
+        "'text:corpus.txt' there, 'text:./corpus.txt' here).\n"), unknown.output  # fmt: skip
+    train(cfg_of("text:corpus.txt", stop_after_steps=2))
+    res = CliRunner().invoke(main, ["train-network", "--corpus", "text:./corpus.txt", *tail,
+                                    "--resume"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert s["finished"] and s["steps"] == 3000 // (4 * 32) and s["train_config"]["corpus"] == \
+        "text:./corpus.txt"  # fmt: skip
+    # finished: reused by reproduce and sweeps under any spelling of the same contents
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    for spec in ("text:./corpus.txt", f"text:{text_file}", "text:corpus.txt"):
+        cfg, corpus = cfg_of(spec), text_corpus(spec[5:])
+        check_run_folder("r", same_as=lambda cfg=cfg, corpus=corpus: (cfg, corpus))
+        assert _finished_run(cfg) == s and _finished_run(cfg, corpus) == s
+    # unfinished (its checkpoint only: a killed run): trained again, as under its own spelling
+    summary = (tmp_path / "r" / "summary.json").read_text()
+    (tmp_path / "r" / "summary.json").unlink()
+    cfg, corpus = cfg_of("text:corpus.txt"), text_corpus("corpus.txt")  # its ckpt: ./corpus.txt
+    check_run_folder("r", same_as=lambda: (cfg, corpus))
+    assert _finished_run(cfg, corpus) is None
+    (tmp_path / "r" / "summary.json").write_text(summary)
+    cfg = cfg_of("text:other.txt")
+    with pytest.raises(fs.InputError) as err:
+        check_run_folder("r", same_as=lambda: (cfg, text_corpus("other.txt")))
+    assert str(err.value) == (
+        "the run folder 'r' holds a run of another configuration (corpus = 'text:./corpus.txt' "
+        "there, 'text:other.txt' here), which this run would replace; expected another output "
+        "folder (--out of reproduce, --runs-dir of sweep), or that run's settings to reuse it.")
+    assert _finished_run(cfg) is None
+    text_file.write_bytes(text_file.read_bytes().replace(b"slow", b"fast"))  # now other's
+    cfg = cfg_of("text:./corpus.txt")
+    with pytest.raises(fs.InputError) as err:
+        check_run_folder("r", same_as=lambda: (cfg, text_corpus("./corpus.txt")))
+    assert str(err.value) == (
+        "the corpus file 'corpus.txt' has changed since the run in 'r' was made (its contents' "
+        "sha256 differs), which this run would replace; expected another output folder (--out "
+        "of reproduce, --runs-dir of sweep), or the file as it was.")
+    assert _finished_run(cfg, text_corpus("./corpus.txt")) is None
+
+
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, text_file, monkeypatch):
     corpus = text_corpus(text_file)
     original = FastSlowLM.forward
