@@ -307,7 +307,7 @@ def _corpora(ctx) -> dict:
 
 
 def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
-    from .corpora import same_text_corpus
+    from .corpora import corpus_fingerprint, same_text_corpus
     from .training import _RESUME_FREE, TrainConfig
 
     a = ds.attrs
@@ -315,13 +315,15 @@ def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
     requested = int(a.get("tokens_requested", a.get("tokens", -1)))
     if requested != sizes.tokens:
         return False
+    try:
+        held_sha = json.loads(a.get("corpus_summary", "{}")).get("sha256")
+    except (ValueError, TypeError, AttributeError):
+        held_sha = None
     if a.get("corpus") != spec:  # another spelling of the text file's path, on its contents
-        try:
-            held_sha = json.loads(a.get("corpus_summary", "{}")).get("sha256")
-        except (ValueError, TypeError, AttributeError):
-            held_sha = None
         if not same_text_corpus(a.get("corpus"), held_sha, spec):
             return False
+    elif spec.startswith("text:") and held_sha and held_sha != corpus_fingerprint(spec):
+        return False  # the file has changed since: its figures would show the old contents
     if ds.sizes.get("seed") != sizes.seeds or list(ds["arm"].values) != list(ARMS):
         return False
     saved, defaults = json.loads(a.get("base_config", "{}")), asdict(TrainConfig())

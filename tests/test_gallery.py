@@ -389,6 +389,22 @@ def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, mo
     assert not gallery._ablation_matches(ds, "text:./corpus.txt", sizes)
 
 
+def test_text_ablation_of_a_file_changed_since_is_not_reused(tmp_path, monkeypatch):
+    """The same spelling of a file whose contents changed matched the saved ablation, so the
+    training figures showed the old contents' runs as the file's."""
+    monkeypatch.chdir(tmp_path)
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be, that is the question " * 400)
+    sizes = dataclasses.replace(TINY, seeds=1, tokens=512)
+    ctx = gallery._Context(sizes, tmp_path / "f", tmp_path / "r", tmp_path / "runs", "corpus.txt",
+                           False, True)  # fmt: skip
+    gallery._ablations(ctx, ("text",))
+    ds = gallery._checked_ablation(tmp_path / "runs" / "reproduce-text" / "ablation.nc")
+    assert gallery._ablation_matches(ds, "text:corpus.txt", sizes)
+    text.write_text("to be or not to be, that is the answer " * 400)
+    assert not gallery._ablation_matches(ds, "text:corpus.txt", sizes)
+
+
 def test_reproduce_reports_each_run_as_it_finishes_and_logs_as_before(tmp_path):
     """`reproduce(on_chunk=...)` passes `run_sweep`'s hook through: one call per run, each
     before any per-run line of `log` (those come once the grid is done, unchanged)."""
