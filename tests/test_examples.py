@@ -167,3 +167,18 @@ def test_example_keeps_a_users_file_of_its_pngs_name(name, where, tmp_path):
     assert res.stdout == ""  # refused before the work
     assert mine.read_bytes() == before
     assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]  # no temporary file
+
+
+@pytest.mark.parametrize("out, line", [
+    ("gate.txt", "Error: the figure path 'gate.txt' asks for format 'txt', which matplotlib cannot "
+                 "write; expected a suffix among "),
+    ("newdir/", "Error: the figure path 'newdir/' names a folder; expected a file name such as "
+                "newdir/figure.png.\n"),
+])  # fmt: skip
+def test_an_example_refuses_a_figure_path_it_cannot_write_before_its_work(out, line, tmp_path):
+    """--out gate.txt trained tiny_gate's network, then ended in matplotlib's ValueError
+    traceback (exit 1); --out newdir/ wrote a PNG file named newdir."""
+    res = _script("gth_birth_death", "--out", out, cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""  # refused before the work
+    assert res.stderr.startswith(line) and len(res.stderr.splitlines()) == 1, res.stderr
+    assert list(tmp_path.iterdir()) == []

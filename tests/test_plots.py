@@ -485,6 +485,26 @@ def test_a_failed_trajectory_spans_its_run_marks_lone_points_and_says_where_it_s
     assert [t.get_text() for t in ax_y.texts] == ["solver stopped (max_steps) after t = 0.5"]
     stops = [ln for ln in ax_x.lines + ax_y.lines if ln.get_linestyle() == ":"]
     assert [ln.get_xdata()[0] for ln in stops] == [0.5, 0.5]
+    # into a caller's two Axes that do not share x: the lower panel spans the run too
+    f, axs = plt.subplots(2, 1)
+    plot_trajectory(ds, ax=axs)
+    assert [a.get_xlim() for a in axs] == [(0.0, 2.0), (0.0, 2.0)]
+
+
+def test_a_newline_in_an_eps_name_stays_in_its_title_comment(tmp_path):
+    """The title comment took the name up to a newline and left the rest (and the temporary
+    name matplotlib had written there) as PostScript lines to run."""
+    name = tmp_path / "x\nshowpage quit\n.eps"
+    heads = []
+    for _ in range(2):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [0, 1])
+        data = save_figure(fig, name).read_bytes()
+        heads.append(data)
+    assert heads[0] == heads[1]
+    head = heads[0][: heads[0].find(b"%%EndComments")].decode()
+    assert "%%Title: x?showpage quit?.eps\n" in head
+    assert all(line.startswith(("%!", "%%")) for line in head.splitlines())
 
 
 def test_a_successful_trajectory_has_no_stop_note_and_no_markers(rng):

@@ -10,13 +10,42 @@ data's `long_name` and `units` attributes where it has them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .._version import __version__
 from .palette import WIDTH, eps_color, state_colors
+
+
+def check_figure_format(path, what: str = "figure path") -> None:
+    """`InputError` unless matplotlib can write `path`'s format (its suffix; PNG without one)
+    here: a known format, and for .pgf the TeX system that typesets it installed."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from fastslow_sim.errors import InputError
+
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if fmt not in formats:
+        raise InputError(
+            f"the {what} {str(path)!r} asks for format {fmt!r}, which matplotlib cannot "
+            f"write; expected a suffix among {', '.join(formats)}."
+        )
+    if fmt == "pgf":  # matplotlib typesets a .pgf figure's text with TeX: refused before the run
+        import shutil
+
+        tex = matplotlib.rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            raise InputError(
+                f"the {what} {str(path)!r} asks for format 'pgf', which matplotlib "
+                f"writes with {tex} (rcParams['pgf.texsystem']), and {tex} is not installed "
+                f"here; expected another suffix (.pdf, .svg, .png) or a TeX installation."
+            )
 
 
 def script_figure(path):
@@ -35,6 +64,10 @@ def script_figure(path):
         sys.exit(2 if isinstance(err, InputError) else 1)
 
     try:
+        if str(path).endswith(("/", os.sep)):  # Path() drops the slash: a PNG named after it
+            raise InputError(f"the figure path {str(path)!r} names a folder; expected a file "
+                             f"name such as {str(path).rstrip('/' + os.sep) or '.'}/figure.png.")  # fmt: skip
+        check_figure_format(path)
         check_writable(path, "figure")
     except InputError as err:
         refuse(err)
@@ -157,8 +190,12 @@ def _reproducible_ps(tmp: Path, name: str) -> None:
     if end < 0:
         return
     head = re.sub(rb"^%%CreationDate:[^\n]*\n", b"", data[:end], flags=re.M)
-    title = name.encode("ascii", "replace")
-    head = re.sub(rb"^%%Title:[^\n]*$", lambda _: b"%%Title: " + title, head, flags=re.M)
+    # one comment line: a control character (a newline in the name) would end it and leave
+    # the rest of the name as PostScript to run
+    title = "".join(c if c.isprintable() else "?" for c in name).encode("ascii", "replace")
+    # matplotlib's title, the temporary name, runs to the next comment where it held a newline
+    head = re.sub(rb"^%%Title:[^\n]*\n(?:(?!%%)[^\n]*\n)*", lambda _: b"%%Title: " + title + b"\n",
+                  head, flags=re.M)  # fmt: skip
     tmp.write_bytes(head + data[end:])
 
 
@@ -266,8 +303,9 @@ def plot_trajectory(ds, *, ax=None):
             ax_y.plot(t, y[b, :, k], lw=1.5 if B == 1 else 1.0, alpha=alpha, color=f"C{k % 10}",
                       ms=4, **_isolated(y[b, :, k]),
                       label=f"$y_{{{k}}}$" if b == 0 else "_nolegend_")  # fmt: skip
-    if len(t) > 1 and t[-1] > t[0]:  # the run's span, also where its states are NaN
-        ax_x.set_xlim(t[0], t[-1])
+    if len(t) > 1 and t[-1] > t[0]:  # the run's span, also where its states are NaN (both
+        for a in (ax_x, ax_y):  # panels: a caller's two Axes need not share x)
+            a.set_xlim(t[0], t[-1])
     finite = np.isfinite(x[0]).all(axis=1) & np.isfinite(y[0]).all(axis=1)
     if B == 1 and status != "success" and len(t) and not finite[-1]:
         last = np.flatnonzero(finite)

@@ -254,27 +254,9 @@ def use_agg():
 
 def _check_plot_format(plot_path: Path):
     """`InputError` unless matplotlib can write `plot_path`'s format here."""
-    from matplotlib.backend_bases import FigureCanvasBase
+    from ..analysis.plots import check_figure_format
 
-    fmt = plot_path.suffix.lstrip(".").lower() or "png"
-    formats = sorted(FigureCanvasBase.get_supported_filetypes())
-    if fmt not in formats:
-        raise InputError(
-            f"the plot path {str(plot_path)!r} asks for format {fmt!r}, which matplotlib cannot "
-            f"write; expected a suffix among {', '.join(formats)}."
-        )
-    if fmt == "pgf":  # matplotlib typesets a .pgf figure's text with TeX: refused before the run
-        import shutil
-
-        import matplotlib
-
-        tex = matplotlib.rcParams["pgf.texsystem"]
-        if shutil.which(tex) is None:
-            raise InputError(
-                f"the plot path {str(plot_path)!r} asks for format 'pgf', which matplotlib "
-                f"writes with {tex} (rcParams['pgf.texsystem']), and {tex} is not installed "
-                f"here; expected another suffix (.pdf, .svg, .png) or a TeX installation."
-            )
+    check_figure_format(plot_path, "plot path")
 
 
 def name_number(value: float) -> str:
