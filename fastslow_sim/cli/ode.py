@@ -126,7 +126,6 @@ def _minutes(seconds: float) -> str:
 @click.option(
     "--max-steps",
     default=None,
-    type=INTEGER,
     metavar="N",
     help="Budget of steps, a positive integer (every method but multirate): of each trajectory "
     "for the scipy methods [default: 200,000], rodas4 and torchdiffeq's [default: 1,000,000]; "

@@ -44,12 +44,31 @@ def max_steps_message(name: str, max_steps: int, t: float) -> str:
     )
 
 
+def _beyond_int64_written_short(value) -> bool:
+    """Whether `value` is text of a positive number of 1e19 or more in an exponent form
+    (`as_int` never expands those)."""
+    from ..validation import as_int
+
+    try:
+        as_int(str(value))
+    except OverflowError:
+        return not str(value).strip().startswith("-")
+    except ValueError:
+        return False
+    return False
+
+
 def check_max_steps(value, name: str = "max_steps") -> int:
     """`value` as a budget of steps, or `InputError` unless it is an integer from 1 to
     `MAX_STEPS_MAX`; `name` is how the message calls it (`--max-steps` on the command line)."""
     from ..validation import positive_int
 
-    steps = positive_int(name, value)
+    try:  # exactly: through float, 2**63 - 1 was refused and large budgets rounded
+        steps = positive_int(name, value)
+    except InputError:
+        if not _beyond_int64_written_short(value):
+            raise
+        steps = MAX_STEPS_MAX + 1  # 1e30: refused below with the bound
     if steps > MAX_STEPS_MAX:
         raise InputError(
             f"{name} must be at most 2**63 - 1 = {MAX_STEPS_MAX:,} (the rodas4 march counts its "
