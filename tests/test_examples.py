@@ -126,7 +126,13 @@ def test_an_example_saves_its_figure_under_fastslow_results_or_at_out(tmp_path):
     assert res.stdout.splitlines()[-1] == "saved mine.pdf"
 
 
-@pytest.mark.parametrize("name", sorted(CHECKS))
+def _one_in_default(names, keep="gth_birth_death"):
+    """`names` as parameters, all but `keep` marked slow: the scripts share `script_arguments`,
+    so the default suite runs one (a subprocess each, 3-7 s) and `-m slow` the others."""
+    return [n if n == keep else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _one_in_default(sorted(CHECKS)))
 def test_example_help_prints_its_usage_and_does_nothing_else(name, tmp_path):
     """`--help` (and any other argument) was ignored: the script ran whole (tiny_gate trained a
     network) and wrote its PNG."""
@@ -144,7 +150,7 @@ def test_example_help_prints_its_usage_and_does_nothing_else(name, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("where", ["default", "--out"])
+@pytest.mark.parametrize("where", ["default", pytest.param("--out", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_example_keeps_a_users_file_of_its_pngs_name(name, where, tmp_path):
     """Run as a script, each example wrote its PNG with a plain savefig into the current folder,
