@@ -587,8 +587,10 @@ def cost_dataset(T_values, P_values, model: dict, batch: int = 1, rounds: int = 
     is kept, with the quartiles. On the device torch picks (CPU here), float32, on `threads`
     torch intra-op threads (`threads.torch_threads`: torch's setting restored after; `None`:
     torch's own), recorded in `attrs["device"]`."""
-    from .threads import torch_threads
+    from .threads import check_threads, torch_threads
 
+    if threads is not None:  # torch's RuntimeError otherwise
+        threads = check_threads(threads)
     with torch_threads(threads):
         return _cost_dataset(T_values, P_values, model, batch, rounds, seed, bar)
 

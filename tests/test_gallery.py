@@ -467,3 +467,10 @@ def test_multirate_error_dataset_ends_exactly_at_t_end():
     # a span of no whole blocks is refused before any reference run
     with pytest.raises(fs.InputError, match=r"the span 1\.23 is not a whole number of blocks"):
         gallery.multirate_error_dataset([0.125], [0.1, 0.05], 0.1, t_end=1.23)
+
+
+def test_cost_dataset_refuses_a_thread_count_in_one_sentence():
+    # torch's RuntimeError ("set_num_threads expects a positive integer") came through
+    with pytest.raises(fs.InputError, match=r"^threads must be an integer from 1 to \d+ \(the CPUs "
+                                            r"this process may use\); got 0\.$"):  # fmt: skip
+        gallery.cost_dataset([16], [4], {}, threads=0)
