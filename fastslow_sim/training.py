@@ -1031,8 +1031,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                  f"{'it' if earlier == 1 else 'them'} again)") if earlier else ""  # fmt: skip
         raise SweepError(f"{len(bad)} of {plural(len(arms) * seeds, 'run')} did not finish; "
                          f"{a} seed {s}: {msg or 'pending'} (store {res['store']}){again}.")  # fmt: skip
-    runs = _runs_from_sweep(sw, arms, seeds, per_step=base.get("batch_size", TrainConfig.batch_size)
-                            * base.get("block_size", TrainConfig.block_size))  # fmt: skip
+    runs = _runs_from_sweep(sw, arms, seeds)
     fresh = set(map(tuple, np.argwhere(sw["run_id"].values == sw.attrs["run_id"]).tolist())) \
         if "run_id" in sw else set()
     for j in range(seeds):
@@ -1077,23 +1076,20 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     return table
 
 
-def _runs_from_sweep(sw, arms, seeds, per_step: int) -> dict:
+def _runs_from_sweep(sw, arms, seeds) -> dict:
     """`{arm: [summary per seed]}` with the fields `ablation_table` reads, from the sweep store
     (gates of a channel gate are their mean per layer; padding beyond `n_layer` dropped). A
-    run's `tokens` are those its summary reported; a cell written before the store kept them
-    (-1 there) gives its steps x `per_step` (the batch's tokens: its cells train in one
-    process)."""
+    run's `tokens` are those its summary reported (a cell written before cells kept them has
+    them from its steps and params: `sweep._train_recorded`, as the store is built)."""
     runs = {}
     for i, arm in enumerate(arms):
         runs[arm] = []
         for j in range(seeds):
             v = {k: sw[k].values[i, j] for k in ("val_loss", "train_wall_time_s", "tokens_per_s",
                                                   "params", "flops_per_token_train", "n_layer",
-                                                  "steps")}  # fmt: skip
-            tokens = int(sw["tokens"].values[i, j]) if "tokens" in sw else -1
+                                                  "steps", "tokens")}  # fmt: skip
             runs[arm].append({
-                "tokens": tokens if tokens >= 0 else int(v["steps"]) * per_step,
-                "steps": int(v["steps"]),
+                "tokens": int(v["tokens"]), "steps": int(v["steps"]),
                 "val_loss": float(v["val_loss"]), "wall_time_s": float(v["train_wall_time_s"]),
                 "tokens_per_s": float(v["tokens_per_s"]), "params": int(v["params"]),
                 "flops_per_token_train": float(v["flops_per_token_train"]),

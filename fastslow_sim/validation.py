@@ -20,8 +20,7 @@ __all__ = ["number", "positive", "positive_int", "plain_int", "as_int", "no_unde
 def no_underscore(name: str, text) -> None:
     """`InputError` when the typed number `text` holds an underscore or a digit outside ASCII:
     Python's int(), float() and Decimal read "1_5" as 15 (and "٨" as 8), so a slip ran silently
-    with another number (every number a user
-    types goes through here, or through `as_int`)."""
+    with another number (every number a user types goes through here, or through `as_int`)."""
     if isinstance(text, str) and "_" in text and _reads_as_float(text):  # "ten_k": its parse says
         raise InputError(f"{name} must be a number written without underscores; got {text!r}.")
     if isinstance(text, str) and not text.isascii() and _reads_as_float(text):  # float("٨") is 8

@@ -50,6 +50,24 @@ def _on(steps, values, common):
     return values[np.searchsorted(steps, common)] if len(common) else values[:0]
 
 
+def _plot_seeds(ax, seeds, color, label, hidden: tuple, mean_kw: dict, band_kw: dict) -> None:
+    """One curve over an arm's seeds `[(steps, values)]`: the mean and min-max band over the
+    steps every seed logged; where the runs logged other steps (one stopped early, or trained
+    on another budget), every seed drawn whole and thin too. `label` goes on the mean (on seed
+    0's line where the seeds share no step); `hidden`: `(arm, suffix)` of the seed lines'
+    legend-less labels, `_ARM run K SUFFIX`."""
+    steps, same = _shared([s for s, _ in seeds])
+    v = np.array([_on(s, y, steps) for s, y in seeds])  # (seeds, shared steps)
+    if not same:
+        for k, (s, y) in enumerate(seeds):
+            ax.plot(s, y, color=color, lw=0.7, alpha=0.6, marker=_marker(s), ms=3,
+                    label=label if label and k == 0 and not len(steps) else f"_{hidden[0]} run {k}{hidden[1]}")  # fmt: skip
+    if len(steps):
+        ax.plot(steps, v.mean(0), color=color, marker=_marker(steps), ms=4, label=label,
+                **mean_kw)  # fmt: skip
+        ax.fill_between(steps, v.min(0), v.max(0), color=color, **band_kw)
+
+
 def _marker(x):
     """A marker where a curve has one point (a run evaluated once draws no line), else none."""
     return "o" if len(x) == 1 else None
@@ -84,25 +102,13 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
                 continue
             # each seed on its own steps: the runs of an arm may differ in length
             seeds = [(ds["step"].values, ds["gate"].values) for ds in runs[arm]]  # (steps, layers)
-            steps, same = _shared([s for s, _ in seeds])
-            g = np.array([_on(s, v, steps) for s, v in seeds])  # (seeds, shared steps, layers)
             n_layers = seeds[0][1].shape[1]
             shades = _layer_shades(arm_color(arm), n_layers)
             label = f"{arm} ({plural(len(seeds), 'seed')})"
             for layer in range(n_layers):
-                last = layer == n_layers - 1
-                if not same:  # every seed drawn whole, thin, beside the mean where they overlap
-                    for k, (s, v) in enumerate(seeds):
-                        ax.plot(s, v[:, layer], color=shades[layer], lw=0.7, alpha=0.6,
-                                marker=_marker(s), ms=3,
-                                label=label if last and k == 0 and not len(steps)
-                                else f"_{arm} run {k}, layer {layer}")  # fmt: skip
-                if len(steps):
-                    ax.plot(steps, g[:, :, layer].mean(0), color=shades[layer], lw=1.3,
-                            marker=_marker(steps), ms=4,
-                            label=label if last else None)  # fmt: skip
-                    ax.fill_between(steps, g[:, :, layer].min(0), g[:, :, layer].max(0),
-                                    color=shades[layer], alpha=0.06, lw=0)  # fmt: skip
+                _plot_seeds(ax, [(s, v[:, layer]) for s, v in seeds], shades[layer],
+                            label if layer == n_layers - 1 else None, (arm, f", layer {layer}"),
+                            {"lw": 1.3}, {"alpha": 0.06, "lw": 0})  # fmt: skip
         ax.set_title(f"{corpus}: gates per layer (darker: deeper)")
         ax.set_xlabel("training step")
         ax.set_ylabel(r"$|\tanh\alpha|$ (mean over seeds)")
@@ -134,18 +140,8 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
                 continue
             # each seed on its own steps: the runs of an arm may differ in length
             seeds = [(ds["eval_step"].values, ds["val_loss"].values) for ds in runs[arm]]
-            steps, same = _shared([s for s, _ in seeds])
-            v = np.array([_on(s, y, steps) for s, y in seeds])  # (seeds, shared steps)
-            label = f"{arm} ({plural(len(seeds), 'seed')})"
-            if not same:  # every seed drawn whole, thin, beside the mean where they overlap
-                for k, (s, y) in enumerate(seeds):
-                    ax.plot(s, y, color=arm_color(arm), lw=0.7, alpha=0.6, marker=_marker(s),
-                            ms=3,
-                            label=label if k == 0 and not len(steps) else f"_{arm} run {k}")  # fmt: skip
-            if len(steps):
-                ax.plot(steps, v.mean(0), color=arm_color(arm), label=label,
-                        marker=_marker(steps), ms=4)  # fmt: skip
-                ax.fill_between(steps, v.min(0), v.max(0), color=arm_color(arm), alpha=0.2)
+            _plot_seeds(ax, seeds, arm_color(arm), f"{arm} ({plural(len(seeds), 'seed')})",
+                        (arm, ""), {}, {"alpha": 0.2})  # fmt: skip
             full = ablation["val_loss"].sel(arm=arm).values  # (seed,), NaN for a failed run
             # at the last step of the runs (the longest run's where they differ)
             end = max(s[-1] for s, _ in seeds if len(s)) if any(len(s) for s, _ in seeds) else 0

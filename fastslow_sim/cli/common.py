@@ -63,9 +63,10 @@ class Integer(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):  # a default
             return value
         no_underscore(param_name(param), value)
-        if len(str(value).strip()) > 4300:  # int() reads no more digits; not echoed whole
-            self.fail(f"'{str(value).strip()[:12]}...' ({len(str(value).strip()):,} characters) is "
-                      f"not an integer of at most 4,300 digits", param, ctx)  # fmt: skip
+        text = str(value).strip()
+        if len(text) > 4300:  # int() reads no more digits; not echoed whole
+            self.fail(f"'{text[:12]}...' ({len(text):,} characters) is not an integer of at most "
+                      f"4,300 digits", param, ctx)  # fmt: skip
         try:  # digits of any size, as click INT read them: the option's bound says more
             return as_int(value)
         except ValueError:
