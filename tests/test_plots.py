@@ -144,6 +144,43 @@ def test_convergence_slope_not_determined_is_labelled_n_d():
     plt.close(fig)
 
 
+def _convergence(errs, slopes):
+    eps = np.array([0.02, 0.01, 0.005])
+    return xr.Dataset({k: ("eps", np.broadcast_to(v, eps.shape)) for k, v in errs.items()},
+                      coords={"eps": eps}, attrs={"slopes": json.dumps(slopes)})  # fmt: skip
+
+
+def test_convergence_of_errors_all_nan_prints_no_slope():
+    """Every error NaN (every run failed): the slopes in attrs were still printed, and a fitted
+    line computed, as if measured; now each label and a note on the axes say there is none."""
+    keys = ("err_h0", "err_h1", "err_y")
+    ds = _convergence({k: np.nan for k in keys}, {"err_h0": 1.0, "err_h1": 2.0, "err_y": 1.0})
+    fig, ax = plt.subplots()
+    plot_convergence(ds, ax=ax)
+    labels = [line.get_label() for line in ax.lines]
+    assert len(labels) == 3 and all(lab.endswith(": no finite error to fit") for lab in labels)
+    assert not any(ch.isdigit() for lab in labels for ch in lab.split(":")[-1])
+    (note,) = ax.texts
+    assert note.get_text() == "no finite error to fit (every error is NaN or inf)"
+
+
+def test_convergence_with_some_nan_errors_prints_no_slope_for_those():
+    """`convergence` fits a slope over every eps, so a slope stored beside a NaN error (a
+    hand-edited file) is no slope of the errors drawn: n/d, counting them, and no fitted line;
+    the finite errors keep their slope and line, and no note is drawn."""
+    eps = np.array([0.02, 0.01, 0.005])
+    ds = _convergence({"err_h0": np.array([np.nan, 0.01, 0.005]), "err_h1": eps**2,
+                       "err_y": eps}, {"err_h0": 1.0, "err_h1": 2.0, "err_y": float("nan")})  # fmt: skip
+    fig, ax = plt.subplots()
+    plot_convergence(ds, ax=ax)
+    labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+    assert labels[0].endswith(": slope n/d (1 of 3 errors not finite)")
+    assert labels[1].endswith(": slope 2.00")
+    assert labels[2].endswith(": slope n/d (errors at the solver's floor)")  # NaN as null
+    assert len(ax.lines) == 4 and not ax.texts  # one fitted line, err_h1's
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), eps**2, rtol=1e-10)
+
+
 def test_equilibrium_manifold_one_panel_per_state(rng):
     runs = [_trajectory(rng).assign_attrs(eps=e) for e in (0.1, 0.01)]
     y_grid = np.linspace(0.0, 1.0, 5)

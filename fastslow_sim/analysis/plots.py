@@ -334,7 +334,8 @@ def _isolated(v) -> dict:
 
 def plot_convergence(ds, *, ax=None):
     """Log-log errors after the initial layer against `eps`, with fitted slopes (expected 1, 2, 1;
-    "n/d" and no fitted line where `convergence` left a slope undetermined, null in `slopes`).
+    "n/d" and no fitted line where `convergence` left a slope undetermined, null in `slopes`, or
+    an error is not finite; "no finite error to fit" where none is).
 
     `ax`: an Axes, or None for a new figure. Returns the Figure.
     """
@@ -347,12 +348,23 @@ def plot_convergence(ds, *, ax=None):
     }
     fig, (ax,) = figure_axes(ax, 1, figsize=(0.75 * WIDTH, 5.0))
     for key, marker in zip(labels, "osd"):
-        err, slope = ds[key].values, slopes[key]
-        shown = "n/d (errors at the solver's floor)" if slope is None else f"{slope:.2f}"
-        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {shown}")
-        if slope is not None:
-            fit = np.polyfit(np.log(eps), np.log(err), 1)
-            ax.loglog(eps, np.exp(np.polyval(fit, np.log(eps))), color="gray", lw=0.7, ls=":")
+        err, slope = np.asarray(ds[key].values, dtype=float), slopes[key]
+        bad, fit = int(np.sum(~np.isfinite(err))), False
+        if bad == len(err):  # every run failed: nothing drawn, so no slope either
+            shown = "no finite error to fit"
+        elif bad:  # `convergence` fits over every eps: a slope with a NaN error is none of its
+            shown = f"slope n/d ({bad} of {len(err)} errors not finite)"
+        elif slope is None or not np.isfinite(slope):
+            shown = "slope n/d (errors at the solver's floor)"
+        else:
+            shown, fit = f"slope {slope:.2f}", True
+        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: {shown}")
+        if fit:
+            coef = np.polyfit(np.log(eps), np.log(err), 1)
+            ax.loglog(eps, np.exp(np.polyval(coef, np.log(eps))), color="gray", lw=0.7, ls=":")
+    if not any(np.isfinite(ds[key].values).any() for key in labels):
+        ax.text(0.5, 0.5, "no finite error to fit (every error is NaN or inf)", ha="center",
+                va="center", color="C3", transform=ax.transAxes)  # fmt: skip
     ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
     ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")
