@@ -22,6 +22,7 @@ from fastslow_sim.analysis import (  # noqa: E402
     plot_equilibrium_manifold,
     plot_gates,
     plot_trajectory,
+    plot_tv_sweep,
     plot_val_loss,
     save_figure,
 )
@@ -564,3 +565,27 @@ def test_one_trajectory_of_a_batch_is_titled_as_such_with_its_own_status(rng):
     title = plot_trajectory(ds).axes[0].get_title()  # the whole batch: its summary
     assert title == ("test: eps = 0.125, method radau, status 2 of 4 trajectories failed, "
                      "4 trajectories")
+
+
+TV_REFS = ("Bayes filter, head readout", "Bayes filter p_st", "corpus frequencies")
+
+
+def _tv_row(sweep, x, arm):
+    return {"sweep": sweep, sweep: x, "arm": arm, "run": f"{arm}-{x}",
+            "tv": {k: {"mean": 0.1, "se": 0.01} for k in (*TV_REFS, "model head")}}  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [
+    [_tv_row("P", P, "coupled") for P in (4, 8)],
+    [_tv_row("tokens", 1000, "dense"), _tv_row("P", 4, "coupled")],
+], ids=["P only", "an arm in the P sweep only"])  # fmt: skip
+def test_tv_sweep_legend_names_every_series_of_either_panel(rows):
+    """The legend was read from the tokens panel alone: rows of the P sweep only drew no legend
+    entry at all, and an arm swept in P only was unlabelled; now every drawn series is named once."""
+    fig = plot_tv_sweep(rows)
+    (legend,) = fig.legends
+    named = [t.get_text() for t in legend.get_texts()]
+    arms = {f"{r['arm']}: model head" for r in rows}
+    assert sorted(named) == sorted({*TV_REFS, *arms})
+    for ax in fig.axes:  # every labelled artist of each panel is in it
+        assert set(ax.get_legend_handles_labels()[1]) <= set(named)

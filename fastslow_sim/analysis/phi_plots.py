@@ -70,7 +70,7 @@ def _count(n) -> str:
 def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the exact Bayes filter read out the same way as each readout (references, not lower
-    bounds on TV)."""
+    bounds on TV). One legend below, for every series of either panel."""
     fig, axes = figure_axes(ax, 2, ncols=2, figsize=(WIDTH, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
@@ -100,7 +100,12 @@ def plot_tv_sweep(rows: list, ax=None):
             ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(r"mean TV distance to $p_{st}(y_b)$")
-    handles, labels = axes[0].get_legend_handles_labels()
+    # both panels' series, once each: rows of one sweep draw in one panel only
+    drawn = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            drawn.setdefault(label, handle)
+    handles, labels = list(drawn.values()), list(drawn)
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(r"how close $\phi_\theta$ gets to $p_{st}$: against training tokens and against P")
