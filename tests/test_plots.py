@@ -21,6 +21,7 @@ from fastslow_sim.analysis import (  # noqa: E402
     plot_convergence,
     plot_equilibrium_manifold,
     plot_gates,
+    plot_phi_vs_pst,
     plot_trajectory,
     plot_tv_sweep,
     plot_val_loss,
@@ -589,3 +590,18 @@ def test_tv_sweep_legend_names_every_series_of_either_panel(rows):
     assert sorted(named) == sorted({*TV_REFS, *arms})
     for ax in fig.axes:  # every labelled artist of each panel is in it
         assert set(ax.get_legend_handles_labels()[1]) <= set(named)
+
+
+@pytest.mark.parametrize("plot, empty, name", [(plot_phi_vs_pst, {}, "results"),
+                                               (plot_tv_sweep, [], "rows")])  # fmt: skip
+def test_phi_plots_of_no_result_refuse_in_one_sentence(plot, empty, name):
+    """plot_phi_vs_pst({}) raised a bare StopIteration, and plot_tv_sweep([]) drew two empty
+    panels under its title; both now refuse, naming the empty argument."""
+    import re
+
+    from fastslow_sim.errors import InputError
+
+    said = rf"^{name} is {re.escape(repr(empty))}, no .*; expected .*\.$"
+    with pytest.raises(InputError, match=said):
+        plot(empty)
+    assert not plt.get_fignums()  # refused before a figure was made
