@@ -21,6 +21,7 @@ from fastslow_sim.analysis import (  # noqa: E402
     plot_convergence,
     plot_equilibrium_manifold,
     plot_gates,
+    plot_multirate,
     plot_phi_vs_pst,
     plot_trajectory,
     plot_tv_sweep,
@@ -605,3 +606,20 @@ def test_phi_plots_of_no_result_refuse_in_one_sentence(plot, empty, name):
     with pytest.raises(InputError, match=said):
         plot(empty)
     assert not plt.get_fignums()  # refused before a figure was made
+
+
+def test_multirate_titles_say_what_the_data_show_not_the_expected_result():
+    """The titles said "the error does not grow as eps -> 0" and "first order in H at every
+    eps" whatever the dataset held; now they give its errors at the H drawn and its fitted
+    orders, and an order null in the JSON is n/d (was a TypeError)."""
+    eps, H = np.array([0.1, 1e-3, 1e-6]), np.array([0.2, 0.1, 0.05])
+    err = np.array([[1.0], [2.0], [4.0]]) * H  # grows 4x as eps -> 0
+    ds = xr.Dataset({"err_y": (("eps", "H"), err), "err_x": (("eps", "H"), err)},
+                    coords={"eps": eps, "H": H},
+                    attrs={"H_fixed": 0.05, "orders": json.dumps([0.5, 1.0, None])})  # fmt: skip
+    fig = plot_multirate(ds)
+    left, right = (a.get_title() for a in fig.axes)
+    assert left == "H = 0.05: slow error 0.05 (eps 0.1) to 0.2 (eps 1e-06)"
+    assert right == "fitted order in H: 0.50 to 1.00"
+    named = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert named[0].endswith("(order 0.50)") and named[2].endswith("(order n/d)")
