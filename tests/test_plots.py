@@ -17,6 +17,7 @@ import xarray as xr  # noqa: E402
 from fastslow_sim import io as fs_io  # noqa: E402
 from fastslow_sim.analysis import (  # noqa: E402
     axis_label,
+    plot_ablation,
     plot_branches,
     plot_convergence,
     plot_equilibrium_manifold,
@@ -623,3 +624,22 @@ def test_multirate_titles_say_what_the_data_show_not_the_expected_result():
     assert right == "fitted order in H: 0.50 to 1.00"
     named = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert named[0].endswith("(order 0.50)") and named[2].endswith("(order n/d)")
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_ablation_title_claims_an_interval_only_where_one_is_drawn(seeds):
+    """With one seed the table's 95% intervals are NaN and no bar is drawn, yet the title said
+    "mean and 95% t interval"; it says so only where every interval is finite."""
+    loss = {"coupled": [3.0, 3.1, 3.05][:seeds], "dense": [3.02, 3.08, 3.1][:seeds]}
+    # as training.paired_comparison writes it (NaN interval for one seed; not imported: torch)
+    ci = [-0.07, 0.04] if seeds > 1 else [float("nan")] * 2
+    table = {"margin": 0.01, "comparisons": [{"a": "coupled", "b": "dense", "mean_diff": -0.02,
+                                              "ci95": ci}]}  # fmt: skip
+    ds = xr.Dataset({"val_loss": (("arm", "seed"), np.array(list(loss.values())))},
+                    coords={"arm": list(loss), "seed": np.arange(seeds)},
+                    attrs={"table": json.dumps(table, default=float)})  # fmt: skip
+    title = plot_ablation({"me": ds}).axes[0].get_title()
+    interval = np.isfinite(table["comparisons"][0]["ci95"]).all()
+    assert interval == (seeds > 1)
+    assert title.endswith("mean and 95% t interval" if interval else
+                          "mean only (no finite 95% t interval; it needs 2 seeds or more)")  # fmt: skip
