@@ -17,11 +17,15 @@ import xarray as xr  # noqa: E402
 from fastslow_sim import io as fs_io  # noqa: E402
 from fastslow_sim.analysis import (  # noqa: E402
     axis_label,
+    plot_ablation,
     plot_branches,
     plot_convergence,
     plot_equilibrium_manifold,
     plot_gates,
+    plot_multirate,
+    plot_phi_vs_pst,
     plot_trajectory,
+    plot_tv_sweep,
     plot_val_loss,
     save_figure,
 )
@@ -142,6 +146,43 @@ def test_convergence_slope_not_determined_is_labelled_n_d():
     assert labels[0].endswith("slope 1.00") and labels[2].endswith("slope 1.00")
     assert len(ax.lines) == 5  # three data lines, fitted lines for the two determined slopes
     plt.close(fig)
+
+
+def _convergence(errs, slopes):
+    eps = np.array([0.02, 0.01, 0.005])
+    return xr.Dataset({k: ("eps", np.broadcast_to(v, eps.shape)) for k, v in errs.items()},
+                      coords={"eps": eps}, attrs={"slopes": json.dumps(slopes)})  # fmt: skip
+
+
+def test_convergence_of_errors_all_nan_prints_no_slope():
+    """Every error NaN (every run failed): the slopes in attrs were still printed, and a fitted
+    line computed, as if measured; now each label and a note on the axes say there is none."""
+    keys = ("err_h0", "err_h1", "err_y")
+    ds = _convergence({k: np.nan for k in keys}, {"err_h0": 1.0, "err_h1": 2.0, "err_y": 1.0})
+    fig, ax = plt.subplots()
+    plot_convergence(ds, ax=ax)
+    labels = [line.get_label() for line in ax.lines]
+    assert len(labels) == 3 and all(lab.endswith(": no finite error to fit") for lab in labels)
+    assert not any(ch.isdigit() for lab in labels for ch in lab.split(":")[-1])
+    (note,) = ax.texts
+    assert note.get_text() == "no finite error to fit (every error is NaN or inf)"
+
+
+def test_convergence_with_some_nan_errors_prints_no_slope_for_those():
+    """`convergence` fits a slope over every eps, so a slope stored beside a NaN error (a
+    hand-edited file) is no slope of the errors drawn: n/d, counting them, and no fitted line;
+    the finite errors keep their slope and line, and no note is drawn."""
+    eps = np.array([0.02, 0.01, 0.005])
+    ds = _convergence({"err_h0": np.array([np.nan, 0.01, 0.005]), "err_h1": eps**2,
+                       "err_y": eps}, {"err_h0": 1.0, "err_h1": 2.0, "err_y": float("nan")})  # fmt: skip
+    fig, ax = plt.subplots()
+    plot_convergence(ds, ax=ax)
+    labels = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+    assert labels[0].endswith(": slope n/d (1 of 3 errors not finite)")
+    assert labels[1].endswith(": slope 2.00")
+    assert labels[2].endswith(": slope n/d (errors at the solver's floor)")  # NaN as null
+    assert len(ax.lines) == 4 and not ax.texts  # one fitted line, err_h1's
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), eps**2, rtol=1e-10)
 
 
 def test_equilibrium_manifold_one_panel_per_state(rng):
@@ -527,3 +568,78 @@ def test_one_trajectory_of_a_batch_is_titled_as_such_with_its_own_status(rng):
     title = plot_trajectory(ds).axes[0].get_title()  # the whole batch: its summary
     assert title == ("test: eps = 0.125, method radau, status 2 of 4 trajectories failed, "
                      "4 trajectories")
+
+
+TV_REFS = ("Bayes filter, head readout", "Bayes filter p_st", "corpus frequencies")
+
+
+def _tv_row(sweep, x, arm):
+    return {"sweep": sweep, sweep: x, "arm": arm, "run": f"{arm}-{x}",
+            "tv": {k: {"mean": 0.1, "se": 0.01} for k in (*TV_REFS, "model head")}}  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [
+    [_tv_row("P", P, "coupled") for P in (4, 8)],
+    [_tv_row("tokens", 1000, "dense"), _tv_row("P", 4, "coupled")],
+], ids=["P only", "an arm in the P sweep only"])  # fmt: skip
+def test_tv_sweep_legend_names_every_series_of_either_panel(rows):
+    """The legend was read from the tokens panel alone: rows of the P sweep only drew no legend
+    entry at all, and an arm swept in P only was unlabelled; now every drawn series is named once."""
+    fig = plot_tv_sweep(rows)
+    (legend,) = fig.legends
+    named = [t.get_text() for t in legend.get_texts()]
+    arms = {f"{r['arm']}: model head" for r in rows}
+    assert sorted(named) == sorted({*TV_REFS, *arms})
+    for ax in fig.axes:  # every labelled artist of each panel is in it
+        assert set(ax.get_legend_handles_labels()[1]) <= set(named)
+
+
+@pytest.mark.parametrize("plot, empty, name", [(plot_phi_vs_pst, {}, "results"),
+                                               (plot_tv_sweep, [], "rows")])  # fmt: skip
+def test_phi_plots_of_no_result_refuse_in_one_sentence(plot, empty, name):
+    """plot_phi_vs_pst({}) raised a bare StopIteration, and plot_tv_sweep([]) drew two empty
+    panels under its title; both now refuse, naming the empty argument."""
+    import re
+
+    from fastslow_sim.errors import InputError
+
+    said = rf"^{name} is {re.escape(repr(empty))}, no .*; expected .*\.$"
+    with pytest.raises(InputError, match=said):
+        plot(empty)
+    assert not plt.get_fignums()  # refused before a figure was made
+
+
+def test_multirate_titles_say_what_the_data_show_not_the_expected_result():
+    """The titles said "the error does not grow as eps -> 0" and "first order in H at every
+    eps" whatever the dataset held; now they give its errors at the H drawn and its fitted
+    orders, and an order null in the JSON is n/d (was a TypeError)."""
+    eps, H = np.array([0.1, 1e-3, 1e-6]), np.array([0.2, 0.1, 0.05])
+    err = np.array([[1.0], [2.0], [4.0]]) * H  # grows 4x as eps -> 0
+    ds = xr.Dataset({"err_y": (("eps", "H"), err), "err_x": (("eps", "H"), err)},
+                    coords={"eps": eps, "H": H},
+                    attrs={"H_fixed": 0.05, "orders": json.dumps([0.5, 1.0, None])})  # fmt: skip
+    fig = plot_multirate(ds)
+    left, right = (a.get_title() for a in fig.axes)
+    assert left == "H = 0.05: slow error 0.05 (eps 0.1) to 0.2 (eps 1e-06)"
+    assert right == "fitted order in H: 0.50 to 1.00"
+    named = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert named[0].endswith("(order 0.50)") and named[2].endswith("(order n/d)")
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_ablation_title_claims_an_interval_only_where_one_is_drawn(seeds):
+    """With one seed the table's 95% intervals are NaN and no bar is drawn, yet the title said
+    "mean and 95% t interval"; it says so only where every interval is finite."""
+    loss = {"coupled": [3.0, 3.1, 3.05][:seeds], "dense": [3.02, 3.08, 3.1][:seeds]}
+    # as training.paired_comparison writes it (NaN interval for one seed; not imported: torch)
+    ci = [-0.07, 0.04] if seeds > 1 else [float("nan")] * 2
+    table = {"margin": 0.01, "comparisons": [{"a": "coupled", "b": "dense", "mean_diff": -0.02,
+                                              "ci95": ci}]}  # fmt: skip
+    ds = xr.Dataset({"val_loss": (("arm", "seed"), np.array(list(loss.values())))},
+                    coords={"arm": list(loss), "seed": np.arange(seeds)},
+                    attrs={"table": json.dumps(table, default=float)})  # fmt: skip
+    title = plot_ablation({"me": ds}).axes[0].get_title()
+    interval = np.isfinite(table["comparisons"][0]["ci95"]).all()
+    assert interval == (seeds > 1)
+    assert title.endswith("mean and 95% t interval" if interval else
+                          "mean only (no finite 95% t interval; it needs 2 seeds or more)")  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from .palette import ARM_LINESTYLES, WIDTH, arm_color
 from .plots import figure_axes
 
@@ -25,6 +26,9 @@ def plot_phi_vs_pst(results: dict, ax=None):
     slow state (slow-path arms whose gate is not pinned at zero). `ax`: one Axes per state, or
     None for a new figure. Returns the Figure.
     """
+    if not results:
+        raise InputError(f"results is {results!r}, no run to draw; expected {{label: phi_vs_pst "
+                         f"result}} with at least one run.")  # fmt: skip
     first = next(iter(results.values()))
     y = np.array(first["binned"]["y"])
     truth = np.array(first["binned"]["y known"])  # (bins, n)
@@ -70,7 +74,10 @@ def _count(n) -> str:
 def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the exact Bayes filter read out the same way as each readout (references, not lower
-    bounds on TV)."""
+    bounds on TV). One legend below, for every series of either panel."""
+    if not rows:  # the figure would be two empty panels under a title about them
+        raise InputError(f"rows is {rows!r}, no sweep point to draw; expected at least one row "
+                         f"of a phi-vs-pst sweep.")  # fmt: skip
     fig, axes = figure_axes(ax, 2, ncols=2, figsize=(WIDTH, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
@@ -100,7 +107,12 @@ def plot_tv_sweep(rows: list, ax=None):
             ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(r"mean TV distance to $p_{st}(y_b)$")
-    handles, labels = axes[0].get_legend_handles_labels()
+    # both panels' series, once each: rows of one sweep draw in one panel only
+    drawn = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            drawn.setdefault(label, handle)
+    handles, labels = list(drawn.values()), list(drawn)
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(r"how close $\phi_\theta$ gets to $p_{st}$: against training tokens and against P")

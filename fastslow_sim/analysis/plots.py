@@ -334,7 +334,8 @@ def _isolated(v) -> dict:
 
 def plot_convergence(ds, *, ax=None):
     """Log-log errors after the initial layer against `eps`, with fitted slopes (expected 1, 2, 1;
-    "n/d" and no fitted line where `convergence` left a slope undetermined, null in `slopes`).
+    "n/d" and no fitted line where `convergence` left a slope undetermined, null in `slopes`, or
+    an error is not finite; "no finite error to fit" where none is).
 
     `ax`: an Axes, or None for a new figure. Returns the Figure.
     """
@@ -347,12 +348,23 @@ def plot_convergence(ds, *, ax=None):
     }
     fig, (ax,) = figure_axes(ax, 1, figsize=(0.75 * WIDTH, 5.0))
     for key, marker in zip(labels, "osd"):
-        err, slope = ds[key].values, slopes[key]
-        shown = "n/d (errors at the solver's floor)" if slope is None else f"{slope:.2f}"
-        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: slope {shown}")
-        if slope is not None:
-            fit = np.polyfit(np.log(eps), np.log(err), 1)
-            ax.loglog(eps, np.exp(np.polyval(fit, np.log(eps))), color="gray", lw=0.7, ls=":")
+        err, slope = np.asarray(ds[key].values, dtype=float), slopes[key]
+        bad, fit = int(np.sum(~np.isfinite(err))), False
+        if bad == len(err):  # every run failed: nothing drawn, so no slope either
+            shown = "no finite error to fit"
+        elif bad:  # `convergence` fits over every eps: a slope with a NaN error is none of its
+            shown = f"slope n/d ({bad} of {len(err)} errors not finite)"
+        elif slope is None or not np.isfinite(slope):
+            shown = "slope n/d (errors at the solver's floor)"
+        else:
+            shown, fit = f"slope {slope:.2f}", True
+        ax.loglog(eps, err, marker=marker, lw=1.4, label=f"{labels[key]}: {shown}")
+        if fit:
+            coef = np.polyfit(np.log(eps), np.log(err), 1)
+            ax.loglog(eps, np.exp(np.polyval(coef, np.log(eps))), color="gray", lw=0.7, ls=":")
+    if not any(np.isfinite(ds[key].values).any() for key in labels):
+        ax.text(0.5, 0.5, "no finite error to fit (every error is NaN or inf)", ha="center",
+                va="center", color="C3", transform=ax.transAxes)  # fmt: skip
     ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
     ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")
@@ -494,18 +506,27 @@ def plot_multirate(ds, *, ax=None):
         ax_e.plot(e, ds["err_y"].values[i, j], "o", color=eps_color(e), ms=7, zorder=3)
     ax_e.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax_e.set_ylabel("error against the ODE at block ends")
-    ax_e.set_title(f"fixed H = {H_fixed:g}: the error does not grow as eps -> 0")
+    # what the data show at the largest and the smallest eps, and at the H drawn (the nearest
+    # to H_fixed), not a claim that the error does not grow, whatever a dataset holds
+    big, small = int(np.argmax(eps)), int(np.argmin(eps))
+    e_big, e_small = (float(ds["err_y"].values[k, j]) for k in (big, small))
+    ax_e.set_title(f"H = {H[j]:g}: slow error {e_big:.2g} (eps {eps[big]:g}) to {e_small:.2g} "
+                   f"(eps {eps[small]:g})")  # fmt: skip
     ax_e.invert_xaxis()
     ax_e.legend(loc="upper right")
-    orders = json.loads(ds.attrs["orders"])
+    # null in strict JSON, NaN where log(err) was not finite: not determined
+    orders = [np.nan if o is None else float(o) for o in json.loads(ds.attrs["orders"])]
     for i, e in enumerate(eps):
+        order = f"{orders[i]:.2f}" if np.isfinite(orders[i]) else "n/d"
         ax_h.loglog(H, ds["err_y"].values[i], marker="o", ms=4, color=eps_color(e),
-                    label=rf"$\varepsilon$ = {e:g} (order {orders[i]:.2f})")  # fmt: skip
+                    label=rf"$\varepsilon$ = {e:g} (order {order})")  # fmt: skip
     ref = ds["err_y"].values[-1]
     ax_h.loglog(H, ref[-1] * H / H[-1], color="0.5", ls=":", lw=1, label="slope 1")
     ax_h.set_xlabel(axis_label(ds["H"], "slow time per block H"))
     ax_h.set_ylabel(r"slow error $\max_k |y_k - y(kH)|$")
-    ax_h.set_title("first order in H at every eps")
+    fitted = sorted({f"{o:.2f}" for o in orders if np.isfinite(o)}, key=float)
+    span = " to ".join(dict.fromkeys(fitted[:1] + fitted[-1:])) or "not determined"
+    ax_h.set_title(f"fitted order in H: {span}")
     ax_h.legend(loc="lower right", fontsize=7.5)
     for a in (ax_e, ax_h):
         a.grid(True, which="both", alpha=0.3)

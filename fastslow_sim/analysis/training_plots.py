@@ -226,8 +226,11 @@ def plot_ablation(ablations: dict, *, ax=None):
         ax.set_ylim(len(comps) - 0.4, -0.6)
         ax.set_xlabel("difference in validation loss [nats/token]")
         n_seeds = ds.sizes["seed"]
-        ax.set_title(f"{corpus}: paired by seed ({plural(n_seeds, 'seed')}), mean and 95% t "
-                     f"interval",
+        # one seed (or a NaN loss) gives no interval: NaN in the table, nothing drawn
+        drawn = all(np.isfinite(c["ci95"]).all() for c in comps)
+        shown = "mean and 95% t interval" if drawn else \
+            "mean only (no finite 95% t interval; it needs 2 seeds or more)"  # fmt: skip
+        ax.set_title(f"{corpus}: paired by seed ({plural(n_seeds, 'seed')}), {shown}",
                      fontsize=9.5)  # fmt: skip
         ax.legend(loc="lower left")
     fig.tight_layout()
