@@ -391,7 +391,8 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
             # the whole grid is done: they are not shown under the bar); runs reused from an
             # earlier, interrupted call are not reported, and fill the bar at the end
             reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base, log=lambda msg: None,
-                      on_chunk=lambda results, chunk: bar.update(len(chunk)))  # fmt: skip
+                      on_chunk=lambda results, chunk: bar.update(len(chunk)),
+                      names={"run_folders": "--runs of figures"})  # fmt: skip
             if bar.n < bar.total:
                 bar.update(bar.total - bar.n)
         ctx.used.append((str(path), "computed"))

@@ -349,7 +349,8 @@ def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, mo
     the saved ablation did not match (its corpus spelt otherwise), and recomputing it was
     refused as "another configuration (corpus = ...)" over its own runs. The same contents
     are the same corpus: the ablation is reused as it was; another file's contents are not
-    (recomputed, over runs of another configuration: refused as before)."""
+    (recomputed, over runs of another configuration: refused as before, naming the option of
+    `figures` that places the runs, not reproduce's --out and sweep's --runs-dir)."""
     monkeypatch.chdir(tmp_path)
     text = tmp_path / "corpus.txt"
     text.write_text("to be or not to be, that is the question " * 400)
@@ -379,8 +380,8 @@ def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, mo
     assert str(err.value) == (
         f"dense seed 0: the run folder {str(nc.parent / 'dense-seed0')!r} holds a run of another "
         f"configuration (corpus = 'text:corpus.txt' there, 'text:other.txt' here), which this run "
-        f"would replace; expected another output folder (--out of reproduce, --runs-dir of "
-        f"sweep), or that run's settings to reuse it.")  # fmt: skip
+        f"would replace; expected another output folder (--runs of figures), or that run's "
+        f"settings to reuse it.")  # fmt: skip
     assert nc.read_bytes() == held
     # an ablation whose summary lacks the file's fingerprint matches its own spelling only
     ds.attrs["corpus_summary"] = json.dumps({k: v for k, v in json.loads(
