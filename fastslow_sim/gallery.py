@@ -794,14 +794,15 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
                    "runs folder")  # fmt: skip
     # a folder given is made, but not the folders above it (a typo there would scatter the
     # figures, or start hours of training in it); the defaults are the gallery's own, made as
-    # needed. The runs folder is written only when computing (`compute=False` only reads it: a
-    # missing one is a figure skipped, not an error)
+    # needed. The runs folder is written only when computing a training figure (`compute=False`
+    # only reads it: a missing one is a figure skipped, not an error)
+    names = select(only)
+    runs_used = any(FIGURES[n].group == "training" for n in names)
     for given, folder, what in ((out_given, out, "figure folder"),
                                 (results_given, results, "results folder"),
-                                (runs_given and compute, runs, "runs folder")):  # fmt: skip
+                                (runs_given and compute and runs_used, runs, "runs folder")):  # fmt: skip
         if given and not folder.exists():
             check_parent(folder, what)
-    names = select(only)
     if out.is_dir():  # a figure file there that fastslow-sim did not write: refused up front
         for name in names:
             for suffix in (".png", ".pdf"):

@@ -475,3 +475,21 @@ def test_cost_dataset_refuses_a_thread_count_in_one_sentence():
     with pytest.raises(fs.InputError, match=r"^threads must be an integer from 1 to \d+ \(the CPUs "
                                             r"this process may use\); got 0\.$"):  # fmt: skip
         gallery.cost_dataset([16], [4], {}, threads=0)
+
+
+def test_runs_folder_is_checked_only_where_a_selected_figure_uses_it(tmp_path, monkeypatch):
+    """`figures --only ode --runs no/runs` was refused for the runs folder's missing parent,
+    though no ODE figure reads or writes the runs; a training figure still is."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("integrate-birth-death", "phi-vs-pst-sweep"):  # drawn instantly, from nothing
+        monkeypatch.setitem(gallery.FIGURES, name,
+                            gallery.FIGURES[name]._replace(recipe=lambda ctx: {}))  # fmt: skip
+    runs = str(tmp_path / "no" / "runs")
+    ode = CliRunner().invoke(main, ["figures", "--only", "integrate-birth-death", "--runs", runs])
+    assert ode.exit_code == 0, ode.output
+    both = CliRunner().invoke(main, ["figures", "--only", "integrate-birth-death,phi-vs-pst-sweep",
+                                     "--runs", runs])  # fmt: skip
+    assert both.exit_code == 2, both.output
+    assert both.output == (f"Error: cannot write the runs folder {runs!r}: folder "
+                           f"{str(tmp_path / 'no')!r} does not exist.\n")  # fmt: skip
+    assert not (tmp_path / "no").exists()
