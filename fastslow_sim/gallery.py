@@ -403,10 +403,21 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
     return dirs
 
 
+def _run_logs(ctx, dirs: dict) -> dict:
+    """`dirs`, with the runs' train.nc that the training curves read recorded in `ctx.used` as
+    one pattern per ablation folder (`FOLDER/ARM-seedS/train.nc`), reused or computed with it."""
+    how = dict(ctx.used)
+    for folder in dirs.values():
+        ctx.used.append((str(folder / "ARM-seedS" / "train.nc"),
+                         how.get(str(folder / "ablation.nc"), "reused")))  # fmt: skip
+    return dirs
+
+
 def _fig_gates(ctx):
     from .analysis import plot_gates
 
-    return {"training-gates": plot_gates(_ablations(ctx, FIGURES["training-gates"].corpora))}
+    dirs = _run_logs(ctx, _ablations(ctx, FIGURES["training-gates"].corpora))
+    return {"training-gates": plot_gates(dirs)}
 
 
 def _references(dirs) -> dict:
@@ -422,7 +433,7 @@ def _references(dirs) -> dict:
 def _fig_val_loss(ctx):
     from .analysis import plot_val_loss
 
-    dirs = _ablations(ctx, FIGURES["training-val-loss"].corpora)
+    dirs = _run_logs(ctx, _ablations(ctx, FIGURES["training-val-loss"].corpora))
     return {"training-val-loss": plot_val_loss(dirs, _references(dirs))}
 
 
@@ -780,7 +791,8 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     """Make the figures named by `only` (default all, see `FIGURES`) into `out`, each as PNG
     and PDF, computing missing datasets first (`compute=False`: skip a figure whose data is
     missing). Returns one record per figure: `{"name", "files", "seconds", "datasets"}` with
-    `datasets` a list of `(path, "reused" | "computed")`, or `"skipped"` with the reason."""
+    `datasets` a list of `(path, "reused" | "computed")` of what it read (a path with `ARM-seedS`:
+    every run of that ablation), or `"skipped"` with the reason."""
     from .analysis import palette, save_figure
     from .io import check_parent, check_writable
 

@@ -38,9 +38,9 @@ def _make(tmp_path, only, **kw):
     for r in records:
         assert "skipped" not in r, r
         # every file the figure wrote or read is one that make_figures checks before it starts
-        # (a run's own phi_vs_pst.json lies in a run folder that reproduce checks)
+        # (a run's own phi_vs_pst.json and train.nc lie in run folders that reproduce checks)
         declared = {str(p) for p, _ in gallery._outputs(r["name"], ctx)}
-        used = {p for p, _ in r["datasets"] if not p.endswith("phi_vs_pst.json")}
+        used = {p for p, _ in r["datasets"] if not p.endswith(("phi_vs_pst.json", "train.nc"))}
         assert used <= declared, (r["name"], used - declared)
         assert sorted(p.rsplit(".", 1)[1] for p in r["files"]) == ["pdf", "png"]
         for p in r["files"]:
@@ -493,3 +493,44 @@ def test_runs_folder_is_checked_only_where_a_selected_figure_uses_it(tmp_path, m
     assert both.output == (f"Error: cannot write the runs folder {runs!r}: folder "
                            f"{str(tmp_path / 'no')!r} does not exist.\n")  # fmt: skip
     assert not (tmp_path / "no").exists()
+
+
+def _saved_ablation(folder, summary=None, arms=("coupled", "dense"), seeds=2):
+    """A reproduce folder as fastslow-sim writes it, without training: ablation.nc (of
+    `summary` as its corpus summary) and each run's train.nc."""
+    import xarray as xr
+
+    summary = {"oracle_loss": 1.1, "bayes_floor_loss": 1.2, "ignore_y_loss": 1.4} \
+        if summary is None else summary  # fmt: skip
+    folder.mkdir(parents=True)
+    table = {"margin": 0.01, "comparisons": []}
+    fs.save_dataset(xr.Dataset(
+        {"val_loss": (("arm", "seed"), np.full((len(arms), seeds), 1.3)),
+         "wall_time_s": (("arm", "seed"), np.ones((len(arms), seeds)))},
+        coords={"arm": list(arms), "seed": np.arange(seeds)},
+        attrs={"corpus": "me", "tokens": 1024, "table": json.dumps(table),
+               "corpus_summary": json.dumps(summary)}), folder / "ablation.nc")  # fmt: skip
+    for arm in arms:
+        for seed in range(seeds):
+            (folder / f"{arm}-seed{seed}").mkdir()
+            fs.save_dataset(xr.Dataset(
+                {"gate": (("step", "layer"), np.full((2, 1), 0.1)),
+                 "val_loss": ("eval_step", [1.6, 1.5])},
+                coords={"step": [1, 2], "eval_step": [1, 2]}),
+                folder / f"{arm}-seed{seed}" / "train.nc")  # fmt: skip
+    return folder
+
+
+def test_data_line_names_the_runs_the_training_curves_read(tmp_path, capsys):
+    """The gates and validation-loss figures read every run's train.nc besides ablation.nc;
+    their "data:" line named ablation.nc alone."""
+    from fastslow_sim.cli.figures import _print_figure_records
+
+    me = _saved_ablation(tmp_path / "runs" / "reproduce-me")
+    records = gallery.make_figures(out=tmp_path / "f", runs=tmp_path / "runs", compute=False,
+                                   progress=False, only=["training-gates", "training-val-loss"])  # fmt: skip
+    _print_figure_records(records)
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split("data: ")[1] for ln in lines if "data: " in ln] == [
+        f"{me / 'ablation.nc'} (reused), {me / 'ARM-seedS' / 'train.nc'} (reused)"
+    ] * 2
