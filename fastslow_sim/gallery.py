@@ -420,14 +420,34 @@ def _fig_gates(ctx):
     return {"training-gates": plot_gates(dirs)}
 
 
+_REFERENCES = {"oracle": "oracle_loss", "Bayes floor": "bayes_floor_loss",
+               "ignore-y": "ignore_y_loss"}  # fmt: skip
+
+
 def _references(dirs) -> dict:
+    """`{"me": {name: loss}}`: the reference losses in the me ablation's corpus summary. Those it
+    lacks (an ablation of another corpus under reproduce-me) are not drawn, with a warning."""
+    import warnings
+
     from .io import load_dataset
 
     if "me" not in dirs:
         return {}
-    summary = json.loads(load_dataset(dirs["me"] / "ablation.nc").attrs["corpus_summary"])
-    return {"me": {"oracle": summary["oracle_loss"], "Bayes floor": summary["bayes_floor_loss"],
-                   "ignore-y": summary["ignore_y_loss"]}}  # fmt: skip
+    path = dirs["me"] / "ablation.nc"
+    try:
+        summary = json.loads(load_dataset(path).attrs["corpus_summary"])
+    except ValueError:
+        summary = None
+    summary = summary if isinstance(summary, dict) else {}
+    refs = {name: float(summary[k]) for name, k in _REFERENCES.items()
+            if isinstance(summary.get(k), (int, float))}  # fmt: skip
+    lack = [k for name, k in _REFERENCES.items() if name not in refs]
+    if lack:
+        warnings.warn(f"the ablation results {str(path)!r} (corpus {summary.get('corpus')!r}) "
+                      f"hold no {', '.join(lack)} in their corpus summary, which the me corpus "
+                      f"has; the validation loss is drawn without those references.",
+                      stacklevel=2)  # fmt: skip
+    return {"me": refs} if refs else {}
 
 
 def _fig_val_loss(ctx):

@@ -534,3 +534,27 @@ def test_data_line_names_the_runs_the_training_curves_read(tmp_path, capsys):
     assert [ln.split("data: ")[1] for ln in lines if "data: " in ln] == [
         f"{me / 'ablation.nc'} (reused), {me / 'ARM-seedS' / 'train.nc'} (reused)"
     ] * 2
+
+
+@pytest.mark.parametrize("summary, drawn", [
+    ({"corpus": "random"}, {}),
+    ({"corpus": "me", "oracle_loss": 1.1, "bayes_floor_loss": 1.2}, {"oracle": 1.1, "Bayes floor": 1.2}),
+])  # fmt: skip
+def test_references_of_an_ablation_without_them_are_left_out_with_a_warning(tmp_path, summary,
+                                                                            drawn):  # fmt: skip
+    """A random-corpus ablation under reproduce-me: `_references` raised KeyError
+    ('oracle_loss'), and the validation-loss figure was not drawn."""
+    from fastslow_sim.analysis import plot_val_loss
+
+    me = _saved_ablation(tmp_path / "reproduce-me", summary=summary)
+    lack = "oracle_loss, bayes_floor_loss, ignore_y_loss" if not drawn else "ignore_y_loss"
+    with pytest.warns(UserWarning) as caught:
+        refs = gallery._references({"me": me})
+    assert [str(w.message) for w in caught] == [
+        f"the ablation results {str(me / 'ablation.nc')!r} (corpus {summary['corpus']!r}) hold "
+        f"no {lack} in their corpus summary, which the me corpus has; the validation loss is "
+        f"drawn without those references."]  # fmt: skip
+    assert refs == ({"me": drawn} if drawn else {})
+    ax = plot_val_loss({"me": me}, refs).axes[0]
+    assert sorted(t.get_text().split()[0] for t in ax.texts) == sorted(
+        n.split()[0] for n in drawn)  # fmt: skip
