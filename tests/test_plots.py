@@ -527,3 +527,22 @@ def test_one_trajectory_of_a_batch_is_titled_as_such_with_its_own_status(rng):
     title = plot_trajectory(ds).axes[0].get_title()  # the whole batch: its summary
     assert title == ("test: eps = 0.125, method radau, status 2 of 4 trajectories failed, "
                      "4 trajectories")
+
+
+def test_each_final_loss_is_drawn_at_the_step_where_its_runs_ended(tmp_path):
+    """Seed 1 stopped after 2 of 4 evaluations: the final-loss diamond was one mean over both
+    seeds at step 4, where seed 1 never was; each end step has its own diamond, mean over
+    the seeds that ended there."""
+    folder = _ablation_folder(tmp_path, {"coupled": 3}, [], np.array([1, 2, 3, 4]))
+    ablation = fs_io.load_dataset(folder / "ablation.nc")
+    ablation["val_loss"].values[:] = [[1.0, 1.3, 1.4]]
+    (folder / "ablation.nc").unlink()
+    fs_io.save_dataset(ablation, folder / "ablation.nc")
+    path = folder / "coupled-seed1" / "train.nc"
+    short = fs_io.load_dataset(path).isel(eval_step=slice(0, 2))
+    path.unlink()
+    fs_io.save_dataset(short, path)
+    ax = plot_val_loss({"me": folder}).axes[0]
+    diamonds = [ln for ln in ax.get_lines() if ln.get_marker() == "D" and len(ln.get_xdata())]
+    assert sorted((ln.get_xdata()[0], ln.get_ydata()[0]) for ln in diamonds) == [
+        (2, pytest.approx(1.3)), (4, pytest.approx(1.2))]  # seed 1; seeds 0 and 2  # fmt: skip
