@@ -391,7 +391,8 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
             # the whole grid is done: they are not shown under the bar); runs reused from an
             # earlier, interrupted call are not reported, and fill the bar at the end
             reproduce(spec, s.tokens, s.seeds, ARMS, str(folder), base, log=lambda msg: None,
-                      on_chunk=lambda results, chunk: bar.update(len(chunk)))  # fmt: skip
+                      on_chunk=lambda results, chunk: bar.update(len(chunk)),
+                      names={"run_folders": "--runs of figures"})  # fmt: skip
             if bar.n < bar.total:
                 bar.update(bar.total - bar.n)
         ctx.used.append((str(path), "computed"))
@@ -402,26 +403,57 @@ def _ablations(ctx, corpora=("me", "text")) -> dict:
     return dirs
 
 
+def _run_logs(ctx, dirs: dict) -> dict:
+    """`dirs`, with the runs' train.nc that the training curves read recorded in `ctx.used` as
+    one pattern per ablation folder (`FOLDER/ARM-seedS/train.nc`), reused or computed with it."""
+    how = dict(ctx.used)
+    for folder in dirs.values():
+        ctx.used.append((str(folder / "ARM-seedS" / "train.nc"),
+                         how.get(str(folder / "ablation.nc"), "reused")))  # fmt: skip
+    return dirs
+
+
 def _fig_gates(ctx):
     from .analysis import plot_gates
 
-    return {"training-gates": plot_gates(_ablations(ctx, FIGURES["training-gates"].corpora))}
+    dirs = _run_logs(ctx, _ablations(ctx, FIGURES["training-gates"].corpora))
+    return {"training-gates": plot_gates(dirs)}
+
+
+_REFERENCES = {"oracle": "oracle_loss", "Bayes floor": "bayes_floor_loss",
+               "ignore-y": "ignore_y_loss"}  # fmt: skip
 
 
 def _references(dirs) -> dict:
+    """`{"me": {name: loss}}`: the reference losses in the me ablation's corpus summary. Those it
+    lacks (an ablation of another corpus under reproduce-me) are not drawn, with a warning."""
+    import warnings
+
     from .io import load_dataset
 
     if "me" not in dirs:
         return {}
-    summary = json.loads(load_dataset(dirs["me"] / "ablation.nc").attrs["corpus_summary"])
-    return {"me": {"oracle": summary["oracle_loss"], "Bayes floor": summary["bayes_floor_loss"],
-                   "ignore-y": summary["ignore_y_loss"]}}  # fmt: skip
+    path = dirs["me"] / "ablation.nc"
+    try:
+        summary = json.loads(load_dataset(path).attrs["corpus_summary"])
+    except ValueError:
+        summary = None
+    summary = summary if isinstance(summary, dict) else {}
+    refs = {name: float(summary[k]) for name, k in _REFERENCES.items()
+            if isinstance(summary.get(k), (int, float))}  # fmt: skip
+    lack = [k for name, k in _REFERENCES.items() if name not in refs]
+    if lack:
+        warnings.warn(f"the ablation results {str(path)!r} (corpus {summary.get('corpus')!r}) "
+                      f"hold no {', '.join(lack)} in their corpus summary, which the me corpus "
+                      f"has; the validation loss is drawn without those references.",
+                      stacklevel=2)  # fmt: skip
+    return {"me": refs} if refs else {}
 
 
 def _fig_val_loss(ctx):
     from .analysis import plot_val_loss
 
-    dirs = _ablations(ctx, FIGURES["training-val-loss"].corpora)
+    dirs = _run_logs(ctx, _ablations(ctx, FIGURES["training-val-loss"].corpora))
     return {"training-val-loss": plot_val_loss(dirs, _references(dirs))}
 
 
@@ -779,7 +811,8 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
     """Make the figures named by `only` (default all, see `FIGURES`) into `out`, each as PNG
     and PDF, computing missing datasets first (`compute=False`: skip a figure whose data is
     missing). Returns one record per figure: `{"name", "files", "seconds", "datasets"}` with
-    `datasets` a list of `(path, "reused" | "computed")`, or `"skipped"` with the reason."""
+    `datasets` a list of `(path, "reused" | "computed")` of what it read (a path with `ARM-seedS`:
+    every run of that ablation), or `"skipped"` with the reason."""
     from .analysis import palette, save_figure
     from .io import check_parent, check_writable
 
@@ -793,14 +826,15 @@ def make_figures(out=None, quick: bool = False, results=None, runs=None, text=DE
                    "runs folder")  # fmt: skip
     # a folder given is made, but not the folders above it (a typo there would scatter the
     # figures, or start hours of training in it); the defaults are the gallery's own, made as
-    # needed. The runs folder is written only when computing (`compute=False` only reads it: a
-    # missing one is a figure skipped, not an error)
+    # needed. The runs folder is written only when computing a training figure (`compute=False`
+    # only reads it: a missing one is a figure skipped, not an error)
+    names = select(only)
+    runs_used = any(FIGURES[n].group == "training" for n in names)
     for given, folder, what in ((out_given, out, "figure folder"),
                                 (results_given, results, "results folder"),
-                                (runs_given and compute, runs, "runs folder")):  # fmt: skip
+                                (runs_given and compute and runs_used, runs, "runs folder")):  # fmt: skip
         if given and not folder.exists():
             check_parent(folder, what)
-    names = select(only)
     if out.is_dir():  # a figure file there that fastslow-sim did not write: refused up front
         for name in names:
             for suffix in (".png", ".pdf"):

@@ -13,6 +13,7 @@ rank `r` draws its batches from seed `(seed, r)`.
 
 from __future__ import annotations
 
+import contextvars
 import decimal
 import json
 import math
@@ -43,6 +44,11 @@ __all__ = ["TrainConfig", "train", "parse_tokens", "reproduce", "TrainingDiverge
 
 # the files of a run folder, and what each is called in a message
 RUN_FILES = {"ckpt.pt": "checkpoint", "summary.json": "summary", "train.nc": "training log"}
+# how `check_run_folder` names the option that places a run folder (`reproduce`'s
+# `names["run_folders"]` for its calls: `figures` has `--runs`)
+_RUN_FOLDERS = contextvars.ContextVar(
+    "run_folders", default="--out of reproduce, --runs-dir of sweep"
+)
 # AdamW's first beta. Its step t moves the float32 parameters by lr_t / (1 - BETA1**t) times the
 # normalised moment, and torch converts that step size to the parameters' dtype (float32; bf16
 # autocast on CUDA keeps float32 parameters), failing with "value cannot be converted to type
@@ -522,7 +528,7 @@ def check_run_folder(out, resume: bool = False, same_as=None, here: bool = True)
     if diff is None and _corpus_changed(held.get("corpus_sha256"), corpus):
         raise InputError(
             f"{_changed_text(corpus, str(out))}, which this run would replace; expected another "
-            f"output folder (--out of reproduce, --runs-dir of sweep), or the file as it was."
+            f"output folder ({_RUN_FOLDERS.get()}), or the file as it was."
         )
     if diff is None:
         try:
@@ -534,8 +540,8 @@ def check_run_folder(out, resume: bool = False, same_as=None, here: bool = True)
     if diff is not None:
         raise InputError(
             f"the run folder {str(out)!r} holds a run of another configuration ({diff}), which "
-            f"this run would replace; expected another output folder (--out of reproduce, "
-            f"--runs-dir of sweep), or that run's settings to reuse it."
+            f"this run would replace; expected another output folder ({_RUN_FOLDERS.get()}), or "
+            f"that run's settings to reuse it."
         )
 
 
@@ -982,7 +988,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     dask cluster, `scheduler` (or `client`) on an existing one. The table is computed from the
     store; re-running skips the cells (and reuses the run folders) it already has, failed ones
     too unless `retry_failed`. `names` and `parents`: as `train`'s (`parents=False`: the folder
-    that holds `out` must exist). `on_chunk(results, chunk)`: `run_sweep`'s, called as each
+    that holds `out` must exist); `names["run_folders"]`: how a refused run folder's message
+    names the option that places it (default `--out of reproduce, --runs-dir of sweep`). `on_chunk(results, chunk)`: `run_sweep`'s, called as each
     run finishes (a cell reused from the store is not run, so not reported); `log` has the
     per-run lines only once the whole grid is done."""
     import xarray as xr
@@ -1008,6 +1015,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
     options = {k: v for k, v in base.items() if k not in ("progress", "out")}
     options.update(corpus=corpus_spec, tokens=str(tokens))
+    wording = _RUN_FOLDERS.set((names or {}).get("run_folders", _RUN_FOLDERS.get()))
     try:
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
@@ -1018,6 +1026,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
                                                         "seeds": seeds, "margin": margin})})  # fmt: skip
     except CellInputError as err:  # the grid is reproduce's own, not the user's --grid
         raise InputError(f"{err.values['arm']} seed {err.values['seed']}: {err.reason}") from None
+    finally:
+        _RUN_FOLDERS.reset(wording)
     sw = res["dataset"]
     bad = [(a, s, str(sw["message"].values[i, j])) for i, a in enumerate(arms) for j, s in
            enumerate(range(seeds)) if sw["status"].values[i, j] != "done"]  # fmt: skip

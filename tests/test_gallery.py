@@ -38,9 +38,9 @@ def _make(tmp_path, only, **kw):
     for r in records:
         assert "skipped" not in r, r
         # every file the figure wrote or read is one that make_figures checks before it starts
-        # (a run's own phi_vs_pst.json lies in a run folder that reproduce checks)
+        # (a run's own phi_vs_pst.json and train.nc lie in run folders that reproduce checks)
         declared = {str(p) for p, _ in gallery._outputs(r["name"], ctx)}
-        used = {p for p, _ in r["datasets"] if not p.endswith("phi_vs_pst.json")}
+        used = {p for p, _ in r["datasets"] if not p.endswith(("phi_vs_pst.json", "train.nc"))}
         assert used <= declared, (r["name"], used - declared)
         assert sorted(p.rsplit(".", 1)[1] for p in r["files"]) == ["pdf", "png"]
         for p in r["files"]:
@@ -349,7 +349,8 @@ def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, mo
     the saved ablation did not match (its corpus spelt otherwise), and recomputing it was
     refused as "another configuration (corpus = ...)" over its own runs. The same contents
     are the same corpus: the ablation is reused as it was; another file's contents are not
-    (recomputed, over runs of another configuration: refused as before)."""
+    (recomputed, over runs of another configuration: refused as before, naming the option of
+    `figures` that places the runs, not reproduce's --out and sweep's --runs-dir)."""
     monkeypatch.chdir(tmp_path)
     text = tmp_path / "corpus.txt"
     text.write_text("to be or not to be, that is the question " * 400)
@@ -379,8 +380,8 @@ def test_text_ablation_is_reused_under_another_spelling_of_its_file(tmp_path, mo
     assert str(err.value) == (
         f"dense seed 0: the run folder {str(nc.parent / 'dense-seed0')!r} holds a run of another "
         f"configuration (corpus = 'text:corpus.txt' there, 'text:other.txt' here), which this run "
-        f"would replace; expected another output folder (--out of reproduce, --runs-dir of "
-        f"sweep), or that run's settings to reuse it.")  # fmt: skip
+        f"would replace; expected another output folder (--runs of figures), or that run's "
+        f"settings to reuse it.")  # fmt: skip
     assert nc.read_bytes() == held
     # an ablation whose summary lacks the file's fingerprint matches its own spelling only
     ds.attrs["corpus_summary"] = json.dumps({k: v for k, v in json.loads(
@@ -474,3 +475,86 @@ def test_cost_dataset_refuses_a_thread_count_in_one_sentence():
     with pytest.raises(fs.InputError, match=r"^threads must be an integer from 1 to \d+ \(the CPUs "
                                             r"this process may use\); got 0\.$"):  # fmt: skip
         gallery.cost_dataset([16], [4], {}, threads=0)
+
+
+def test_runs_folder_is_checked_only_where_a_selected_figure_uses_it(tmp_path, monkeypatch):
+    """`figures --only ode --runs no/runs` was refused for the runs folder's missing parent,
+    though no ODE figure reads or writes the runs; a training figure still is."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("integrate-birth-death", "phi-vs-pst-sweep"):  # drawn instantly, from nothing
+        monkeypatch.setitem(gallery.FIGURES, name,
+                            gallery.FIGURES[name]._replace(recipe=lambda ctx: {}))  # fmt: skip
+    runs = str(tmp_path / "no" / "runs")
+    ode = CliRunner().invoke(main, ["figures", "--only", "integrate-birth-death", "--runs", runs])
+    assert ode.exit_code == 0, ode.output
+    both = CliRunner().invoke(main, ["figures", "--only", "integrate-birth-death,phi-vs-pst-sweep",
+                                     "--runs", runs])  # fmt: skip
+    assert both.exit_code == 2, both.output
+    assert both.output == (f"Error: cannot write the runs folder {runs!r}: folder "
+                           f"{str(tmp_path / 'no')!r} does not exist.\n")  # fmt: skip
+    assert not (tmp_path / "no").exists()
+
+
+def _saved_ablation(folder, summary=None, arms=("coupled", "dense"), seeds=2):
+    """A reproduce folder as fastslow-sim writes it, without training: ablation.nc (of
+    `summary` as its corpus summary) and each run's train.nc."""
+    import xarray as xr
+
+    summary = {"oracle_loss": 1.1, "bayes_floor_loss": 1.2, "ignore_y_loss": 1.4} \
+        if summary is None else summary  # fmt: skip
+    folder.mkdir(parents=True)
+    table = {"margin": 0.01, "comparisons": []}
+    fs.save_dataset(xr.Dataset(
+        {"val_loss": (("arm", "seed"), np.full((len(arms), seeds), 1.3)),
+         "wall_time_s": (("arm", "seed"), np.ones((len(arms), seeds)))},
+        coords={"arm": list(arms), "seed": np.arange(seeds)},
+        attrs={"corpus": "me", "tokens": 1024, "table": json.dumps(table),
+               "corpus_summary": json.dumps(summary)}), folder / "ablation.nc")  # fmt: skip
+    for arm in arms:
+        for seed in range(seeds):
+            (folder / f"{arm}-seed{seed}").mkdir()
+            fs.save_dataset(xr.Dataset(
+                {"gate": (("step", "layer"), np.full((2, 1), 0.1)),
+                 "val_loss": ("eval_step", [1.6, 1.5])},
+                coords={"step": [1, 2], "eval_step": [1, 2]}),
+                folder / f"{arm}-seed{seed}" / "train.nc")  # fmt: skip
+    return folder
+
+
+def test_data_line_names_the_runs_the_training_curves_read(tmp_path, capsys):
+    """The gates and validation-loss figures read every run's train.nc besides ablation.nc;
+    their "data:" line named ablation.nc alone."""
+    from fastslow_sim.cli.figures import _print_figure_records
+
+    me = _saved_ablation(tmp_path / "runs" / "reproduce-me")
+    records = gallery.make_figures(out=tmp_path / "f", runs=tmp_path / "runs", compute=False,
+                                   progress=False, only=["training-gates", "training-val-loss"])  # fmt: skip
+    _print_figure_records(records)
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split("data: ")[1] for ln in lines if "data: " in ln] == [
+        f"{me / 'ablation.nc'} (reused), {me / 'ARM-seedS' / 'train.nc'} (reused)"
+    ] * 2
+
+
+@pytest.mark.parametrize("summary, drawn", [
+    ({"corpus": "random"}, {}),
+    ({"corpus": "me", "oracle_loss": 1.1, "bayes_floor_loss": 1.2}, {"oracle": 1.1, "Bayes floor": 1.2}),
+])  # fmt: skip
+def test_references_of_an_ablation_without_them_are_left_out_with_a_warning(tmp_path, summary,
+                                                                            drawn):  # fmt: skip
+    """A random-corpus ablation under reproduce-me: `_references` raised KeyError
+    ('oracle_loss'), and the validation-loss figure was not drawn."""
+    from fastslow_sim.analysis import plot_val_loss
+
+    me = _saved_ablation(tmp_path / "reproduce-me", summary=summary)
+    lack = "oracle_loss, bayes_floor_loss, ignore_y_loss" if not drawn else "ignore_y_loss"
+    with pytest.warns(UserWarning) as caught:
+        refs = gallery._references({"me": me})
+    assert [str(w.message) for w in caught] == [
+        f"the ablation results {str(me / 'ablation.nc')!r} (corpus {summary['corpus']!r}) hold "
+        f"no {lack} in their corpus summary, which the me corpus has; the validation loss is "
+        f"drawn without those references."]  # fmt: skip
+    assert refs == ({"me": drawn} if drawn else {})
+    ax = plot_val_loss({"me": me}, refs).axes[0]
+    assert sorted(t.get_text().split()[0] for t in ax.texts) == sorted(
+        n.split()[0] for n in drawn)  # fmt: skip

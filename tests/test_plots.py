@@ -643,3 +643,22 @@ def test_ablation_title_claims_an_interval_only_where_one_is_drawn(seeds):
     assert interval == (seeds > 1)
     assert title.endswith("mean and 95% t interval" if interval else
                           "mean only (no finite 95% t interval; it needs 2 seeds or more)")  # fmt: skip
+
+
+def test_each_final_loss_is_drawn_at_the_step_where_its_runs_ended(tmp_path):
+    """Seed 1 stopped after 2 of 4 evaluations: the final-loss diamond was one mean over both
+    seeds at step 4, where seed 1 never was; each end step has its own diamond, mean over
+    the seeds that ended there."""
+    folder = _ablation_folder(tmp_path, {"coupled": 3}, [], np.array([1, 2, 3, 4]))
+    ablation = fs_io.load_dataset(folder / "ablation.nc")
+    ablation["val_loss"].values[:] = [[1.0, 1.3, 1.4]]
+    (folder / "ablation.nc").unlink()
+    fs_io.save_dataset(ablation, folder / "ablation.nc")
+    path = folder / "coupled-seed1" / "train.nc"
+    short = fs_io.load_dataset(path).isel(eval_step=slice(0, 2))
+    path.unlink()
+    fs_io.save_dataset(short, path)
+    ax = plot_val_loss({"me": folder}).axes[0]
+    diamonds = [ln for ln in ax.get_lines() if ln.get_marker() == "D" and len(ln.get_xdata())]
+    assert sorted((ln.get_xdata()[0], ln.get_ydata()[0]) for ln in diamonds) == [
+        (2, pytest.approx(1.3)), (4, pytest.approx(1.2))]  # seed 1; seeds 0 and 2  # fmt: skip

@@ -122,7 +122,8 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
 
     The curves are the losses logged during training, on a few sampled validation batches; the
     final loss on every aligned validation window (ablation.nc's, the table's, on the targets of
-    the references) is drawn at the last step as a hollow diamond, mean over seeds.
+    the references) is drawn at the step where the runs ended as a hollow diamond, mean over
+    the seeds that ended there (one diamond per end step where the seeds' runs differ).
     `references`: `{corpus: {name: loss}}` drawn as dotted lines. `ax`: one Axes per corpus, or
     None for a new figure. Returns the Figure.
     """
@@ -143,10 +144,16 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
             _plot_seeds(ax, seeds, arm_color(arm), f"{arm} ({plural(len(seeds), 'seed')})",
                         (arm, ""), {}, {"alpha": 0.2})  # fmt: skip
             full = ablation["val_loss"].sel(arm=arm).values  # (seed,), NaN for a failed run
-            # at the last step of the runs (the longest run's where they differ)
-            end = max(s[-1] for s, _ in seeds if len(s)) if any(len(s) for s, _ in seeds) else 0
-            ax.plot(end, np.nanmean(full), ls="", marker="D", mfc="none", ms=7,
-                    color=arm_color(arm))  # fmt: skip
+            # the seeds drawn (those with a train.nc, as `_runs`), each final at its own end step
+            drawn = [k for k, seed in enumerate(ablation["seed"].values)
+                     if (Path(ablation_dirs[corpus]) / f"{arm}-seed{int(seed)}" / "train.nc").is_file()]  # fmt: skip
+            ends: dict = {}
+            for k, (s, _) in zip(drawn, seeds):
+                if len(s):
+                    ends.setdefault(s[-1], []).append(full[k])
+            for end, finals in sorted(ends.items()):  # one diamond per end step
+                ax.plot(end, np.nanmean(finals), ls="", marker="D", mfc="none", ms=7,
+                        color=arm_color(arm))  # fmt: skip
             first_step = min([first_step] + [s[0] for s, _ in seeds if len(s)])
         ax.plot([], [], ls="", marker="D", mfc="none", color="k",
                 label="final, on every validation window")  # fmt: skip
