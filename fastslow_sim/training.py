@@ -989,9 +989,10 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     store; re-running skips the cells (and reuses the run folders) it already has, failed ones
     too unless `retry_failed`. `names` and `parents`: as `train`'s (`parents=False`: the folder
     that holds `out` must exist); `names["run_folders"]`: how a refused run folder's message
-    names the option that places it (default `--out of reproduce, --runs-dir of sweep`). `on_chunk(results, chunk)`: `run_sweep`'s, called as each
-    run finishes (a cell reused from the store is not run, so not reported); `log` has the
-    per-run lines only once the whole grid is done."""
+    names the option that places it (default `--out of reproduce, --runs-dir of sweep`).
+    `on_chunk(results, chunk)`: `run_sweep`'s, called as each run finishes (a cell reused from
+    the store is not run, so not reported); `log` has the per-run lines only once the whole grid
+    is done."""
     import xarray as xr
 
     from .io import save_dataset

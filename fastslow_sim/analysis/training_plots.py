@@ -22,15 +22,15 @@ def _runs(ablation_dir):
     """`{arm: [train dataset per seed]}` of the runs that the `reproduce` folder's ablation.nc
     lists (its arms and seeds, from their folders `ARM-seedS`), no other: a folder also holds
     the runs of earlier ablations (more seeds, other arms), which its ablation did not use. A
-    listed run whose train.nc is gone is left out, an arm with none
-    too (the legends count the seeds drawn)."""
+    listed run whose train.nc is gone is left out, an arm with none too (the legends count the
+    seeds drawn). Each arm's runs are keyed by their position on ablation.nc's seed axis."""
     from fastslow_sim.io import load_dataset
 
     ablation = load_dataset(Path(ablation_dir) / "ablation.nc")
     paths = {str(arm): [Path(ablation_dir) / f"{arm}-seed{int(seed)}" / "train.nc"
                         for seed in ablation["seed"].values]
              for arm in ablation["arm"].values}  # fmt: skip
-    return {arm: [load_dataset(p) for p in ps if p.is_file()]
+    return {arm: {k: load_dataset(p) for k, p in enumerate(ps) if p.is_file()}
             for arm, ps in paths.items() if any(p.is_file() for p in ps)}  # fmt: skip
 
 
@@ -101,7 +101,8 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
             if arm not in runs:
                 continue
             # each seed on its own steps: the runs of an arm may differ in length
-            seeds = [(ds["step"].values, ds["gate"].values) for ds in runs[arm]]  # (steps, layers)
+            seeds = [(ds["step"].values, ds["gate"].values)
+                     for ds in runs[arm].values()]  # (steps, layers)  # fmt: skip
             n_layers = seeds[0][1].shape[1]
             shades = _layer_shades(arm_color(arm), n_layers)
             label = f"{arm} ({plural(len(seeds), 'seed')})"
@@ -140,19 +141,17 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
             if arm not in runs:
                 continue
             # each seed on its own steps: the runs of an arm may differ in length
-            seeds = [(ds["eval_step"].values, ds["val_loss"].values) for ds in runs[arm]]
+            seeds = [(ds["eval_step"].values, ds["val_loss"].values) for ds in runs[arm].values()]
             _plot_seeds(ax, seeds, arm_color(arm), f"{arm} ({plural(len(seeds), 'seed')})",
                         (arm, ""), {}, {"alpha": 0.2})  # fmt: skip
             full = ablation["val_loss"].sel(arm=arm).values  # (seed,), NaN for a failed run
-            # the seeds drawn (those with a train.nc, as `_runs`), each final at its own end step
-            drawn = [k for k, seed in enumerate(ablation["seed"].values)
-                     if (Path(ablation_dirs[corpus]) / f"{arm}-seed{int(seed)}" / "train.nc").is_file()]  # fmt: skip
+            # the seeds drawn, each final at its own end step; a failed run's (NaN) left out
             ends: dict = {}
-            for k, (s, _) in zip(drawn, seeds):
-                if len(s):
+            for k, (s, _) in zip(runs[arm], seeds):
+                if len(s) and np.isfinite(full[k]):
                     ends.setdefault(s[-1], []).append(full[k])
             for end, finals in sorted(ends.items()):  # one diamond per end step
-                ax.plot(end, np.nanmean(finals), ls="", marker="D", mfc="none", ms=7,
+                ax.plot(end, np.mean(finals), ls="", marker="D", mfc="none", ms=7,
                         color=arm_color(arm))  # fmt: skip
             first_step = min([first_step] + [s[0] for s, _ in seeds if len(s)])
         ax.plot([], [], ls="", marker="D", mfc="none", color="k",
@@ -165,7 +164,7 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
                     fontsize=7.5,
                     va="top" if k == 0 and len(refs) > 1 else "bottom", ha="left")  # fmt: skip
         ax.set_xlabel("training step")
-        first = next(iter(runs.values()), [None])[0]
+        first = next((ds for by_seed in runs.values() for ds in by_seed.values()), None)
         default = "validation loss on sampled batches (nats/token)"
         ax.set_ylabel(default if first is None else axis_label(first["val_loss"], default))
         ax.set_title(corpus)
