@@ -425,8 +425,10 @@ _REFERENCES = {"oracle": "oracle_loss", "Bayes floor": "bayes_floor_loss",
 
 
 def _references(dirs) -> dict:
-    """`{"me": {name: loss}}`: the reference losses in the me ablation's corpus summary. Those it
-    lacks (an ablation of another corpus under reproduce-me) are not drawn, with a warning."""
+    """`{"me": {name: loss}}`: the me ablation's reference losses, from its table (computed on
+    the validation windows of its final losses, at the runs' context length) or, in a file
+    without them there, its corpus summary. Those it lacks (an ablation of another corpus under
+    reproduce-me) are not drawn, with a warning."""
     import warnings
 
     from .io import load_dataset
@@ -434,17 +436,24 @@ def _references(dirs) -> dict:
     if "me" not in dirs:
         return {}
     path = dirs["me"] / "ablation.nc"
-    try:
-        summary = json.loads(load_dataset(path).attrs["corpus_summary"])
-    except ValueError:
-        summary = None
-    summary = summary if isinstance(summary, dict) else {}
-    refs = {name: float(summary[k]) for name, k in _REFERENCES.items()
-            if isinstance(summary.get(k), (int, float))}  # fmt: skip
+    attrs = load_dataset(path).attrs
+    held = {}
+    for key in ("corpus_summary", "table"):
+        try:
+            held[key] = json.loads(attrs.get(key, "{}"))
+        except ValueError:
+            held[key] = None
+        held[key] = held[key] if isinstance(held[key], dict) else {}
+    summary = held["corpus_summary"]
+    table = held["table"].get("references")
+    source = table if isinstance(table, dict) else summary
+    refs = {name: float(source[k]) for name, k in _REFERENCES.items()
+            if isinstance(source.get(k), (int, float))}  # fmt: skip
     lack = [k for name, k in _REFERENCES.items() if name not in refs]
     if lack:
+        where = "table" if source is table else "corpus summary"
         warnings.warn(f"the ablation results {str(path)!r} (corpus {summary.get('corpus')!r}) "
-                      f"hold no {', '.join(lack)} in their corpus summary, which the me corpus "
+                      f"hold no {', '.join(lack)} in their {where}, which the me corpus "
                       f"has; the validation loss is drawn without those references.",
                       stacklevel=2)  # fmt: skip
     return {"me": refs} if refs else {}

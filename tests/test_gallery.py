@@ -495,15 +495,15 @@ def test_runs_folder_is_checked_only_where_a_selected_figure_uses_it(tmp_path, m
     assert not (tmp_path / "no").exists()
 
 
-def _saved_ablation(folder, summary=None, arms=("coupled", "dense"), seeds=2):
+def _saved_ablation(folder, summary=None, arms=("coupled", "dense"), seeds=2, references=None):
     """A reproduce folder as fastslow-sim writes it, without training: ablation.nc (of
-    `summary` as its corpus summary) and each run's train.nc."""
+    `summary` as its corpus summary, `references` as its table's) and each run's train.nc."""
     import xarray as xr
 
     summary = {"oracle_loss": 1.1, "bayes_floor_loss": 1.2, "ignore_y_loss": 1.4} \
         if summary is None else summary  # fmt: skip
     folder.mkdir(parents=True)
-    table = {"margin": 0.01, "comparisons": []}
+    table = {"margin": 0.01, "comparisons": [], "references": references}
     fs.save_dataset(xr.Dataset(
         {"val_loss": (("arm", "seed"), np.full((len(arms), seeds), 1.3)),
          "wall_time_s": (("arm", "seed"), np.ones((len(arms), seeds)))},
@@ -558,3 +558,16 @@ def test_references_of_an_ablation_without_them_are_left_out_with_a_warning(tmp_
     ax = plot_val_loss({"me": me}, refs).axes[0]
     assert sorted(t.get_text().split()[0] for t in ax.texts) == sorted(
         n.split()[0] for n in drawn)  # fmt: skip
+
+
+def test_references_are_the_tables_on_the_windows_of_the_final_losses(tmp_path):
+    """The reference lines came from the corpus summary, computed at the corpus's own
+    reference context; the table's are on the windows (and context) of the runs' final losses,
+    which the diamonds show. A file without them in its table falls back to the summary."""
+    table = {"oracle_loss": 1.01, "bayes_floor_loss": 1.02, "ignore_y_loss": 1.03}
+    me = _saved_ablation(tmp_path / "a", references=table)
+    assert gallery._references({"me": me}) == {
+        "me": {"oracle": 1.01, "Bayes floor": 1.02, "ignore-y": 1.03}}  # fmt: skip
+    old = _saved_ablation(tmp_path / "b")  # no references in its table
+    assert gallery._references({"me": old}) == {
+        "me": {"oracle": 1.1, "Bayes floor": 1.2, "ignore-y": 1.4}}  # fmt: skip
