@@ -519,7 +519,8 @@ def check_run_folder(out, resume: bool = False, same_as=None, here: bool = True)
     if same_as is None:
         raise InputError(
             f"--out {str(out)!r} already holds {existing[0]} (another run's, or a file of yours); "
-            f"expected a new or empty folder, or --resume to continue the run there."
+            f"expected a folder without a run's files ({', '.join(RUN_FILES)}), or --resume to "
+            f"continue the run there."
         )
     held = _held_config(out)
     cfg, corpus = (None, None) if held is None else same_as()

@@ -1011,3 +1011,21 @@ def test_train_network_prints_no_gates_for_the_dense_variant(tmp_path, text_file
     assert len(gates) == TrainConfig().n_layer
     line = f"gates tanh(alpha) per layer: {', '.join(f'{g:+.4f}' for g in gates)}\n"
     assert line in coupled.output
+
+
+def test_run_folder_refusal_states_the_rule_it_applies(tmp_path):
+    """A folder of the user's other files takes a run (nothing of theirs is replaced); one
+    holding a run's file name is refused. The message said "expected a new or empty folder",
+    a rule the check does not apply."""
+    from fastslow_sim.errors import InputError
+    from fastslow_sim.training import RUN_FILES, check_run_folder
+
+    (tmp_path / "notes.txt").write_text("mine")
+    check_run_folder(tmp_path)  # not empty, takes a run
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(InputError) as err:
+        check_run_folder(tmp_path)
+    assert str(err.value) == (
+        f"--out {str(tmp_path)!r} already holds summary.json (another run's, or a file of "
+        f"yours); expected a folder without a run's files ({', '.join(RUN_FILES)}), or --resume "
+        f"to continue the run there.")  # fmt: skip
