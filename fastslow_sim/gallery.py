@@ -583,6 +583,9 @@ def sweep_rows(path: Path) -> list:
             for row in r)  # fmt: skip
 
     r = rows(_checked_json(path, "a phi-vs-pst sweep ({\"rows\": [...]})", well_formed))
+    if not r:  # a figure of no point: refused here, where the file can be named
+        raise InputError(f"the phi-vs-pst sweep {str(path)!r} holds no rows; expected at least "
+                         f"one row (rerun scripts/phi_vs_pst_sweep.py or remove the file).")  # fmt: skip
     for row in r:  # strict JSON holds a NaN (the standard error of one window) as null
         row["tv"] = {k: {m: math.nan if x is None else x for m, x in v.items()}
                      for k, v in row["tv"].items()}  # fmt: skip

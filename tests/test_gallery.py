@@ -4,6 +4,7 @@ the data behind each figure is checked (values, variables, attributes), not the 
 
 import dataclasses
 import json
+import re
 
 import matplotlib
 
@@ -571,3 +572,30 @@ def test_references_are_the_tables_on_the_windows_of_the_final_losses(tmp_path):
     old = _saved_ablation(tmp_path / "b")  # no references in its table
     assert gallery._references({"me": old}) == {
         "me": {"oracle": 1.1, "Bayes floor": 1.2, "ignore-y": 1.4}}  # fmt: skip
+
+
+@pytest.mark.parametrize("data", [{"rows": []}, []])
+def test_sweep_rows_of_no_row_refuse_naming_the_file(tmp_path, data):
+    """`{"rows": []}` passed the check, and the figure then stopped with "rows is []", which
+    names no file; the file is refused, named, in one sentence."""
+    path = tmp_path / "phi_vs_pst_sweep.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(fs.InputError, match=rf"^the phi-vs-pst sweep {re.escape(repr(str(path)))} "
+                       r"holds no rows; expected at least one row \(.*\)\.$"):  # fmt: skip
+        gallery.sweep_rows(path)
+
+
+def test_training_figures_print_a_warning_as_one_line_as_figures_does(monkeypatch):
+    """training-figures printed a figure's warning (`_references`') in Python's form, file:line:
+    UserWarning: and the source line; it prints one `Warning:` line, as `figures` does."""
+    import warnings
+
+    def make_figures(**kw):
+        warnings.warn("the validation loss is drawn without those references.", stacklevel=2)
+        return [{"name": "training-val-loss", "seconds": 0.0, "files": ["f.png"],
+                 "datasets": []}]  # fmt: skip
+
+    monkeypatch.setattr(gallery, "make_figures", make_figures)
+    res = CliRunner().invoke(main, ["training-figures", "--runs", "runs", "--out-dir", "f"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr == "Warning: the validation loss is drawn without those references.\n"

@@ -27,6 +27,7 @@ from fastslow_sim.analysis import (  # noqa: E402
     plot_trajectory,
     plot_tv_sweep,
     plot_val_loss,
+    plot_wall_clock,
     save_figure,
 )
 
@@ -662,3 +663,88 @@ def test_each_final_loss_is_drawn_at_the_step_where_its_runs_ended(tmp_path):
     diamonds = [ln for ln in ax.get_lines() if ln.get_marker() == "D" and len(ln.get_xdata())]
     assert sorted((ln.get_xdata()[0], ln.get_ydata()[0]) for ln in diamonds) == [
         (2, pytest.approx(1.3)), (4, pytest.approx(1.2))]  # seed 1; seeds 0 and 2  # fmt: skip
+
+
+@pytest.mark.parametrize("plot, name, expected", [
+    (plot_gates, "ablation_dirs", "{corpus: reproduce folder}"),
+    (plot_val_loss, "ablation_dirs", "{corpus: reproduce folder}"),
+    (plot_wall_clock, "ablation_dirs", "{corpus: reproduce folder}"),
+    (plot_ablation, "ablations", "{corpus: ablation dataset}"),
+])  # fmt: skip
+def test_training_plots_of_no_corpus_refuse_in_one_sentence(plot, name, expected):
+    """plot_gates({}) and the others raised matplotlib's "Number of columns must be a positive
+    integer, not 0"; they refuse naming the empty argument, before a figure is made."""
+    import re
+
+    from fastslow_sim.errors import InputError
+
+    said = rf"^{name} is \{{\}}, no corpus to draw; expected {re.escape(expected)} with at least one corpus\.$"
+    with pytest.raises(InputError, match=said):
+        plot({})
+    assert not plt.get_fignums()
+
+
+def test_equilibrium_manifold_title_says_what_the_runs_show(rng):
+    """The title said the trajectories "follow the critical manifold" whatever they did, a
+    failed run too; it gives the measured distance to h0 at the end, per eps, over the
+    successful trajectories, and counts the failed ones."""
+    curve = xr.Dataset({"h0": (("y_grid", "state"), np.tile([0.2, 0.3, 0.5], (5, 1))),
+                        "h1": (("y_grid", "state"), np.zeros((5, 3)))},
+                       coords={"y_grid": np.linspace(0.0, 1.0, 5)})  # fmt: skip
+    runs = [_trajectory(rng).assign_attrs(eps=e) for e in (0.1, 0.01)]
+    runs[0]["x"].values[-1] = [0.25, 0.3, 0.45]  # 0.05 from h0 at its end
+    runs[1].attrs["status"] = "max_steps"
+    title = plot_equilibrium_manifold(runs, curve)._suptitle.get_text()
+    assert "follow" not in title
+    assert title.endswith(r"$\max_i |x_i - h_{0,i}(y)|$ = 0.05 (eps 0.1); 1 of 2 trajectories "
+                          "failed (max_steps), not measured")  # fmt: skip
+    runs[0].attrs["status"] = "non_finite"
+    title = plot_equilibrium_manifold(runs, curve)._suptitle.get_text()
+    assert title.endswith("distance to $h_0$ not measured; 2 of 2 trajectories failed "
+                          "(non_finite, max_steps), not measured")  # fmt: skip
+
+
+def test_wall_clock_bar_of_an_arm_with_a_failed_seed_is_the_mean_of_the_others(tmp_path):
+    """One NaN seed (a failed run) made its arm's bar NaN, so nothing was drawn; the bar is the
+    mean of the finite seeds, counted under the arm, and an arm with none says it failed."""
+    wall = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan], [2.0, 2.0, 2.0]])
+    arms = ["coupled", "dense", "frozen-slow"]
+    fs_io.save_dataset(xr.Dataset({"wall_time_s": (("arm", "seed"), wall)},
+                                  coords={"arm": arms, "seed": np.arange(3)},
+                                  attrs={"tokens": 1024}), tmp_path / "ablation.nc")  # fmt: skip
+    ax = plot_wall_clock({"me": tmp_path}).axes[0]
+    assert [b.get_height() for b in ax.patches] == [2.0, 0.0, 2.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "coupled\n(2 of 3 seeds)", "dense\n(failed: no finite time)", "frozen-slow"]
+
+
+def test_multirate_labels_carry_units_and_slope_one_is_anchored_on_a_finite_error():
+    """The y labels ignored err_y's units (plot_convergence shows them), and the slope-1 line,
+    anchored on the last eps's last-H error, vanished when that error was NaN."""
+    eps, H = np.array([0.1, 1e-3]), np.array([0.2, 0.1])
+    err = np.array([[0.4, 0.2], [0.8, np.nan]])
+    ds = xr.Dataset({"err_y": (("eps", "H"), err, {"units": "m"}), "err_x": (("eps", "H"), err)},
+                    coords={"eps": eps, "H": H},
+                    attrs={"H_fixed": 0.1, "orders": json.dumps([1.0, None])})  # fmt: skip
+    fig = plot_multirate(ds)
+    assert [a.get_ylabel()[-4:] for a in fig.axes] == [" [m]", " [m]"]
+    (ref,) = [ln for ln in fig.axes[1].get_lines() if ln.get_label() == "slope 1"]
+    np.testing.assert_allclose(ref.get_ydata(), [0.8, 0.4])  # through (H 0.2, 0.8)
+
+
+@pytest.mark.parametrize("sweep, empty", [("P", "tokens"), ("tokens", "P")])
+def test_tv_sweep_panel_of_a_sweep_absent_from_the_rows_says_so(sweep, empty):
+    """Rows of one sweep left the other panel empty without a word."""
+    x = (4, 8) if sweep == "P" else (1000, 2000)
+    fig = plot_tv_sweep([_tv_row(sweep, v, "coupled") for v in x])
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert texts == ([[f"no {empty} sweep in these rows"], []] if empty == "tokens" else
+                     [[], [f"no {empty} sweep in these rows"]])  # fmt: skip
+
+
+def test_trajectory_title_of_an_unrecorded_eps_says_so(rng):
+    """A NaN eps was titled "eps = nan to nan"."""
+    ds = _trajectory(rng).assign_attrs(eps=float("nan"))
+    assert "eps not recorded, method radau" in plot_trajectory(ds).axes[0].get_title()
+    batch = _batched_trajectory(rng, B=3, eps_batch=[0.1, np.nan, 0.5])
+    assert "eps = 0.1 to 0.5 (1 not recorded)," in plot_trajectory(batch).axes[0].get_title()

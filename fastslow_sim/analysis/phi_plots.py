@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
 from .palette import ARM_LINESTYLES, WIDTH, arm_color
-from .plots import figure_axes
+from .plots import figure_axes, refuse_empty
 
 ARM_STYLE = {arm: (arm_color(arm), ls) for arm, ls in ARM_LINESTYLES.items()}  # old name
 
@@ -26,9 +25,8 @@ def plot_phi_vs_pst(results: dict, ax=None):
     slow state (slow-path arms whose gate is not pinned at zero). `ax`: one Axes per state, or
     None for a new figure. Returns the Figure.
     """
-    if not results:
-        raise InputError(f"results is {results!r}, no run to draw; expected {{label: phi_vs_pst "
-                         f"result}} with at least one run.")  # fmt: skip
+    refuse_empty(results, "results", "no run to draw",
+                 "{label: phi_vs_pst result} with at least one run")
     first = next(iter(results.values()))
     y = np.array(first["binned"]["y"])
     truth = np.array(first["binned"]["y known"])  # (bins, n)
@@ -75,9 +73,8 @@ def plot_tv_sweep(rows: list, ax=None):
     """Mean TV to `p_st` (± s.e.) against training tokens and against `P`, per arm and readout,
     with the exact Bayes filter read out the same way as each readout (references, not lower
     bounds on TV). One legend below, for every series of either panel."""
-    if not rows:  # the figure would be two empty panels under a title about them
-        raise InputError(f"rows is {rows!r}, no sweep point to draw; expected at least one row "
-                         f"of a phi-vs-pst sweep.")  # fmt: skip
+    # the figure would be two empty panels under a title about them
+    refuse_empty(rows, "rows", "no sweep point to draw", "at least one row of a phi-vs-pst sweep")
     fig, axes = figure_axes(ax, 2, ncols=2, figsize=(WIDTH, 4.2))
     for ax, sweep, xkey, xlabel in ((axes[0], "tokens", "tokens", "training tokens"),
                                     (axes[1], "P", "P", "block length P (eps = 1/P)")):  # fmt: skip
@@ -105,6 +102,9 @@ def plot_tv_sweep(rows: list, ax=None):
             ticks = sorted({r[xkey] for r in sel})
             ax.set_xticks(ticks, [_count(t) for t in ticks])
             ax.minorticks_off()
+        else:  # rows of the other sweep only: say why this panel is empty
+            ax.text(0.5, 0.5, f"no {sweep} sweep in these rows", ha="center", va="center",
+                    color="0.4", transform=ax.transAxes)  # fmt: skip
         ax.set_xlabel(xlabel)
         ax.set_ylabel(r"mean TV distance to $p_{st}(y_b)$")
     # both panels' series, once each: rows of one sweep draw in one panel only

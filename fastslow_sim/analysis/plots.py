@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .._version import __version__
+from ..wording import plural
 from .palette import WIDTH, eps_color, state_colors
 
 
@@ -211,6 +212,15 @@ def _units(da) -> str:
     return "" if units in ("", "1") else f" [{units}]"
 
 
+def refuse_empty(value, name: str, nothing: str, expected: str) -> None:
+    """`InputError` "NAME is VALUE, NOTHING; expected EXPECTED." where `value` is empty: a
+    figure of no data, refused before one is made."""
+    from fastslow_sim.errors import InputError
+
+    if not len(value):
+        raise InputError(f"{name} is {value!r}, {nothing}; expected {expected}.")
+
+
 def figure_axes(ax, n: int, **subplots_kw):
     """`(figure, [n Axes])`: those given in `ax` (one Axes, or a sequence or array of them), or
     the panels of a new figure made by `plt.subplots(**subplots_kw)`."""
@@ -239,13 +249,19 @@ def _trajectory_eps(ds, count: int) -> np.ndarray:
     trajectory, as `integrate(..., eps=[...])` writes it), else its `eps` attribute for all."""
     if "eps_batch" in ds:
         return np.broadcast_to(np.asarray(ds["eps_batch"].values, dtype=float).ravel(), (count,))
-    return np.full(count, float(ds.attrs["eps"]))
+    return np.full(count, float(ds.attrs.get("eps", np.nan)))  # NaN: none recorded
 
 
 def _eps_text(eps) -> str:
-    """`eps = 0.1`, or `eps = 0.01 to 0.5` for trajectories of several eps."""
-    lo, hi = float(np.min(eps)), float(np.max(eps))
-    return f"eps = {lo:g}" if lo == hi else f"eps = {lo:g} to {hi:g}"
+    """`eps = 0.1`, or `eps = 0.01 to 0.5` for trajectories of several eps; a NaN eps (none
+    recorded) is counted, not shown as a value: `eps not recorded`."""
+    eps = np.asarray(eps, dtype=float)
+    known = eps[np.isfinite(eps)]
+    if not len(known):
+        return "eps not recorded"
+    lo, hi = float(np.min(known)), float(np.max(known))
+    text = f"eps = {lo:g}" if lo == hi else f"eps = {lo:g} to {hi:g}"
+    return text if len(known) == len(eps) else f"{text} ({len(eps) - len(known)} not recorded)"
 
 
 def plot_trajectory(ds, *, ax=None):
@@ -387,18 +403,19 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
                             figsize=(WIDTH * min(1.0, len(states) / 3), 3.8))  # fmt: skip
     y_grid = curve["y_grid"].values
     # each run's trajectories (every one of a batched run), grouped by eps in the order met:
-    # [(eps, [(y_0(t), x(t, state)), ...]), ...]
+    # [(eps, [(y_0(t), x(t, state), solver status), ...]), ...]
     groups = []
     for ds in runs:
         x, y = _trajectories(ds, "x", "state"), _trajectories(ds, "y", "slow")
-        eps_run = _trajectory_eps(ds, len(x))
+        eps_run, status = _trajectory_eps(ds, len(x)), _statuses(ds, len(x))
         for e in dict.fromkeys(eps_run.tolist()):
-            groups.append((e, [(y[b, :, 0], x[b]) for b in np.flatnonzero(eps_run == e)]))
+            groups.append((e, [(y[b, :, 0], x[b], status[b])
+                               for b in np.flatnonzero(eps_run == e)]))  # fmt: skip
     for ax, i in zip(axes, states):
         ax.plot(y_grid, curve["h0"].values[:, i], color="k", lw=2.0, label=r"$h_0(y) = p_{st}(y)$")
         for eps, trajectories in groups:
             col = eps_color(eps)
-            for j, (y_b, x_b) in enumerate(trajectories):
+            for j, (y_b, x_b, _) in enumerate(trajectories):
                 ax.plot(y_b, x_b[:, i], color=col, lw=1.1,
                         label=rf"$\varepsilon$ = {eps:g}" if j == 0 else "_nolegend_")  # fmt: skip
             ax.plot(y_grid, curve["h0"].values[:, i] + eps * curve["h1"].values[:, i],
@@ -410,9 +427,47 @@ def plot_equilibrium_manifold(runs, curve, states=None, *, ax=None):
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
                bbox_to_anchor=(0.5, -0.06))  # fmt: skip
-    fig.suptitle("trajectories leave x0 through the initial layer, then follow the critical manifold")
+    fig.suptitle(_manifold_title(groups, curve), fontsize=9.5)
     fig.tight_layout()
     return fig
+
+
+def _statuses(ds, count: int) -> list:
+    """The solver status of each of a dataset's `count` trajectories: its `status` variable
+    (one per trajectory of a batch), else its `status` attribute for all."""
+    if "status" in ds.data_vars:
+        return [str(v) for v in np.ravel(ds["status"].values)]
+    return [str(ds.attrs.get("status", ""))] * count
+
+
+def _manifold_title(groups, curve) -> str:
+    """What the trajectories show of the critical manifold: per eps, the largest distance
+    `max_i |x_i - h0_i(y)|` at the last saved time over its successful trajectories (none where
+    `y` ends outside the curve's grid), and how many trajectories failed."""
+    order = np.argsort(curve["y_grid"].values)
+    y_grid, h0 = curve["y_grid"].values[order], curve["h0"].values[order]
+
+    def end_distance(y_b, x_b):  # NaN where not measured
+        if not y_grid[0] <= y_b[-1] <= y_grid[-1]:
+            return np.nan
+        on = [np.interp(y_b[-1], y_grid, h0[:, i]) for i in range(h0.shape[1])]
+        return float(np.max(np.abs(x_b[-1] - on)))
+
+    measured = []
+    for eps, trajectories in groups:
+        ends = [end_distance(y_b, x_b) for y_b, x_b, status in trajectories if status == "success"]
+        ends = [d for d in ends if np.isfinite(d)]
+        if ends:
+            measured.append(f"{max(ends):.2g} (eps {eps:g})")
+    text = "trajectories and the critical manifold $h_0$: " + (
+        r"at the last saved time $\max_i |x_i - h_{0,i}(y)|$ = " + ", ".join(measured)
+        if measured else "distance to $h_0$ not measured")  # fmt: skip
+    statuses = [status for _, trajectories in groups for *_, status in trajectories]
+    failed = [s for s in statuses if s != "success"]
+    if failed:
+        text += (f"; {len(failed)} of {plural(len(statuses), 'trajectory')} failed "
+                 f"({', '.join(dict.fromkeys(failed))}), not measured")  # fmt: skip
+    return text
 
 
 # a branch's style by its stability (`nonlinear._branch_stability`'s `stable`: True, False, or
@@ -505,7 +560,7 @@ def plot_multirate(ds, *, ax=None):
     for i, e in enumerate(eps):
         ax_e.plot(e, ds["err_y"].values[i, j], "o", color=eps_color(e), ms=7, zorder=3)
     ax_e.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
-    ax_e.set_ylabel("error against the ODE at block ends")
+    ax_e.set_ylabel("error against the ODE at block ends" + _units(ds["err_y"]))
     # what the data show at the largest and the smallest eps, and at the H drawn (the nearest
     # to H_fixed), not a claim that the error does not grow, whatever a dataset holds
     big, small = int(np.argmax(eps)), int(np.argmin(eps))
@@ -520,10 +575,14 @@ def plot_multirate(ds, *, ax=None):
         order = f"{orders[i]:.2f}" if np.isfinite(orders[i]) else "n/d"
         ax_h.loglog(H, ds["err_y"].values[i], marker="o", ms=4, color=eps_color(e),
                     label=rf"$\varepsilon$ = {e:g} (order {order})")  # fmt: skip
-    ref = ds["err_y"].values[-1]
-    ax_h.loglog(H, ref[-1] * H / H[-1], color="0.5", ls=":", lw=1, label="slope 1")
+    # anchored on a finite error: the last eps listed that has one, at its last finite H
+    finite = np.argwhere(np.isfinite(ds["err_y"].values))  # row-major: the last is that one
+    if len(finite):
+        i, k = finite[-1]
+        ax_h.loglog(H, ds["err_y"].values[i, k] * H / H[k], color="0.5", ls=":", lw=1,
+                    label="slope 1")  # fmt: skip
     ax_h.set_xlabel(axis_label(ds["H"], "slow time per block H"))
-    ax_h.set_ylabel(r"slow error $\max_k |y_k - y(kH)|$")
+    ax_h.set_ylabel(r"slow error $\max_k |y_k - y(kH)|$" + _units(ds["err_y"]))
     fitted = sorted({f"{o:.2f}" for o in orders if np.isfinite(o)}, key=float)
     span = " to ".join(dict.fromkeys(fitted[:1] + fitted[-1:])) or "not determined"
     ax_h.set_title(f"fitted order in H: {span}")

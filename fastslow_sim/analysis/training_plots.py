@@ -12,7 +12,7 @@ from fastslow_sim.bridge.variants import ARMS
 
 from ..wording import plural
 from .palette import ARM_COLORS, WIDTH, arm_color
-from .plots import axis_label, figure_axes
+from .plots import axis_label, figure_axes, refuse_empty
 
 COLORS = ARM_COLORS  # the palette's, kept under the old name
 GATED = ("coupled", "frozen-slow", "frozen-gate")  # the arms that have a gate
@@ -92,6 +92,8 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
 
     `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
     """
+    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
+                 "{corpus: reproduce folder} with at least one corpus")
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.9))  # fmt: skip
@@ -130,6 +132,8 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
     """
     from fastslow_sim.io import load_dataset
 
+    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
+                 "{corpus: reproduce folder} with at least one corpus")
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 4.0))  # fmt: skip
@@ -174,12 +178,15 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
 
 
 def plot_wall_clock(ablation_dirs: dict, *, ax=None):
-    """Wall-clock per run for every arm (bars: mean over seeds, dots: seeds).
+    """Wall-clock per run for every arm (bars: mean over the seeds with a finite time, counted
+under the arm where some have none; dots: seeds).
 
     `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
     """
     from fastslow_sim.io import load_dataset
 
+    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
+                 "{corpus: reproduce folder} with at least one corpus")
     corpora = list(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.8))  # fmt: skip
@@ -187,12 +194,16 @@ def plot_wall_clock(ablation_dirs: dict, *, ax=None):
         ds = load_dataset(Path(ablation_dirs[corpus]) / "ablation.nc")
         arms = list(ds["arm"].values)
         wall = ds["wall_time_s"].values
-        ax.bar(
-            range(len(arms)), wall.mean(1), color=[arm_color(a) for a in arms], alpha=0.7
-        )
+        # a failed run's time is NaN: the bar is the mean of the finite seeds, counted below it
+        ok = np.isfinite(wall)
+        mean = np.array([w[k].mean() if k.any() else np.nan for w, k in zip(wall, ok)])
+        ax.bar(range(len(arms)), np.nan_to_num(mean), color=[arm_color(a) for a in arms],
+               alpha=0.7)  # fmt: skip
         for i in range(len(arms)):
             ax.plot(np.full(wall.shape[1], i), wall[i], "k.", ms=5)
-        ax.set_xticks(range(len(arms)), arms, rotation=20)
+        names = [arm if k.all() else f"{arm}\n({int(k.sum())} of {k.size} seeds)" if k.any()
+                 else f"{arm}\n(failed: no finite time)" for arm, k in zip(arms, ok)]  # fmt: skip
+        ax.set_xticks(range(len(arms)), names, rotation=20)
         ax.set_ylabel(axis_label(ds["wall_time_s"], "wall-clock per run (s)"))
         tokens = np.atleast_1d(ds.attrs["tokens"])  # trained; several where the runs disagree
         ax.set_title(f"{corpus}: {' or '.join(f'{int(t):,}' for t in tokens)} tokens per run")
@@ -210,6 +221,8 @@ def plot_ablation(ablations: dict, *, ax=None):
     """
     import json
 
+    refuse_empty(ablations, "ablations", "no corpus to draw",
+                 "{corpus: ablation dataset} with at least one corpus")
     corpora = list(ablations)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.9))  # fmt: skip

@@ -94,6 +94,7 @@ def figures(quick, out_dir, results_dir, runs_dir, text, only):
 )
 @click.option("--out-dir", default="figures", show_default=True, type=click.Path(file_okay=False),
               callback=path_given("folder"))
+@ode_command  # as `figures`: each warning one `Warning:` line
 def training_figures(runs_dir, out_dir):
     """The training figures from the runs already saved (computes nothing): an alias of
     `fastslow-sim figures --only training` that skips a figure whose runs are missing.
