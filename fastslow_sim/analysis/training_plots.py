@@ -179,7 +179,7 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
 
 def plot_wall_clock(ablation_dirs: dict, *, ax=None):
     """Wall-clock per run for every arm (bars: mean over the seeds with a finite time, counted
-under the arm where some have none; dots: seeds).
+    under the arm where some have none; dots: seeds).
 
     `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
     """
