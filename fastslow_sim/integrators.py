@@ -249,6 +249,35 @@ def check_eps_range(eps, method) -> None:
         )
 
 
+def method_options(method: str, t_end, H=None, march=None, max_steps=None) -> dict:
+    """The method's own options of `fastslow-sim integrate` (`--H`, `--march`, `--max-steps`;
+    None: not given) as `integrate` takes them, checked as the command checks them: `H` only
+    with multirate (a positive block length, at most `MAX_BLOCKS` blocks to `t_end`), `march`
+    only with the rosenbrock methods and auto, `max_steps` with every method that counts its
+    steps (not multirate). One `InputError` in the command's words otherwise."""
+    kwargs = {}
+    if H is not None:
+        if method != "multirate":
+            raise InputError(f"--H is the block length of --method multirate; got --method {method}.")
+        kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
+    if method == "multirate":  # one saved state per block, as many as --n-eval allows
+        from .solvers.multirate import check_block_count
+
+        check_block_count(t_end, kwargs.get("H"))
+    if march is not None:
+        takes = [m for m, entry in METHODS.items() if "march" in entry.options]
+        if method != "auto" and method not in takes:
+            raise InputError(f"--march chooses the march of {', '.join(takes)} (and of auto, "
+                             f"where it picks rodas4); got --method {method}.")  # fmt: skip
+        kwargs["march"] = march
+    if max_steps is not None:
+        if "max_steps" not in METHODS[method].options and method != "auto":
+            raise InputError(f"--max-steps bounds the steps of the ODE solvers, and --method "
+                             f"{method} counts none; expected no --max-steps with it.")  # fmt: skip
+        kwargs["max_steps"] = check_max_steps(max_steps, "--max-steps")
+    return kwargs
+
+
 def random_initial_conditions(system, batch: int, seed=None):
     """`(x0 (batch, n), y0 (batch, m))` drawn with `numpy.random.default_rng(seed)`: `x0` uniform
     on the probability simplex (Dirichlet(1)), `y0` uniform in [0, 1] (what

@@ -120,6 +120,9 @@ class Option:
     check: tuple[Callable[[Any], bool], str] | None = None
     choices: tuple | None = None
     sweepable: bool = True
+    # the command's own reading of a value given as text (its sentence where it refuses it),
+    # in place of `type`'s: integrate's --max-steps (`check_max_steps`)
+    parse: Callable[[str], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ class Task:
     claim: Callable[[dict], None] | None = None  # may a cell that is to run write its outputs?
     # defaults that depend on other parameters (manifold's, per system), set before the key
     defaults: Callable[[dict], dict] | None = None
+    # the parameters as the cell's key holds them (a value that computes what the option's
+    # absence computes, as that absence: `_integrate_key`), before `cell_key` hashes them
+    key_params: Callable[[dict], dict] | None = None
     # a cell file of an older version with what it lacks, from what the cell says of itself
     # (its params), where that is known without guessing; applied as the store is built
     recorded: Callable[[xr.Dataset], xr.Dataset] | None = None
@@ -173,7 +179,21 @@ def _integrate_options():
         "seed": Option(int, None, (lambda v: v is None or v >= 0, "a non-negative integer")),
         # the initial slow state (systems with one slow variable; x0 stays the system's own)
         "y0": Option(float, None),
+        # integrate's --states, --H, --march and --max-steps: None (not given) is integrate's
+        # default (the system's own states, H 0.01, march auto, the method's own budget);
+        # checked by the cell as integrate checks them (`_validate_integrate`), and left out of
+        # the key where they are the default (`_integrate_key`: older stores resume)
+        "states": Option(int, None),
+        "H": Option(float, None),
+        "march": Option(str, None, choices=("auto", "torch", "compiled")),
+        "max_steps": Option(int, None, parse=_max_steps),
     }  # fmt: skip
+
+
+def _max_steps(text: str) -> int:
+    from .solvers import check_max_steps
+
+    return check_max_steps(text, "--max-steps")
 
 
 def _cell_eps(cell) -> float:
@@ -183,7 +203,57 @@ def _cell_eps(cell) -> float:
 
 
 # how a cell's refusal calls integrate's arguments: the command's option names, as integrate's own
-_INTEGRATE_NAMES = {"n_eval": "--n-eval", "atol": "--atol", "rtol": "--rtol"}
+_INTEGRATE_NAMES = {"n_eval": "--n-eval", "atol": "--atol", "rtol": "--rtol",
+                    "max_steps": "--max-steps"}  # fmt: skip
+
+
+def _method_options(cell) -> dict:
+    """The cell's --H, --march and --max-steps as `integrate` takes them, checked as
+    `fastslow-sim integrate` checks them (`integrators.method_options`: H only with
+    multirate, march only with rodas4, rodas3 and auto, max_steps with every method but
+    multirate)."""
+    from .integrators import method_options
+
+    return method_options(cell["method"], cell["t_end"], cell.get("H"), cell.get("march"),
+                          cell.get("max_steps"))  # fmt: skip
+
+
+def _integrate_system(cell, eps: float):
+    from .systems import make_system
+
+    return make_system(cell["system"], eps=eps, states=cell.get("states"))
+
+
+def _default_states(system: str) -> int | None:
+    """The number of states `system` has where --states is not given (None: no such system,
+    or one that takes no --states)."""
+    import inspect
+
+    from .systems import SYSTEMS
+
+    if system not in SYSTEMS:
+        return None
+    n = inspect.signature(SYSTEMS[system][0]).parameters.get("n")
+    return None if n is None else n.default
+
+
+def _integrate_key(params: dict) -> dict:
+    """The parameters of an integrate cell as its key holds them: states, H and march at the
+    values integrate takes when they are not given (the system's own states, H 0.01, march
+    auto) are as if not given (None, which `cell_key` leaves out), so a cell keeps the key it
+    had before they were parameters, and `--grid states=8,16` over a store of birth-death
+    cells (8 states) finds them. (max_steps has no one default: the method's, and auto's
+    depends on the solver it picks.)"""
+    from .solvers.multirate import DEFAULT_H
+
+    p = dict(params)
+    if p.get("states") is not None and p["states"] == _default_states(p.get("system")):
+        p["states"] = None
+    if p.get("H") is not None and p["H"] == DEFAULT_H:
+        p["H"] = None
+    if p.get("march") == "auto":
+        p["march"] = None
+    return p
 
 
 def _validate_integrate(cell):
@@ -193,16 +263,15 @@ def _validate_integrate(cell):
     (`check_inputs`: the method's atol floor, the saved times the span holds, ...), from the
     system's own initial condition (a seeded one is drawn on the simplex and in [0, 1])."""
     from .integrators import check_eps_range, check_inputs
-    from .solvers.multirate import check_block_count
-    from .systems import make_system
 
     eps = _cell_eps(cell)
     check_eps_range(eps, cell["method"])
+    options = _method_options(cell)
     y0 = cell.get("y0")
     if y0 is not None and cell.get("seed") is not None:
         raise InputError(f"y0 = {y0:g} sets the initial slow state and seed = {cell['seed']} "
                          f"draws a random one; expected one of them.")  # fmt: skip
-    system = make_system(cell["system"], eps=eps)
+    system = _integrate_system(cell, eps)
     if y0 is not None and system.n_slow != 1:
         raise InputError(f"y0 sets the one slow variable, and {cell['system']} has "
                          f"{system.n_slow}; expected no y0 with it.")  # fmt: skip
@@ -213,14 +282,15 @@ def _validate_integrate(cell):
         lo, hi = gen.domain()
         if not lo <= y0 <= hi:
             raise InputError(f"y0 = {y0:g} is outside {domain_text(gen)}.")
-    if cell["method"] == "multirate":
-        check_block_count(cell["t_end"])
-        # the map takes no tolerance and saves one state per block; a fixed --rtol/--atol/
-        # --n-eval is not refused here (integrate refuses them): in a sweep they serve the other
-        # methods of a `--grid method=...` comparison, and the multirate cells ignore them
+    # multirate: its blocks are checked with --H (`_method_options`); the map takes no
+    # tolerance and saves one state per block; a fixed --rtol/--atol/--n-eval is not refused
+    # here (integrate refuses them): in a sweep they serve the other methods of a `--grid
+    # method=...` comparison, and the multirate cells ignore them. --H, --march and
+    # --max-steps are refused per cell as integrate refuses them (their defaults are "not
+    # given", so a method comparison without them passes)
     check_inputs(system, (0.0, cell["t_end"]), y0=None if y0 is None else [y0],
                  method=cell["method"], rtol=cell["rtol"], atol=cell["atol"],
-                 n_eval=cell["n_eval"], names=_INTEGRATE_NAMES)  # fmt: skip
+                 n_eval=cell["n_eval"], names=_INTEGRATE_NAMES, **options)  # fmt: skip
 
 
 def _integrate_group(cell):
@@ -246,11 +316,9 @@ def _run_integrate(cells):
         mass_drift_text,
         random_initial_conditions,
     )
-    from .systems import make_system
-
     c0 = cells[0]
     eps = [_cell_eps(c) for c in cells]
-    system = make_system(c0["system"], eps=eps[0])
+    system = _integrate_system(c0, eps[0])
     x0, y0 = [], []
     for c in cells:
         if c.get("y0") is not None:
@@ -264,7 +332,8 @@ def _run_integrate(cells):
             x0.append(a)
             y0.append(b)
     x0, y0 = np.concatenate(x0), np.concatenate(y0)
-    kw = dict(method=c0["method"], rtol=c0["rtol"], atol=c0["atol"], n_eval=c0["n_eval"], warn=False)
+    kw = dict(method=c0["method"], rtol=c0["rtol"], atol=c0["atol"], n_eval=c0["n_eval"], warn=False,
+              **_method_options(c0))  # fmt: skip
     if len(set(eps)) > 1:
         ds = integrate_batch(system, (0.0, c0["t_end"]), x0, y0, eps=eps, **kw)
     else:
@@ -284,6 +353,9 @@ def _run_integrate(cells):
         cell["solver_message"] = ((), _sweep_message(str(ds["message"].values[b])),
                                   {"long_name": "solver message"})  # fmt: skip
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
+        cell["march"] = ((), str(ds.attrs.get("march", "")), {
+            "long_name": "march that ran (rodas4, rodas3: compiled or torch; '' for the other "
+                         "methods, and in cells written before it was kept)"})  # fmt: skip
         cell["eps_used"] = ((), eps[b], {"long_name": "time-scale ratio eps = 1/P"})
         cell["stiffness_warning"] = ((), str(ds.attrs.get("stiffness_warning", "")), {
             "long_name": "the StiffnessWarning of the cell's run, an explicit method on a stiff "
@@ -299,11 +371,11 @@ def _run_integrate(cells):
     return out
 
 
-# a sweep has no --max-steps (not a parameter of its integrate task): the solvers' advice to
-# raise it is replaced in a cell's message by what works from a sweep
-SWEEP_MAX_STEPS_HINT = ("a sweep takes no max_steps: if the run is slow but advancing, run "
-                        "this cell alone with fastslow-sim integrate --max-steps N, or sweep a "
-                        "stiff method (--method radau, --grid method=...)")
+# the solvers' advice to raise the budget, in a cell's message, as a sweep takes it: fixed
+# (--max-steps N) or swept (--grid max_steps=...)
+SWEEP_MAX_STEPS_HINT = ("raise it with --max-steps N or --grid max_steps=N1,N2,... (max_steps "
+                        "in Python) if the run is slow but advancing, or sweep a stiff method "
+                        "(--method radau, --grid method=...)")
 
 
 def _sweep_message(text: str) -> str:
@@ -675,7 +747,7 @@ def _tasks() -> dict[str, Task]:
         "integrate": Task(
             "integrate", _integrate_options(), _run_integrate, group=_integrate_group,
             batched=("seed", "y0", "eps", "P"), inner_dims=("time", "state", "slow"),
-            validate=_validate_integrate,
+            validate=_validate_integrate, key_params=_integrate_key,
             description="one trajectory per cell (seed: the initial condition of "
                         "`integrate --batch 1 --seed S`; y0: the system's x0 with that slow "
                         "state; neither: the system's own)",
@@ -749,6 +821,12 @@ def _typed(task: Task, name: str, text, where: str):
         return None
     if not isinstance(text, str):
         value = text
+    elif opt.parse is not None:
+        try:
+            value = opt.parse(text)
+        except InputError as err:  # a sentence that names its option already is said as it is
+            said = str(err).startswith(f"{where} ")
+            raise InputError(str(err) if said else f"{where}: {err}") from None
     elif opt.type is bool:
         low = text.strip().lower()
         if low not in ("true", "false", "1", "0", "yes", "no"):
@@ -864,9 +942,10 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
     return fixed
 
 
-# parameters added after stores were written: unset (None), they are left out of the key, so
-# that the cells written before them keep their keys (and a rerun finds them)
-_KEY_SKIPS_NONE = frozenset({"y0"})
+# parameters added after stores were written, per task: unset (None), they are left out of the
+# key, so that the cells written before them keep their keys (and a rerun finds them); a task's
+# `key_params` says which values count as unset (integrate: `_integrate_key`)
+_KEY_SKIPS_NONE = {"integrate": frozenset({"y0", "states", "H", "march", "max_steps"})}
 
 
 def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
@@ -876,8 +955,12 @@ def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
     (one read per sweep, not per cell; a spec read here is added to it)."""
     from .corpora import corpus_fingerprint
 
+    known = tasks().get(task)
+    if known is not None and known.key_params is not None:
+        params = known.key_params(params)
+    skips = _KEY_SKIPS_NONE.get(task, frozenset())
     params = {k: v for k, v in params.items()
-              if k != "out" and not (k in _KEY_SKIPS_NONE and v is None)}  # fmt: skip
+              if k != "out" and not (k in skips and v is None)}  # fmt: skip
     spec = params.get("corpus")
     if isinstance(spec, str) and spec.startswith("text:"):
         fingerprints = {} if fingerprints is None else fingerprints
@@ -1000,7 +1083,9 @@ def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
         _refusal(check, {**params, k: v}) == reason
         for k, vs in grid.items() if k != "seed" for v in vs if v != params[k]
     ):  # fmt: skip
-        raise InputError(f"{', '.join(flags)}: {reason}")
+        # a sentence that names its one option already is said as it is (integrate's own)
+        said = len(flags) == 1 and reason.startswith(f"{flags[0]} ")
+        raise InputError(reason if said else f"{', '.join(flags)}: {reason}")
     raise CellInputError(values, reason, flags)
 
 

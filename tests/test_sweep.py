@@ -293,8 +293,9 @@ def test_batched_chunk_matches_cells_one_by_one(tmp_path):
 
 
 def test_a_cell_out_of_steps_gives_advice_that_works_from_a_sweep(tmp_path, monkeypatch):
-    """The solvers' advice, "raise it with --max-steps N", is refused by a sweep (no such
-    parameter); a cell's message says what works instead."""
+    """The solvers' advice, "raise it with --max-steps N on the command line", was refused by
+    a sweep (no such parameter then); a cell's message says how a sweep takes it (fixed or
+    swept: `test_H_march_and_max_steps_pass_through_as_integrate_takes_them`)."""
     import fastslow_sim.solvers.scipy_ivp as scipy_ivp
     from fastslow_sim.solvers import MAX_STEPS_HINT
     from fastslow_sim.sweep import SWEEP_MAX_STEPS_HINT
@@ -1924,3 +1925,160 @@ def test_minus_zero_in_a_grid_is_the_cell_of_zero(tmp_path):
     out = json.loads(next(ln for ln in res.output.splitlines() if ln.startswith("{")))
     assert (out["n_skipped"], out["n_run"]) == (1, 0)
     assert len(list((store / CELLS).iterdir())) == 1
+
+
+# -- integrate's --states, --H, --march and --max-steps; manifold's --y-range ------------------
+
+
+def _sweep_json(args) -> dict:
+    res = CliRunner().invoke(main, ["sweep", *args, "--workers", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(next(ln for ln in res.output.splitlines() if ln.startswith("{")))
+
+
+def _refused(args) -> str:
+    res = CliRunner().invoke(main, ["sweep", *args, "--workers", "0"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "Traceback" not in res.output
+    return res.output
+
+
+def test_a_sweep_over_states_runs_integrate_with_those_states(tmp_path):
+    """`sweep integrate --grid states=4,8` (and a fixed `--states`) was refused ("'states' is
+    not a parameter of the integrate task"); each cell now runs what `integrate --states N`
+    runs, the smaller chain padded with NaN beside the larger."""
+    common = ["--eps", "0.125", "--method", "lsoda", "--t-end", "0.5", "--n-eval", "5"]
+    store = tmp_path / "s.zarr"
+    _sweep_json(["integrate", "--grid", "states=4,8", "--store", str(store), *common])
+    ds = xr.open_zarr(store).load()
+    assert ds["states"].values.tolist() == [4, 8] and set(ds["status"].values) == {"done"}
+    for n in (4, 8):
+        out = tmp_path / f"i{n}.nc"
+        res = CliRunner().invoke(main, ["integrate", "--states", str(n), *common, "--no-plot",
+                                        "--out", str(out)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        one = xr.open_dataset(out)
+        cell = ds.sel(states=n)
+        np.testing.assert_array_equal(cell["x"].values[:, :n], one["x"].values)
+        np.testing.assert_array_equal(cell["y"].values, one["y"].values)
+        assert np.isnan(cell["x"].values[:, n:]).all()
+    fixed = tmp_path / "f.zarr"
+    _sweep_json(["integrate", "--grid", "seed=0", "--states", "16", "--store", str(fixed), *common])
+    assert xr.open_zarr(fixed).sizes["state"] == 16
+    assert _refused(["integrate", "--grid", "states=1", "--store", str(tmp_path / "b.zarr"),
+                     *common]) == ("Error: --grid states=1: states must be an integer >= 2 and "
+                                   "<= 4096; got 1.\n")  # fmt: skip
+    assert not (tmp_path / "b.zarr").exists()
+
+
+def test_an_integrate_store_from_before_states_and_march_is_reused(tmp_path):
+    """Cells written before states, H, march and max_steps were parameters (their params lack
+    them; the keys are those the code of then computed, commit d053b8f) are found as they were:
+    rerun, and extended over states (8, birth-death's own, is its cells) or with march auto,
+    nothing of theirs runs again."""
+    import fastslow_sim.sweep as sw
+
+    store = tmp_path / "s.zarr"
+    common = ["--method", "lsoda", "--t-end", "0.5", "--n-eval", "5", "--store", str(store)]
+    _sweep_json(["integrate", "--grid", "eps=0.125,0.1", *common])
+    keys = ["beaca8bdf1958e7d9237", "69b2cc5bb6f1894af8ef"]  # computed by d053b8f's code
+    assert xr.open_zarr(store)["cell_key"].values.tolist() == keys
+    new = ("states", "H", "march", "max_steps")
+    old = {}
+    for key in keys:  # as the cells of then: params without the new parameters
+        path = store / CELLS / f"{key}.npz"
+        ds = sw._load_cell(path)
+        params = json.loads(ds.attrs["params"])
+        assert {k: params[k] for k in new} == dict.fromkeys(new)
+        ds.attrs["params"] = json.dumps({k: v for k, v in params.items() if k not in new})
+        ds = ds.drop_vars("march")  # nor did they keep the march
+        with open(path, "wb") as f:
+            sw._dump_cell(ds, f)
+        old[key] = path.read_bytes()
+    out = _sweep_json(["integrate", "--grid", "eps=0.125,0.1", *common])
+    assert (out["n_skipped"], out["n_run"]) == (2, 0)
+    out = _sweep_json(["integrate", "--grid", "eps=0.125,0.1", "--grid", "states=8,4", *common])
+    assert (out["n_skipped"], out["n_run"], out["n_failed"]) == (2, 2, 0)
+    ds = xr.open_zarr(store).load()
+    assert ds["cell_key"].sel(states=8).values.tolist() == keys
+    assert all((store / CELLS / f"{k}.npz").read_bytes() == b for k, b in old.items())
+    assert ds["march"].sel(states=8).values.tolist() == ["", ""]  # not kept then: ''
+    # rodas4 with march auto is the cell without --march (and one of torch is another)
+    r4 = ["--method", "rodas4", "--eps", "0.125", "--t-end", "0.5", "--n-eval", "5"]
+    plain = _sweep_json(["integrate", "--grid", "seed=0", *r4, "--store", str(tmp_path / "r.zarr")])
+    assert plain["n_run"] == 1
+    auto = _sweep_json(["integrate", "--grid", "seed=0", *r4, "--march", "auto", "--store",
+                        str(tmp_path / "r.zarr")])  # fmt: skip
+    assert (auto["n_skipped"], auto["n_run"]) == (1, 0)
+
+
+def test_H_march_and_max_steps_pass_through_as_integrate_takes_them(tmp_path):
+    """--H, --march and --max-steps were refused as no parameters of the integrate task; they
+    now reach each cell's run, and are refused per cell where integrate refuses them."""
+    store = tmp_path / "h.zarr"
+    _sweep_json(["integrate", "--grid", "H=0.05,0.1", "--method", "multirate", "--P", "8",
+                 "--t-end", "0.5", "--store", str(store)])  # fmt: skip
+    ds = xr.open_zarr(store).load()
+    for H in (0.05, 0.1):
+        one = fs.integrate(fs.make_system("birth-death", eps=1 / 8), (0.0, 0.5), method="multirate",
+                           H=H, warn=False)  # fmt: skip
+        cell = ds.sel(H=H)
+        n = one.sizes["time"]
+        assert n == round(0.5 / H) + 1
+        np.testing.assert_array_equal(cell["x"].values[:n], one["x"].values)
+    common = ["--eps", "0.125", "--t-end", "0.5", "--n-eval", "5"]
+    store = tmp_path / "m.zarr"
+    _sweep_json(["integrate", "--grid", "march=torch,compiled", "--method", "rodas4", *common,
+                 "--store", str(store)])  # fmt: skip
+    ds = xr.open_zarr(store).load()
+    assert ds["march"].values.tolist() == ["torch", "compiled"] and "march_cell" not in ds
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "max_steps=3,100000",
+                                    "--method", "rk45", *common, "--store", str(store),
+                                    "--workers", "0", "--json"])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    ds = xr.open_zarr(store).load()
+    assert ds["status"].values.tolist() == ["failed", "done"]
+    message = str(ds["message"].sel(max_steps=3).values)
+    assert "rk45 stopped after max_steps = 3 steps" in message
+    assert "raise it with --max-steps N or --grid max_steps=" in message
+    where = ["--store", str(tmp_path / "bad.zarr")]
+    assert _refused(["integrate", "--grid", "seed=0", "--method", "rk45", "--H", "0.05", *common,
+                     *where]) == "Error: --H is the block length of --method multirate; got --method rk45.\n"
+    assert _refused(["integrate", "--grid", "method=rk45,multirate", "--max-steps", "100", *common,
+                     *where]) == ("Error: --grid method=multirate with --max-steps: --max-steps "
+                                  "bounds the steps of the ODE solvers, and --method multirate "
+                                  "counts none; expected no --max-steps with it.\n")  # fmt: skip
+    assert "--march chooses the march of rodas4, rodas3" in _refused(
+        ["integrate", "--grid", "seed=0", "--method", "bdf", "--march", "torch", *common, *where])
+    assert _refused(["integrate", "--grid", "seed=0", "--max-steps", "0", *common, *where]) == \
+        "Error: --max-steps must be a positive integer; got '0'.\n"  # fmt: skip
+    assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_manifold_sweep_takes_manifolds_y_range(tmp_path):
+    """`sweep manifold --y-range 0 1` was refused ("unexpected argument '1'"): manifold's own
+    option now sets y_min and y_max, the cells of `--y-min 0 --y-max 1`; a --y-range without
+    two numbers, or beside --y-min/--y-max, is one sentence naming what to give."""
+    store = tmp_path / "q.zarr"
+    out = _sweep_json(["manifold", "--grid", "kappa=0,1", "--y-range", "0", "1", "--store", str(store)])
+    assert (out["n_run"], out["n_failed"]) == (2, 0)
+    ds = xr.open_zarr(store).load()
+    assert ds["y_min_used"].values.tolist() == [0.0, 0.0]
+    assert ds["y_max_used"].values.tolist() == [1.0, 1.0]
+    out = _sweep_json(["manifold", "--grid", "kappa=0,1", "--y-min", "0", "--y-max", "1",
+                       "--store", str(store)])  # fmt: skip
+    assert (out["n_skipped"], out["n_run"]) == (2, 0)  # the same cells
+    where = ["--grid", "kappa=0", "--store", str(tmp_path / "bad.zarr")]
+    fix = "expected --y-range A B (two numbers), or --y-min A --y-max B."
+    assert _refused(["manifold", *where, "--y-range", "0"]) == \
+        f"Error: option --y-range needs two values, A B; {fix}\n"  # fmt: skip
+    assert _refused(["manifold", *where, "--y-range", "0", "--osc-eps", "0.1"]) == \
+        f"Error: option --y-range needs two values, A B; {fix}\n"  # fmt: skip
+    assert _refused(["manifold", *where, "--y-range=0,1"]) == \
+        f"Error: --y-range=0,1 is not how --y-range takes its ends; {fix}\n"  # fmt: skip
+    assert "expected either --y-range or --y-min/--y-max, once." in _refused(
+        ["manifold", *where, "--y-range", "0", "1", "--y-min", "0"])
+    assert _refused(["manifold", *where, "--y-range", "a", "1"]) == \
+        "Error: --y-range must be a finite number; got 'a'.\n"  # fmt: skip
+    assert not (tmp_path / "bad.zarr").exists()

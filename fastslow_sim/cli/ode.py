@@ -14,7 +14,6 @@ from ..integrators import (
     random_initial_conditions,
     trajectory_summary,
 )
-from ..solvers import check_max_steps
 from ..validation import number
 from ..wording import count_text, plural
 from .common import (
@@ -171,6 +170,7 @@ def integrate(
         check_eps_range,
         check_inputs,
         check_output_size,
+        method_options,
         p_st_flops,
     )
     from ..integrators import integrate as run_integrate
@@ -204,32 +204,7 @@ def integrate(
             f"--seed must be a non-negative integer at most 2**63 - 1 = {SEED_MAX:,} (a 64-bit "
             f"integer, as the dataset stores it); got {seed:,}."
         )
-    kwargs = {}
-    if H is not None:
-        if method != "multirate":
-            raise InputError(
-                f"--H is the block length of --method multirate; got --method {method}."
-            )
-        kwargs["H"] = number("--H", H, 0.0, None, lo_open=True)
-    if method == "multirate":  # one saved state per block, as many as --n-eval allows
-        from ..solvers.multirate import check_block_count
-
-        check_block_count(t_end, kwargs.get("H"))
-    if march is not None:
-        takes = [m for m, entry in METHODS.items() if "march" in entry.options]
-        if method != "auto" and method not in takes:
-            raise InputError(
-                f"--march chooses the march of {', '.join(takes)} (and of auto, where it picks "
-                f"rodas4); got --method {method}."
-            )
-        kwargs["march"] = march
-    if max_steps is not None:
-        if "max_steps" not in METHODS[method].options and method != "auto":
-            raise InputError(
-                f"--max-steps bounds the steps of the ODE solvers, and --method {method} counts "
-                f"none; expected no --max-steps with it."
-            )
-        kwargs["max_steps"] = check_max_steps(max_steps, "--max-steps")
+    kwargs = method_options(method, t_end, H, march, max_steps)
     if method == "multirate":  # the map ran with them ignored (501 states for --n-eval 3)
         given = [f"--{name.replace('_', '-')}" for name in ("rtol", "atol", "n_eval")
                  if _given(name)]  # fmt: skip

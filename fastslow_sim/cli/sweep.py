@@ -44,9 +44,13 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     """Run TASK (integrate, convergence, manifold or train-network) over a grid of its
     parameters on dask.distributed; every cell lands in one zarr store (xr.open_zarr(PATH)).
 
-    The task's own options pass through with the command's names (--t-end 5; integrate needs
-    --eps or --P, swept or fixed; train-network also takes --arm and the training settings
-    --n-layer, --n-embd, --lr, ...); a name the task does not have is an error. Every cell is
+    The task's own options pass through with the command's names, fixed (--t-end 5) or swept
+    (--grid t_end=1,5): integrate needs --eps or --P, and takes --states, --H, --march and
+    --max-steps, refused per cell where integrate refuses them (--H but with --method
+    multirate, --march but with rodas4, rodas3 or auto, --max-steps with multirate);
+    manifold's --y-range A B sets --y-min A --y-max B; train-network also takes --arm and the
+    training settings --n-layer, --n-embd, --lr, ...; a name the task does not have is an
+    error. Every cell is
     checked by the task's own checks before any runs: a bad value is one sentence naming the
     cell (exit status 2). Re-running the same command runs only the
     cells that are missing; a failed cell records its status and message and the sweep goes on
@@ -80,6 +84,9 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
         if not word.startswith("--") or word == "--":
             raise InputError(f"unexpected argument {word!r}; task options are --NAME VALUE.")
         name, eq, value = word[2:].partition("=")
+        if t.name == "manifold" and name.replace("_", "-") == "y-range":  # manifold's --y-range A B
+            options.update(_y_range(word, eq, args, options, grids))
+            continue
         if not eq and (not args or args[0].startswith("--")):  # a flag: the task's own, or none
             if t.options[option_key(t, name)].type is not bool:  # refuses a name it lacks
                 raise InputError(f"option --{name} needs a value.")
@@ -120,6 +127,35 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
                    f"first, {_cell_text(drifted[0])}: {drifted[0]['warning']}", err=True)  # fmt: skip
     if res["n_failed"] or res["n_pending"]:
         sys.exit(1)
+
+
+def _y_range(word: str, eq: str, args: list, options: dict, grids) -> dict:
+    """`{"y-min": A, "y-max": B}` from manifold's own `--y-range A B` (its two values taken from
+    `args`), or `InputError` naming what to give instead: two numbers, no `=`, and neither
+    --y-min nor --y-max beside it, fixed or swept (the cell checks A < B, as manifold does)."""
+    from ..validation import number
+
+    fix = "expected --y-range A B (two numbers), or --y-min A --y-max B"
+    if eq:
+        raise InputError(f"{word} is not how --y-range takes its ends; {fix}.")
+    if len(args) < 2 or any(a.startswith("--") for a in args[:2]):
+        raise InputError(f"option --y-range needs two values, A B; {fix}.")
+    if any(k.replace("_", "-") in ("y-min", "y-max", "y-range") for k in options) or any(
+        a.partition("=")[0].replace("_", "-") in ("--y-min", "--y-max", "--y-range") for a in args
+    ):
+        raise InputError("--y-range A B sets y-min and y-max; expected either --y-range or "
+                         "--y-min/--y-max, once.")  # fmt: skip
+    swept = [n for g in grids if (n := g.partition("=")[0].strip().replace("-", "_"))
+             in ("y_min", "y_max")]  # fmt: skip
+    if swept:
+        other = {"y_min": "--y-max B", "y_max": "--y-min A"}
+        instead = f"{other[swept[0]]} beside it" if len(swept) == 1 else "no --y-range"
+        raise InputError(f"--y-range A B fixes y_min and y_max, and --grid {swept[0]}=... sweeps "
+                         f"{swept[0]}; expected {instead}.")  # fmt: skip
+    a, b = args.pop(0), args.pop(0)
+    for v in (a, b):
+        number("--y-range", v)
+    return {"y-min": a, "y-max": b}
 
 
 def _warned_cells(ds, var: str) -> list[dict]:
