@@ -145,17 +145,85 @@ def integrate_reduced(system, t_eval, y0=None, order: int = 0, rtol=1e-11, atol=
 
 def spectral_gap(Q) -> np.ndarray:
     """Smallest `|Re lambda|` over the non-zero eigenvalues of each generator `(..., n, n)`,
-    `n >= 2` (a one-state generator has no non-zero eigenvalue: an `InputError`)."""
+    `n >= 2` (a one-state generator has no non-zero eigenvalue: an `InputError`).
+
+    A generator in detailed balance, `p_i q_ij = p_j q_ji` (every birth-death chain), has the
+    eigenvalues of the symmetric `S = D^(1/2) Q D^(-1/2)`, `D = diag(p)`: `S_ii = q_ii`,
+    `S_ij = sqrt(p_i / p_j) q_ij = sqrt(q_ij) sqrt(q_ji)`, built from the rates alone (no `p`,
+    which spans hundreds of decades where the mass sits far from state 0). A tridiagonal `Q`
+    takes it always (its eigenvalues depend on `q_i,i+1 q_i+1,i` only), solved by
+    `scipy.linalg.eigvalsh_tridiagonal` (the two largest, `0` and `-gap`); another in detailed
+    balance (checked in logs along a spanning tree, `_reversible`) by `numpy.linalg.eigvalsh`;
+    both accurate to about `eps_mach |Q|`. Any other `Q` takes `numpy.linalg.eigvals` of `Q`
+    itself, which a long chain far from balance may perturb badly (the non-symmetric route gave
+    n = 400 birth-death chains a gap of 0.067 for 0.400).
+    """
     q = np.asarray(Q, dtype=np.float64)
     require_square(q)
-    if q.shape[-1] == 1:
+    n = q.shape[-1]
+    if n == 1:
         raise InputError(
             f"a one-state generator (Q of shape {q.shape}) has no non-zero eigenvalue, so no "
             f"spectral gap; expected at least 2 states."
         )
-    lam = np.linalg.eigvals(q)
-    re = np.sort(np.abs(lam.real), axis=-1)
-    return re[..., 1]  # re[..., 0] is the zero eigenvalue of an irreducible chain
+    flat = q.reshape(-1, n, n)
+    i = np.arange(n)
+    far = np.abs(i[:, None] - i[None, :]) > 1  # entries off the three middle diagonals
+    gap = np.empty(len(flat))
+    for k, one in enumerate(flat):
+        if not np.any(one[far]):
+            gap[k] = _tridiagonal_gap(one)
+        elif _reversible(one):
+            off = np.sqrt(np.maximum(one, 0.0))
+            S = off * off.T  # sqrt(q_ij) sqrt(q_ji): a product of rates of 1e200 overflows
+            S[i, i] = np.diagonal(one)
+            lam = np.linalg.eigvalsh(S)
+            gap[k] = max(abs(lam[-1]), abs(lam[-2]))  # (0, -gap), the 0 within round-off
+        else:
+            re = np.sort(np.abs(np.linalg.eigvals(one).real))
+            gap[k] = re[1]  # re[0] is the zero eigenvalue of an irreducible chain
+    return gap.reshape(q.shape[:-2])[()]  # (one generator: a number, as eigvals' gave)
+
+
+def _tridiagonal_gap(q) -> float:
+    """`spectral_gap` of one tridiagonal generator `q (n, n)` from its symmetrised form."""
+    from scipy.linalg import eigvalsh_tridiagonal
+
+    n = len(q)
+    up, down = np.diagonal(q, 1), np.diagonal(q, -1)
+    off = np.sqrt(np.maximum(up, 0.0)) * np.sqrt(np.maximum(down, 0.0))
+    lam = eigvalsh_tridiagonal(np.diagonal(q).copy(), off, select="i", select_range=(n - 2, n - 1))
+    return float(np.max(np.abs(lam)))  # (0, -gap), the 0 within round-off of either sign
+
+
+REVERSIBLE_RTOL = 1e-12  # detailed balance's tolerance, per link of the tree, on log rates
+
+
+def _reversible(q) -> bool:
+    """Whether the irreducible generator `q (n, n)` is in detailed balance: `q_ij > 0` exactly
+    where `q_ji > 0`, and `log p_j - log p_i = log q_ij - log q_ji` on a spanning tree from
+    state 0 (no `p` itself, which may underflow) holds on every link, to `REVERSIBLE_RTOL`
+    times the path's log rates."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    n = len(q)
+    link = q > 0
+    np.fill_diagonal(link, False)
+    if not np.array_equal(link, link.T):
+        return False
+    order, parent = breadth_first_order(link, 0, directed=False, return_predecessors=True)
+    if len(order) < n:  # reducible: the gap is 0 either way, eigvals says so
+        return False
+    with np.errstate(divide="ignore"):
+        log_q = np.where(link, np.log(np.where(link, q, 1.0)), 0.0)
+    phi, size = np.zeros(n), np.zeros(n)  # log p up to a constant; the sum of |log q| to it
+    for v in order[1:]:
+        u = parent[v]
+        phi[v] = phi[u] + log_q[u, v] - log_q[v, u]
+        size[v] = size[u] + abs(log_q[u, v]) + abs(log_q[v, u])
+    miss = np.abs(phi[:, None] + log_q - phi[None, :] - log_q.T)
+    scale = 1.0 + size[:, None] + size[None, :] + np.abs(log_q) + np.abs(log_q.T)
+    return bool(np.all(miss[link] <= REVERSIBLE_RTOL * scale[link]))
 
 
 def initial_layer_duration(system, y0=None, factor: float = 1.0) -> float:

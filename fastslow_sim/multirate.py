@@ -28,14 +28,28 @@ import numpy as np
 from scipy.linalg import expm
 
 from .errors import InputError
+from .generators import domain_text, into_domain
 from .validation import positive, positive_int
 from .wording import plural
 
-__all__ = ["multirate_map", "block_tokens", "MAX_TOKENS", "MAX_P"]
+__all__ = ["multirate_map", "block_tokens", "MapLeftDomainError", "MAX_TOKENS", "MAX_P"]
 
 MAX_P = 2**63 - 1  # tokens per block: a 64-bit integer in the dataset (`P`, `tokens_per_block`)
 MAX_TOKENS = 1_000_000  # per-token states are kept up to this many tokens
+_ULP = float(np.finfo(np.float64).eps)
 _WALK = 64  # blocks of at most this many tokens are walked token by token
+
+
+class MapLeftDomainError(InputError):
+    """The map's slow step took `y` out of the generator's domain (or to rates that are not
+    finite) at the end of block `block`: the sentence, the `reason` clause of it for a status
+    message, and the valid rows `x_blocks`, `y_blocks` before it (`integrate` keeps those and
+    leaves the rest NaN)."""
+
+    def __init__(self, message, reason, block, x_blocks, y_blocks, P):
+        super().__init__(message)
+        self.reason, self.block, self.P = reason, block, P
+        self.x_blocks, self.y_blocks = x_blocks, y_blocks
 
 
 def _stochastic(E):
@@ -116,7 +130,10 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
     `"t_tokens": (n_blocks*P + 1,)`. `tokens=None` keeps them up to `MAX_TOKENS` tokens,
     `True` requires them (an `InputError` beyond), `False` never keeps them. `x0` and `y0`
     (default: the system's) are checked as `integrate` checks them: `x0` a probability vector
-    of the system's size, `y0` finite and inside the generator's domain.
+    of the system's size, `y0` finite and inside the generator's domain. A slow step that
+    leaves the domain, `y_{k+1} = y_k + H g(mean_k x, y_k)` outside `generator.domain()` (where
+    `Q(y)` has a negative rate or one beyond float64, and `expm` no stochastic matrix), stops
+    the map with `MapLeftDomainError` (an `InputError` naming the block and the `y`).
     """
     if not hasattr(system, "generator"):
         raise InputError(f"the multirate map needs a master-equation system; got {system.name!r}.")
@@ -144,13 +161,15 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
     x_blocks[0], y_blocks[0] = x, y
     if keep:
         x_tokens[0] = x
+    lo, hi = system.generator.domain()
     for k in range(n_blocks):
         Q = system.generator.rates(y)
         if not np.all(np.isfinite(Q)):
-            raise InputError(
-                f"the generator's rates at y = {y.tolist()} (block {k}) are not finite; "
-                f"expected a slow variable inside the range where they are defined."
-            )
+            reason = f"the generator's rates at y = {y.tolist()} (block {k}) are not finite"
+            raise MapLeftDomainError(
+                f"{reason}; expected a slow variable inside the range where they are defined.",
+                reason, k, x_blocks[:k].copy(), y_blocks[:k].copy(), P,
+            )  # fmt: skip
         E = _propagator(Q, tau)  # exact one-token propagator, y frozen
         if walk:
             block = np.empty((P, n))
@@ -163,8 +182,18 @@ def multirate_map(system, H: float, n_blocks: int, P: int | None = None, x0=None
         else:
             x, means[k] = _block_by_doubling(E, P, x)
         x_blocks[k + 1] = x
-        y = y + H * system.g(means[k][None], y[None])[0]
-        y_blocks[k + 1] = y
+        step = H * system.g(means[k][None], y[None])[0]
+        # within the step's round-off of an end is at the end (integrate's `into_domain`)
+        y_next = into_domain(system.generator, y + step, 4 * _ULP * (np.abs(y) + np.abs(step)))
+        if not (np.all(np.isfinite(y_next)) and np.all(y_next >= lo) and np.all(y_next <= hi)):
+            # (Q(y) there is no generator: a negative rate, or one beyond float64)
+            reason = (f"block {k}'s slow step y + H g(mean x, y) took y from {y.tolist()} to "
+                      f"{y_next.tolist()}, outside {domain_text(system.generator)}")  # fmt: skip
+            raise MapLeftDomainError(
+                f"{reason}; expected a smaller H than {H:g}, which keeps y inside.",
+                reason, k, x_blocks[: k + 1].copy(), y_blocks[: k + 1].copy(), P,
+            )  # fmt: skip
+        y = y_blocks[k + 1] = y_next
     out = {
         "x_blocks": x_blocks,
         "y_blocks": y_blocks,

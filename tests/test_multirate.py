@@ -1,6 +1,8 @@
 """The multirate map at the extremes (issue 13): mass conserved at every eps, P tokens per block
 by default, long blocks by doubling, spans that are not whole blocks refused."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -143,3 +145,50 @@ def test_P_beyond_64_bits_is_refused_before_the_map_runs(tmp_path, monkeypatch):
     back = fs.load_dataset(tmp_path / "m.nc")
     assert int(back.attrs["P"]) == system.P == int(back.attrs["tokens_per_block"])
     assert back.attrs["status"] == "success"
+
+
+def test_a_slow_step_out_of_the_domain_stops_the_map():
+    """Michaelis-Menten at H = 5: block 0's Euler step took y from 1 to -0.667, where Q(y) has a
+    negative rate (-2.67) and expm an entry -6.73; the map clipped it into a stochastic matrix
+    and went on (y = 1, -0.667, 3.009, 0.0056). It stops there now, with one sentence; at H = 2,
+    which keeps y positive, it runs as before."""
+    system = fs.make_system("michaelis-menten", eps=0.01)
+    with pytest.raises(fs.InputError) as err:
+        multirate_map(system, 5.0, 3, tokens=False)
+    text = str(err.value)
+    assert re.fullmatch(
+        r"block 0's slow step y \+ H g\(mean x, y\) took y from \[1\.0\] to \[-0\.666666\d*\], "
+        r"outside the michaelis-menten generator's domain \[0, 8\.98846e\+306\], where .*; "
+        r"expected a smaller H than 5, which keeps y inside\.", text)  # fmt: skip
+    assert err.value.block == 0 and err.value.y_blocks.tolist() == [[1.0]]
+    # H = 2 keeps y positive: it runs as before, the map's numbers and integrate's the same
+    run = multirate_map(system, 2.0, 5, tokens=False)
+    np.testing.assert_allclose(run["y_blocks"][:3, 0], [1.0, 0.333300201, 0.0476584805], rtol=1e-8)
+    ds = fs.integrate(system, (0.0, 10.0), method="multirate", H=2.0)
+    assert ds.attrs["status"] == "success"
+    assert ds.attrs["message"] == "5 blocks of slow time H=2, 100 tokens each"
+    np.testing.assert_array_equal(ds["y"].values, run["y_blocks"])
+    np.testing.assert_array_equal(ds["x"].values, run["x_blocks"])
+
+
+def test_integrate_reports_the_step_out_of_the_domain_as_a_status():
+    """Through integrate the same run ended as non_finite with 'non-finite values in the dataset:
+    p_st (5), manifold_distance (1)' and made-up states after t = 5."""
+    system = fs.make_system("michaelis-menten", eps=0.01)
+    ds = fs.integrate(system, (0.0, 10.0), method="multirate", H=5.0)
+    assert ds.attrs["status"] == "left_domain"
+    assert re.fullmatch(r"multirate stopped: left_domain at t = 5 \(block 0's slow step .* took y "
+                        r"from \[1\.0\] to \[-0\.666666\d*\], outside the michaelis-menten "
+                        r"generator's domain .*; a smaller H keeps y inside\)",
+                        ds.attrs["message"])  # fmt: skip
+    np.testing.assert_array_equal(ds["time"].values, [0.0, 5.0, 10.0])
+    np.testing.assert_array_equal(ds["y"].values[0], [1.0])
+    np.testing.assert_array_equal(ds["x"].values[0], system.x0)
+    assert np.isnan(ds["x"].values[1:]).all() and np.isnan(ds["y"].values[1:]).all()
+    # a batch: each trajectory its own status, the one inside the domain unchanged
+    y0 = np.array([[1.0], [100.0]])  # saturated: y falls by about 5 a block
+    batch = fs.integrate(system, (0.0, 10.0), method="multirate", H=5.0, y0=y0)
+    alone = multirate_map(system, 5.0, 2, x0=system.x0, y0=[100.0], tokens=False)
+    assert batch["status"].values.tolist() == ["left_domain", "success"]
+    np.testing.assert_array_equal(batch["y"].values[1], alone["y_blocks"])
+

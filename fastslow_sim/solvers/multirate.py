@@ -64,28 +64,42 @@ def block_rows(t0, t1, H, t_eval) -> np.ndarray:
 
 
 def solve_multirate(system, z0, t_eval, rtol, atol, eps=None, H=DEFAULT_H):
-    from ..multirate import multirate_map
+    """The map per trajectory; one whose slow step leaves the generator's domain gets status
+    `left_domain`, its states NaN from that block end on (`multirate.MapLeftDomainError`)."""
+    from ..multirate import MapLeftDomainError, multirate_map
 
     t0, t1 = float(t_eval[0]), float(t_eval[-1])
     n_blocks = whole_blocks(t0, t1, H)
     n = system.n_fast
-    z = np.empty((n_blocks + 1, z0.shape[0], z0.shape[1]))
-    P = []
-    for b in range(z0.shape[0]):
+    B = z0.shape[0]
+    z = np.full((n_blocks + 1, B, z0.shape[1]), np.nan)
+    P, status, message, nfev = [], [], [], []
+    for b in range(B):
         one = system if eps is None else system.with_eps(float(eps[b]))
-        run = multirate_map(one, H, n_blocks, None, z0[b, :n], z0[b, n:], tokens=False)
+        try:
+            run = multirate_map(one, H, n_blocks, None, z0[b, :n], z0[b, n:], tokens=False)
+        except MapLeftDomainError as stop:  # the rows before it kept, the rest NaN
+            done = len(stop.y_blocks)
+            z[:done, b] = np.concatenate([stop.x_blocks, stop.y_blocks], axis=1)
+            P.append(stop.P)
+            status.append("left_domain")
+            message.append(f"multirate stopped: left_domain at t = {t0 + done * H:.6g} "
+                           f"({stop.reason}; a smaller H keeps y inside)")  # fmt: skip
+            nfev.append(stop.block + 1)
+            continue
         z[:, b] = np.concatenate([run["x_blocks"], run["y_blocks"]], axis=1)
         P.append(run["P"])
-    B = z0.shape[0]
-    # each trajectory's own P (one eps per trajectory): its message, and the dataset's
-    # `tokens_per_block` only where they all share it (else the variable P_batch says each)
-    message = [f"{plural(n_blocks, 'block')} of slow time H={H:g}, {plural(p, 'token')} each"
-               for p in P]  # fmt: skip
-    stats = {"nfev": np.full(B, n_blocks), "njev": np.zeros(B, int), "nlu": np.zeros(B, int)}
+        status.append("success")
+        # each trajectory's own P (one eps per trajectory): its message, and the dataset's
+        # `tokens_per_block` only where they all share it (else the variable P_batch says each)
+        message.append(f"{plural(n_blocks, 'block')} of slow time H={H:g}, "
+                       f"{plural(run['P'], 'token')} each")  # fmt: skip
+        nfev.append(n_blocks)
+    stats = {"nfev": np.array(nfev), "njev": np.zeros(B, int), "nlu": np.zeros(B, int)}
     attrs = {"H": H}
     if len(set(P)) == 1:
         attrs["tokens_per_block"] = P[0]
-    return Solution(z, ["success"] * B, message, stats, t=t0 + H * np.arange(n_blocks + 1),
+    return Solution(z, status, message, stats, t=t0 + H * np.arange(n_blocks + 1),
                     attrs=attrs)  # fmt: skip
 
 
