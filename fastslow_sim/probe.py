@@ -16,7 +16,13 @@ stationary distribution of the generator that governs block `b` (from the corpus
 - `slow-state probe, untrained network`: its control, the same probe on the slow state
   `z_{b-1}` of the network as initialised (the run's seed, before any step; its gate is 0, so
   ungated): what a linear readout of random features of the past blocks already gives, so
-  that the trained probe's distance is judged against it, not against the baselines alone.
+  that the trained probe's distance is judged against it, not against the baselines alone;
+- `probe on the past blocks' histograms`: the same probe on the token histograms of every
+  earlier block of the window (by lag, with a mask where the window has none), no network at
+  all: a linear readout of what the slow path is given (its pooled inputs are linear in these
+  histograms). In the birth-death corpus `log p_st(y)` is linear in `y` and `y_b` in the past
+  blocks' mean states, so this control is strong: a slow state that reads out worse than it
+  holds less, linearly, than the raw histograms of the past.
 Baselines, on the same blocks: uniform; the training split's token frequencies; the previous
 block's histogram (anti-correlated with `p_st(y_b)` under the default negative feedback); the
 slow law replayed from `y = 1/2` over the previous 3 blocks' histograms (a short look-back
@@ -44,7 +50,7 @@ from .io import check_writable, save_json
 __all__ = ["load_run", "check_run", "phi_vs_pst", "save_result", "READOUTS"]
 
 READOUTS = ("model head", "slow-state probe", "slow-state probe, untrained network",
-            "Bayes filter, head readout", "Bayes filter p_st",
+            "probe on the past blocks' histograms", "Bayes filter, head readout", "Bayes filter p_st",
             "slow law over the last 3 blocks", "previous block's histogram", "corpus frequencies",
             "uniform", "y known")  # fmt: skip
 
@@ -129,6 +135,22 @@ def _fit_probe(X, Y, steps=200, l2=1e-4):
         return torch.softmax(Zs @ W + b, -1).detach().numpy()
 
     return predict
+
+
+def past_block_histograms(windows, P: int, V: int) -> np.ndarray:
+    """Features `(W, nb-1, (nb-1)(V+1))` of blocks `b = 1..nb-1` of windows `(W, >= nb P)`: for
+    each lag `j = 1..nb-1`, the token histogram of block `b - j` and a 1, or zeros where the
+    window starts after it (`nb = T // P` blocks of `T = windows.shape[1] - 1` tokens); block
+    `b` itself and later ones never enter."""
+    W = len(windows)
+    nb = (windows.shape[1] - 1) // P
+    hist = (windows[:, : nb * P].reshape(W, nb, P)[..., None] == np.arange(V)).mean(axis=2)
+    X = np.zeros((W, nb - 1, nb - 1, V + 1))  # (window, block b - 1, lag - 1, histogram + mask)
+    for b in range(1, nb):
+        lags = np.arange(b)  # lag - 1 = 0..b-1: blocks b-1 down to 0
+        X[:, b - 1, lags, :V] = hist[:, b - 1 - lags]
+        X[:, b - 1, lags, V] = 1.0
+    return X.reshape(W, nb - 1, -1)
 
 
 def _tv(a, b):
@@ -227,9 +249,14 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
         "uniform": np.full(target.shape, 1.0 / V),
         "y known": target,
     }
+    twin, tfirst = _windows(corpus, "train", T, probe_windows)
+    ttarget = pst_all[tfirst[:, None] + np.arange(1, nb)].reshape(-1, V)
+    features = (nb - 1) * (V + 1)
+    past = _fit_probe(past_block_histograms(twin, P, V).reshape(-1, features), ttarget)
+    readouts["probe on the past blocks' histograms"] = past(
+        past_block_histograms(win, P, V).reshape(-1, features)
+    ).reshape(target.shape)
     if slow is not None:
-        twin, tfirst = _windows(corpus, "train", T, probe_windows)
-        ttarget = pst_all[tfirst[:, None] + np.arange(1, nb)].reshape(-1, V)
 
         def probe(net, val_states, gated):  # fitted on training windows, read on validation
             _, states = _readouts(net, twin, P, gated)

@@ -385,7 +385,8 @@ def test_phi_vs_pst(tmp_path):
         runs[variant] = phi_vs_pst(tmp_path / variant)
     tv = runs["coupled"]["tv"]
     assert set(tv) == {"model head", "slow-state probe", "slow-state probe, untrained network",
-                       "Bayes filter, head readout", "Bayes filter p_st",
+                       "probe on the past blocks' histograms", "Bayes filter, head readout",
+                       "Bayes filter p_st",
                        "slow law over the last 3 blocks", "previous block's histogram",
                        "corpus frequencies", "uniform", "y known"}  # fmt: skip
     assert all(0 <= v["mean"] <= 1 and v["se"] >= 0 for v in tv.values())
@@ -394,8 +395,11 @@ def test_phi_vs_pst(tmp_path):
     assert tv["Bayes filter p_st"]["mean"] < 0.5 * tv["corpus frequencies"]["mean"]
     assert tv["Bayes filter, head readout"]["mean"] < 0.5 * tv["corpus frequencies"]["mean"]
     assert tv["slow law over the last 3 blocks"]["mean"] < tv["corpus frequencies"]["mean"]
-    # the baselines do not depend on the network
+    # the baselines and the network-free probe control do not depend on the network
     assert runs["dense"]["tv"]["uniform"] == tv["uniform"]
+    past = "probe on the past blocks' histograms"
+    assert runs["dense"]["tv"][past] == runs["frozen-gate"]["tv"][past] == tv[past]
+    assert tv[past]["mean"] < tv["corpus frequencies"]["mean"]  # the past carries y
     # a dense model has a head readout but no slow state to probe
     assert not any(k.startswith("slow-state probe") for k in runs["dense"]["tv"])
     assert "model head" in runs["dense"]["tv"]
@@ -1029,3 +1033,24 @@ def test_run_folder_refusal_states_the_rule_it_applies(tmp_path):
         f"--out {str(tmp_path)!r} already holds summary.json (another run's, or a file of "
         f"yours); expected a folder without a run's files ({', '.join(RUN_FILES)}), or --resume "
         f"to continue the run there.")  # fmt: skip
+
+
+def test_past_block_histograms_hold_earlier_blocks_only():
+    """The network-free probe control of phi-vs-pst: block b's features are the histograms of
+    blocks b-1, b-2, ... by lag, with a mask, and nothing of block b or later."""
+    from fastslow_sim.probe import past_block_histograms
+
+    rng = np.random.default_rng(0)
+    P, V, nb = 4, 3, 5
+    win = rng.integers(0, V, size=(2, nb * P + 1))
+    X = past_block_histograms(win, P, V).reshape(2, nb - 1, nb - 1, V + 1)
+    hist = np.stack([np.bincount(win[0, k * P:(k + 1) * P], minlength=V) / P for k in range(nb)])
+    for b in range(1, nb):
+        for lag in range(1, nb):
+            want = np.append(hist[b - lag], 1.0) if lag <= b else np.zeros(V + 1)
+            np.testing.assert_array_equal(X[0, b - 1, lag - 1], want)
+    later = win.copy()
+    later[:, 2 * P:] = (later[:, 2 * P:] + 1) % V  # blocks 2.. changed: blocks 1 and 2 read none
+    Y = past_block_histograms(later, P, V).reshape(2, nb - 1, -1)
+    np.testing.assert_array_equal(Y[:, :2], X.reshape(2, nb - 1, -1)[:, :2])
+    assert not np.array_equal(Y[:, 2], X.reshape(2, nb - 1, -1)[:, 2])
