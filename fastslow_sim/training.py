@@ -1059,7 +1059,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     gate = np.full((len(arms), seeds, L), np.nan)
     for i, arm in enumerate(arms):
         for j, r in enumerate(runs[arm]):
-            gate[i, j, : len(r["gates"])] = [abs(float(np.mean(g))) for g in r["gates"]]
+            gate[i, j, : len(r["gates"])] = [gate_size(g) for g in r["gates"]]
     ds = xr.Dataset(
         {
             "val_loss": (("arm", "seed"), np.array([[r["val_loss"] for r in runs[a]] for a in arms]),
@@ -1071,7 +1071,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
             "tokens": (("arm", "seed"), np.array([[r["tokens"] for r in runs[a]] for a in arms]),
                        {"long_name": "tokens trained (whole steps)", "units": "tokens"}),
             "gate_abs": (("arm", "seed", "layer"), gate,
-                         {"long_name": "final |tanh(alpha)| per layer (NaN: no such layer)"}),
+                         {"long_name": "final |tanh(alpha)| per layer, mean over channels for "
+                                       "channel gates (NaN: no such layer)"}),
             "params": ("arm", np.array([table["arms"][a]["params"] for a in arms]),
                        {"long_name": "parameters"}),
             "flops_per_token": ("arm", np.array([table["arms"][a]["flops_per_token"] for a in arms]),
@@ -1129,6 +1130,12 @@ def _finished_run(cfg: TrainConfig, corpus: Corpus | None = None) -> dict | None
     return s if same and not _corpus_changed(s.get("corpus_sha256"), corpus) else None
 
 
+def gate_size(gate) -> float:
+    """`|tanh(alpha)|` of one layer's gate: its value for a scalar gate, the mean over channels
+    of a channel gate (not the size of the mean, which gates of both signs would cancel)."""
+    return float(np.mean(np.abs(gate)))
+
+
 def ablation_table(runs: dict, margin: float = 0.01) -> dict:
     """`{"arms": {name: {...}}, "comparisons": [...]}` from `{arm: [summary per seed]}`."""
     arms = {}
@@ -1144,9 +1151,8 @@ def ablation_table(runs: dict, margin: float = 0.01) -> dict:
             "wall_time_s": wall,
             "wall_ratio_to_dense": float(wall / dense_wall) if dense_wall else None,
             **_tokens_and_steps(rs),
-            "gate_abs_per_layer": np.mean(
-                [[abs(float(np.mean(g))) for g in r["gates"]] for r in rs], axis=0
-            ).tolist(),
+            "gate_abs_per_layer": np.mean([[gate_size(g) for g in r["gates"]] for r in rs],
+                                          axis=0).tolist(),  # fmt: skip
         }
     comparisons = []
     for a, b in _comparison_pairs(list(runs)):

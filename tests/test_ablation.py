@@ -519,3 +519,15 @@ def test_phi_vs_pst_checks_every_folder_before_writing(phi_runs, tmp_path, other
     assert res.output.count("\n") == 1 and "Traceback" not in res.output
     assert ("no checkpoint" if other == "missing" else "needs an 'me' corpus") in res.output
     assert not (run / "phi_vs_pst.json").exists()
+
+
+def test_channel_gates_are_sized_by_their_mean_magnitude():
+    """gate_abs_per_layer was |mean(g)|: channel gates of both signs cancelled to 0."""
+    from fastslow_sim.training import ablation_table
+
+    runs = _runs({"dense": [1.5, 1.6], "coupled": [1.4, 1.5]})
+    for r in runs["coupled"]:
+        r["gates"] = [[0.1, -0.1, 0.2, -0.2]]
+    table = ablation_table(runs)
+    assert table["arms"]["coupled"]["gate_abs_per_layer"] == [pytest.approx(0.15)]
+    assert table["arms"]["dense"]["gate_abs_per_layer"] == [0.5]  # a scalar gate: its size
