@@ -88,6 +88,8 @@ def _split(tokens):
 
 def text_corpus(path) -> Corpus:
     """Byte-level tokens of the file at `path`, memory-mapped."""
+    if str(path) == "":  # Path("") is ".", a folder
+        raise InputError("the corpus path after 'text:' is empty; expected text:PATH, a file.")
     p = Path(path)
     if not p.exists():
         raise InputError(f"corpus file {str(p)!r} does not exist.")

@@ -94,8 +94,11 @@ class MECorpusConfig:
         positive_int("context")
         positive_int("seed", 0)
         blocks = max(1, -(-self.context // self.P))  # the context in whole blocks of P tokens
-        positive_int("tokens", 20 * self.P * blocks,
-                     f" (20 windows of the context {self.context}, {blocks} blocks of P={self.P})")
+        # two validation windows (a standard error across them), in the last tenth
+        val = blocks + -(-(self.context + 1) // self.P)  # `me_corpus`'s split and windows
+        positive_int("tokens", 10 * self.P * val,
+                     f" (two validation windows of the context {self.context} in its last tenth, "
+                     f"{val} blocks of P={self.P})")
         if self.tokens > MAX_TOKENS:
             raise InputError(
                 f"the me corpus holds at most {MAX_TOKENS:,} tokens (about 160 bytes of memory "
@@ -232,14 +235,13 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or key not in types:
-            raise InputError(
-                f"corpus option {item!r} is not NAME=VALUE with NAME one of {sorted(types)}."
-            )
+            names = sorted(set(types) - {"P", "context"})  # those two are the command's options
+            raise InputError(f"corpus option {item!r} is not NAME=VALUE with NAME one of {names}.")
         if key in kwargs:  # `tokens=1M,tokens=2M` had trained on the last one
             raise InputError(f"corpus option {key} is given twice in {spec!r}; expected it once.")
         if key in ("P", "context"):  # one source of truth: the model's own P and context
-            flag = "--P" if key == "P" else "--context"
-            raise InputError(f"corpus option {key} is set with {flag}, not in the corpus spec.")
+            raise InputError(f"{key} is set with the command's --{key} option, not in the corpus "
+                             f"spec ({spec}); expected --{key} {value.strip() or 'N'}.")  # fmt: skip
         no_underscore(f"corpus option {key}", value)
         try:
             if types[key] in ("int", int):

@@ -32,7 +32,7 @@ that minimises log loss shows, the chain not having mixed completely: a referenc
 bound on TV, since a head could come closer to `p_st` by leaning less on the previous tokens,
 down to the filter's posterior mean of `p_st`); and `y` known (TV 0).
 Distance: total variation `1/2 sum_i |a_i - b_i|`, mean over blocks with the standard error
-across windows (blocks of one window are correlated).
+across windows (blocks of one window are correlated; None for a single window).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from .bridge import BridgeConfig, FastSlowLM
 from .corpora import load_corpus
 from .errors import InputError
 from .io import check_writable, save_json
+from .wording import plural
 
 __all__ = ["load_run", "check_run", "phi_vs_pst", "save_result", "READOUTS"]
 
@@ -166,7 +167,8 @@ def _windows(corpus, split, T, limit):
 def check_run(run_dir):
     """`(model, train_config, progress, corpus)` of the run in `run_dir` once it passes every
     check phi-vs-pst makes before any work (a checkpoint of an me-corpus run whose context
-    holds at least two blocks, a result path that may be written); else `InputError`."""
+    holds at least two blocks and whose validation split two windows, a result path that may be
+    written); else `InputError`."""
     model, tcfg, progress = _load(run_dir)
     check_writable(Path(run_dir) / "phi_vs_pst.json", "phi-vs-pst result")  # before the work
     bad = [name for name, w in model.named_parameters() if not bool(torch.isfinite(w).all())]
@@ -188,17 +190,26 @@ def check_run(run_dir):
         raise InputError(
             f"run {str(run_dir)!r}: the context {T} holds fewer than two blocks of P={P}."
         )
-    corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
+    try:
+        corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
+    except InputError as err:  # a corpus this version refuses (too small for two windows)
+        raise InputError(f"run {str(run_dir)!r}: {err}") from None
     if corpus.stats["config"]["P"] != P:
         raise InputError(f"run {str(run_dir)!r}: the model's P={P} differs from the corpus's "
                          f"P={corpus.stats['config']['P']}.")  # fmt: skip
+    n_val = len(corpus.window_starts("val", T))
+    if n_val < 2:  # the standard errors are across windows
+        raise InputError(f"run {str(run_dir)!r}: its corpus {corpus_spec!r} has "
+                         f"{plural(n_val, 'validation window')} of {T + 1} tokens; expected at "
+                         f"least two, for a standard error across windows.")  # fmt: skip
     return model, tcfg, progress, corpus
 
 
 def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins: int = 12,
                write: bool = True, checked: tuple | None = None) -> dict:
     """Mean TV distance to `p_st(y_b)` of every readout and baseline (module docstring), with
-    standard errors, and the readouts binned by `y` for the figure; written to
+    standard errors, and the readouts binned by `y` for the figure (bins with no block left
+    out); written to
     `run_dir/phi_vs_pst.json` (`write=False`: not written; `save_result` writes it). The
     tokens are those the checkpoint's steps trained, `finished` says whether it holds every
     planned step. `checked`: what `check_run(run_dir)` returned, where the caller checked the
@@ -275,17 +286,18 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     for name in READOUTS:
         if name in readouts:
             per_window = _tv(readouts[name], target).mean(axis=1)  # (W,)
-            tv[name] = {"mean": float(per_window.mean()),
-                        "se": float(per_window.std(ddof=1) / np.sqrt(W)) if W > 1 else float("nan")}  # fmt: skip
+            tv[name] = {"mean": float(per_window.mean()),  # se None: one window, none to give
+                        "se": float(per_window.std(ddof=1) / np.sqrt(W)) if W > 1 else None}  # fmt: skip
     y_blocks = ys[blocks].reshape(-1)
     edges = np.quantile(y_blocks, np.linspace(0, 1, bins + 1))
     which = np.clip(np.searchsorted(edges, y_blocks, side="right") - 1, 0, bins - 1)
-    binned = {"y": [float(y_blocks[which == k].mean()) for k in range(bins)]}
+    filled = [k for k in range(bins) if (which == k).any()]  # a bin with no block is left out
+    binned = {"y": [float(y_blocks[which == k].mean()) for k in filled]}
     for name in ("y known", "model head", "slow-state probe", "slow-state probe, untrained network",
                  "Bayes filter, head readout"):
         if name in readouts:
             flat = readouts[name].reshape(-1, V)
-            binned[name] = [flat[which == k].mean(axis=0).tolist() for k in range(bins)]
+            binned[name] = [flat[which == k].mean(axis=0).tolist() for k in filled]
     result = {
         "run": str(run_dir),
         "arm": tcfg.get("arm") or tcfg["variant"],

@@ -521,6 +521,56 @@ def test_phi_vs_pst_checks_every_folder_before_writing(phi_runs, tmp_path, other
     assert not (run / "phi_vs_pst.json").exists()
 
 
+def _untrained_run(path, corpus):
+    """A run folder whose checkpoint holds `PHI_TINY`'s network as initialised (no training:
+    phi-vs-pst reads any checkpoint), on the me `corpus` at context 16 and P=4."""
+    from dataclasses import asdict
+
+    cfg = TrainConfig(corpus=corpus, out=str(path), tokens=64, **PHI_TINY)
+    mcfg = cfg.model_config(8)  # the me corpus's 8 states
+    torch.manual_seed(0)
+    path.mkdir()
+    torch.save({"model": FastSlowLM(mcfg).state_dict(), "model_config": mcfg.to_dict(),
+                "train_config": asdict(cfg), "step": 1, "world_size": 1}, path / "ckpt.pt")  # fmt: skip
+    return path
+
+
+def test_phi_vs_pst_refuses_a_corpus_with_one_validation_window(tmp_path):
+    """me:tokens=340 at context 16 had one validation window: phi-vs-pst printed `± nan` with
+    RuntimeWarnings and exited 0; the corpus now needs two (360 tokens), and says so."""
+    run = _untrained_run(tmp_path / "r340", "me:tokens=340")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 2 and "nan" not in res.output
+    assert res.output == (f"Error: run {str(run)!r}: the me corpus needs an integer tokens >= 360 "
+                          f"(two validation windows of the context 16 in its last tenth, 9 blocks "
+                          f"of P=4); got 340.\n")  # fmt: skip
+    assert not (run / "phi_vs_pst.json").exists()
+
+
+def test_phi_vs_pst_of_one_window_has_no_standard_error_and_no_empty_bin(tmp_path):
+    """One window (max_windows=1) gave se NaN, and the y bins without a block "Mean of empty
+    slice" (a RuntimeWarning, an error here); se is now None, shown as n/a, and such bins are
+    left out."""
+    from fastslow_sim.cli.network import _mean_se
+    from fastslow_sim.probe import phi_vs_pst
+
+    r = phi_vs_pst(_untrained_run(tmp_path / "r", "me:tokens=360"), max_windows=1, write=False)
+    assert r["windows"] == 1 and all(tv["se"] is None for tv in r["tv"].values())
+    assert _mean_se(r["tv"]["uniform"]).endswith(" ± n/a")
+    assert 1 <= len(r["binned"]["y"]) <= r["blocks"] == 3
+    assert all(len(v) == len(r["binned"]["y"]) and np.isfinite(v).all()
+               for v in r["binned"].values())  # fmt: skip
+
+
+def test_phi_vs_pst_computes_a_folder_given_twice_once(tmp_path):
+    """`phi-vs-pst r1 r1` computed the run twice, printed two rows and wrote the file twice."""
+    run = _untrained_run(tmp_path / "r1", "me:tokens=360")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run), f"{run}/", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["run"] for line in res.stdout.splitlines()] == [str(run)]
+    assert res.stderr == f"note: {run}/ is the run folder {run} again; it is computed once.\n"
+
+
 def test_channel_gates_are_sized_by_their_mean_magnitude():
     """gate_abs_per_layer was |mean(g)|: channel gates of both signs cancelled to 0."""
     from fastslow_sim.training import ablation_table

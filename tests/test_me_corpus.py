@@ -1,6 +1,7 @@
 """The master-equation corpus: y is a function of the past tokens, and its Bayes floor is
 computed exactly (attained on a long sample, beaten by no predictor from past tokens)."""
 
+import json
 import math
 import re
 
@@ -171,14 +172,15 @@ def test_spec_seed_with_spaces_is_the_seed_used():
 
 
 def test_spec_is_validated_at_the_given_context_and_P():
-    """`tokens=3k` is enough at context 16 (20 windows of 2 blocks of 8); it had been refused
+    """`tokens=3k` is enough at context 16 (two validation windows in its last tenth, 400); it had been refused
     as if at the default context 256, in a message naming 256."""
     corpus = load_corpus("me:tokens=3k", P=8, context=16)
     assert corpus.stats["config"]["tokens"] == 3000 and corpus.stats["config"]["context"] == 16
     assert corpus.name == "me:tokens=3000"  # P and context are not spec options
     assert parse_me_spec("me:tokens=3k", P=8, context=16) == MECorpusConfig(tokens=3000, context=16)
     with pytest.raises(fs.InputError, match=re.escape(
-            "tokens >= 640 (20 windows of the context 32, 4 blocks of P=8); got 500.")):
+            "tokens >= 720 (two validation windows of the context 32 in its last tenth, 9 blocks "
+            "of P=8); got 500.")):
         parse_me_spec("me:tokens=500", P=8, context=32)
     assert parse_me_spec("me") == MECorpusConfig() and _spec_name(MECorpusConfig()) == "me"
 
@@ -362,18 +364,51 @@ def test_a_beta_near_float64s_largest_is_refused_with_its_true_range_and_no_warn
 
 
 def test_too_few_tokens_for_the_context_says_where_the_bound_comes_from():
-    """The least number of tokens is 20 windows of the context in whole blocks: the sentence
+    """The least number of tokens puts two windows of the context in the validation tenth: the sentence
     names the context and P (it said "needs tokens >= 2000000" for a --context never named)."""
     with pytest.raises(InputError) as info:
         MECorpusConfig(context=100_000)
     assert str(info.value) == (
-        "the me corpus needs an integer tokens >= 2000000 (20 windows of the context 100000, "
-        "12500 blocks of P=8); got 1200000."
+        "the me corpus needs an integer tokens >= 2000080 (two validation windows of the context "
+        "100000 in its last tenth, 25001 blocks of P=8); got 1200000."
     )
-    with pytest.raises(InputError, match=r"tokens >= 160 \(20 windows of the context 3, 1 blocks "
-                                         r"of P=8\); got 100\."):  # fmt: skip
+    with pytest.raises(InputError, match=r"tokens >= 160 \(two validation windows of the context 3 "
+                                         r"in its last tenth, 2 blocks of P=8\); got 100\."):  # fmt: skip
         MECorpusConfig(tokens=100, context=3)
     assert MECorpusConfig(tokens=160, context=3).tokens == 160  # the bound itself is allowed
+
+
+def test_the_least_corpus_has_two_validation_windows():
+    """me:tokens=700 at context 32 passed the old bound (20 windows in all, 640) with one
+    validation window: reference losses from one window, phi-vs-pst's standard error NaN."""
+    res = CliRunner().invoke(main, ["corpus", "me:tokens=700", "--context", "32"])
+    assert res.exit_code == 2 and res.output == (
+        "Error: the me corpus needs an integer tokens >= 720 (two validation windows of the "
+        "context 32 in its last tenth, 9 blocks of P=8); got 700.\n")  # fmt: skip
+    res = CliRunner().invoke(main, ["corpus", "me:tokens=720", "--context", "32", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["reference_windows"] == 2, res.output
+
+
+def test_P_and_context_are_command_options_not_spec_names():
+    """`corpus me:foo=1` listed P and context among the spec's names, which `me:P=4` refused as
+    "set with --P" (though no --P was typed)."""
+    res = CliRunner().invoke(main, ["corpus", "me:foo=1"])
+    assert res.exit_code == 2 and res.output == (
+        "Error: corpus option 'foo=1' is not NAME=VALUE with NAME one of ['H', 'beta', "
+        "'feedback', 'n_states', 'rate', 'seed', 'tokens', 'y0'].\n")  # fmt: skip
+    res = CliRunner().invoke(main, ["corpus", "me:P=4"])
+    assert res.exit_code == 2 and res.output == (
+        "Error: P is set with the command's --P option, not in the corpus spec (me:P=4); "
+        "expected --P 4.\n")  # fmt: skip
+    with pytest.raises(InputError, match=re.escape("(me:beta=2,context=64); expected --context 64.")):
+        parse_me_spec("me:beta=2,context=64")
+
+
+def test_text_corpus_with_an_empty_path_says_so():
+    """`corpus text:` said "corpus path '.' is not a file" (Path('') is '.')."""
+    res = CliRunner().invoke(main, ["corpus", "text:"])
+    assert res.exit_code == 2 and res.output == (
+        "Error: the corpus path after 'text:' is empty; expected text:PATH, a file.\n")
 
 
 def test_a_token_count_between_blocks_is_said_to_be_rounded_down():

@@ -86,7 +86,8 @@ def plot_tv_sweep(rows: list, ax=None):
             for key, marker in (("model head", "o-"), ("slow-state probe", "s--")):
                 if all(key in r["tv"] for r in rs):
                     ax.errorbar(x, [r["tv"][key]["mean"] for r in rs],
-                                yerr=[r["tv"][key]["se"] for r in rs], fmt=marker, color=color,
+                                yerr=[np.nan if r["tv"][key]["se"] is None else r["tv"][key]["se"]
+                                      for r in rs], fmt=marker, color=color,  # None: one window
                                 ms=4, capsize=2, label=f"{arm}: {key}")  # fmt: skip
         if sel:
             rs = sorted({r[xkey]: r for r in sel}.values(), key=lambda r: r[xkey])

@@ -403,6 +403,15 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     """
     from ..probe import READOUTS, check_run, phi_vs_pst, save_result
 
+    first = {}  # a folder given twice (`r1 r1`, `r1 ./r1`) is computed, shown and written once
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in first:
+            click.echo(f"note: {d} is the run folder {first[key]} again; it is computed once.",
+                       err=True)  # fmt: skip
+        else:
+            first[key] = d
+    run_dirs = list(first.values())
     # every folder checked before any work, and any result written
     checked = [check_run(d) for d in run_dirs]
     results = [phi_vs_pst(d, write=False, checked=c) for d, c in zip(run_dirs, checked)]
@@ -417,8 +426,7 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     click.echo("| run | arm | tokens | P | " + " | ".join(cols) + " |")
     click.echo("|---|---|---:|---:|" + "---:|" * len(cols))
     for r in results:
-        cells = [f"{r['tv'][c]['mean']:.4f} ± {r['tv'][c]['se']:.4f}" if c in r["tv"] else "-"
-                 for c in cols]  # fmt: skip
+        cells = [_mean_se(r["tv"][c]) if c in r["tv"] else "-" for c in cols]
         tokens = f"{r['tokens']:,}" + ("" if r["finished"] else " (stopped early)")
         click.echo(f"| {r['run']} | {r['arm']} | {tokens} | {r['P']} | " + " | ".join(cells) + " |")
     for r in results:
@@ -427,6 +435,11 @@ def phi_vs_pst_cmd(run_dirs, as_json):
                        f"{r['steps']:,} of {plural(r['steps_planned'], 'step', spec=',')} "
                        f"({r['tokens']:,} of {r['tokens_planned']:,} tokens trained).")  # fmt: skip
 
+
+def _mean_se(tv: dict) -> str:
+    """`mean ± se`, with `n/a` for a standard error that one window cannot give."""
+    se = "n/a" if tv["se"] is None or not np.isfinite(tv["se"]) else f"{tv['se']:.4f}"
+    return f"{tv['mean']:.4f} ± {se}"
 
 
 COMMANDS = [corpus, train_network, reproduce, phi_vs_pst_cmd]
