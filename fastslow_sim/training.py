@@ -198,13 +198,20 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(BETA1, cfg.beta2))
 
 
+def check_device(name, here: bool = True) -> None:
+    """`InputError` unless `name` is a device `train` takes (auto, cpu, cuda, cuda:N) and, with
+    `here`, one this process has (a dask worker elsewhere may have a CUDA device it lacks)."""
+    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda")
+                                         or re.fullmatch(r"cuda:[0-9]+", name)):  # fmt: skip
+        raise InputError(f"--device must be auto, cpu or cuda; got {name!r}.")
+    if here and name.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {name} was requested, but no CUDA device is available here.")
+
+
 def _device(name: str) -> torch.device:
+    check_device(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise InputError(f"--device must be auto, cpu or cuda; got {name!r}.")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was requested, but no CUDA device is available here.")
     return torch.device(name)
 
 
@@ -308,6 +315,11 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
             f"to {count_text(MAX_STEPS * batch)} ({MAX_STEPS:,} steps of one batch); "
             f"got {count_text(cfg.tokens)}."
         )
+    v = cfg.P  # the model's own check names P, not the option (`BridgeConfig`)
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cfg.block_size:
+        raise InputError(f"{called('P')} must be an integer from 1 to the context length "
+                         f"{int_text(cfg.block_size)} ({called('block_size')}); got {v!r}.")  # fmt: skip
+    check_device(cfg.device, here=False)  # its name; whether this process has it: `_device`
     for name in ("lr", "min_lr", "grad_clip"):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
@@ -676,6 +688,13 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         free = RESULT_FREE + _corpus_free({**saved_cfg, "corpus_sha256":
                                            checkpoint.get("corpus_sha256")}, cfg, corpus)  # fmt: skip
         diff = _difference(saved_cfg, cfg.comparable(), names, free=free)
+        held_arm = saved_cfg.get("arm")
+        if diff and held_arm and held_arm != cfg.arm:  # no option of train-network sets `arm`
+            raise InputError(
+                f"--resume: the run folder {str(out)!r} holds a run of reproduce's arm "
+                f"{held_arm!r}; expected reproduce again with the same settings, which finishes "
+                f"that run or reuses it."
+            )
         if diff:
             raise InputError(
                 f"--resume: the checkpoint in {str(out)!r} is from another configuration ({diff})."
@@ -1010,10 +1029,14 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     base = dict(base or {})
     fields = TrainConfig.__dataclass_fields__
     _validate(TrainConfig(**{k: v for k, v in base.items() if k in fields}, tokens=tokens), names)
+    if scheduler is None and client is None:  # the runs train on this machine
+        check_device(base.get("device", "auto"))
     if not parents:
         _check_parent(Path(out), "reproduce folder")
     if Path(out).is_dir():  # refused before hours of training, not after
         check_writable(Path(out) / "ablation.nc", "ablation")
+        _check_held_ablation(Path(out) / "ablation.nc", arms, seeds,
+                             (names or {}).get("run_folders", "--out"))  # fmt: skip
     corpus = load_corpus(corpus_spec, P=base.get("P", 8), context=base.get("block_size", 256))
     options = {k: v for k, v in base.items() if k not in ("progress", "out")}
     options.update(corpus=corpus_spec, tokens=str(tokens))
@@ -1087,6 +1110,27 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     )  # fmt: skip
     save_dataset(ds, Path(out) / "ablation.nc")
     return table
+
+
+def _check_held_ablation(path: Path, arms, seeds: int, where: str = "--out") -> None:
+    """`InputError` where the ablation table in `path` holds arms or seeds that this call's
+    (`arms` x `seeds`) lacks: writing it would replace a larger grid's table. `where`: the
+    option that places the folder."""
+    from .io import load_dataset
+
+    try:
+        ds = load_dataset(path)
+        held, n = [str(a) for a in ds["arm"].values], int(ds.sizes["seed"])
+    except Exception:  # noqa: BLE001 - none or unreadable: no table to keep (`check_writable`)
+        return
+    if set(held) <= set(arms) and n <= seeds:
+        return
+    raise InputError(
+        f"{str(path)!r} holds the ablation of {', '.join(held)} x {plural(n, 'seed')}, which "
+        f"this call's {', '.join(arms)} x {plural(seeds, 'seed')} would replace; expected "
+        f"those arms and seeds or more (finished runs are reused), another folder ({where}), "
+        f"or that file moved away."
+    )
 
 
 def _runs_from_sweep(sw, arms, seeds) -> dict:

@@ -155,7 +155,7 @@ def test_reproduce_text_table(tmp_path, text_file):
     lines.clear()
     before = (tmp_path / "t" / "dense-seed0" / "ckpt.pt").read_bytes()
     with pytest.raises(fs.InputError, match="holds a run of another configuration"):
-        reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t"), TINY)
+        reproduce(f"text:{text_file}", 1000, 2, ["dense", "coupled"], str(tmp_path / "t"), TINY)
     assert (tmp_path / "t" / "dense-seed0" / "ckpt.pt").read_bytes() == before
     reproduce(f"text:{text_file}", 1000, 1, ["dense"], str(tmp_path / "t2"), TINY, log=lines.append)
     assert "(reused)" not in lines[0]  # other tokens, another folder: trained
@@ -382,6 +382,85 @@ def test_one_seed_prints_no_spread_and_no_interval():
     lo, hi = stats.t.interval(0.95, 1, loc=d.mean(), scale=d.std(ddof=1) / np.sqrt(2))
     assert f"| 1.6000 ± {np.std([1.5, 1.7], ddof=1):.4f} |" in text
     assert f"| -0.1500 | [{lo:+.4f}, {hi:+.4f}] | 1 |" in text
+
+
+def test_one_arm_table_says_there_is_no_comparison():
+    """One arm (or arms with no compared pair) printed the paired-differences heading over an
+    empty table, and a blank wall / dense cell where there is no dense arm."""
+    from fastslow_sim.cli.network import _format_ablation
+    from fastslow_sim.training import ablation_table
+
+    text = _format_ablation(ablation_table(_runs({"coupled": [1.4, 1.5]})), "random", 2048, 2)
+    assert text.splitlines()[-1] == "paired differences: none (one arm)"
+    assert "| a - b |" not in text and text.splitlines()[3].endswith("| 100 | - |")
+    two = _format_ablation(ablation_table(_runs({"coupled": [1.4], "frozen-gate": [1.5]})),
+                           "random", 2048, 1)  # fmt: skip
+    assert two.splitlines()[-1].startswith("paired differences: none (each arm is compared with")
+
+
+def _held_ablation(out, arms, seeds):
+    """An ablation.nc of `arms` x `seeds`, as reproduce writes it (its arm and seed grid)."""
+    import xarray as xr
+
+    out.mkdir()
+    ds = xr.Dataset({"val_loss": (("arm", "seed"), np.ones((len(arms), seeds)))},
+                    coords={"arm": arms, "seed": np.arange(seeds)})  # fmt: skip
+    fs.io.save_dataset(ds, out / "ablation.nc")
+    return (out / "ablation.nc").read_bytes()
+
+
+@pytest.mark.parametrize("arms, seeds", [("coupled", "2"), ("dense,coupled", "1")])
+def test_reproduce_never_replaces_the_table_of_a_larger_grid(tmp_path, arms, seeds):
+    """`--arms coupled` (or `--seeds 1`) on a folder of a 2-arm, 2-seed ablation replaced its
+    ablation.nc, which training-figures reads, with the smaller table: refused before any work."""
+    from fastslow_sim.training import _check_held_ablation
+
+    out = tmp_path / "abl"
+    held = _held_ablation(out, ["dense", "coupled"], 2)
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", "random", "--arms", arms, "--seeds",
+                                    seeds, "--tokens", "4k", "--context", "32", "--batch-size",
+                                    "2", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith(f"Error: {str(out / 'ablation.nc')!r} holds the ablation of "
+                                 f"dense, coupled x 2 seeds, which this call's ")  # fmt: skip
+    assert res.output.endswith("would replace; expected those arms and seeds or more (finished "
+                               "runs are reused), another folder (--out), or that file moved "
+                               "away.\n")  # fmt: skip
+    assert (out / "ablation.nc").read_bytes() == held and len(list(out.iterdir())) == 1
+    # the same grid or a larger one replaces it, as before
+    _check_held_ablation(out / "ablation.nc", ["dense", "coupled"], 2)
+    _check_held_ablation(out / "ablation.nc", ["coupled", "frozen-gate", "dense"], 3)
+
+
+@pytest.mark.parametrize("device, fragment", [
+    ("gpu", "--device must be auto, cpu or cuda; got 'gpu'."),
+    ("cuda:x", "--device must be auto, cpu or cuda; got 'cuda:x'."),
+    pytest.param("cuda", "--device cuda was requested, but no CUDA device is available here.",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")),
+])  # fmt: skip
+@pytest.mark.parametrize("workers", [[], ["--workers", "1"]])
+def test_reproduce_refuses_a_bad_device_before_writing(tmp_path, monkeypatch, device, fragment,
+                                                       workers):  # fmt: skip
+    """A bad --device wrote OUT/sweep.zarr, failed every run (exit 1) and kept the failed cells
+    on a rerun; refused now in train-network's sentence, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["reproduce", "--arms", "dense,coupled", "--tokens", "4k",
+                                    "--context", "32", "--batch-size", "2", "--seeds", "2",
+                                    "--device", device, "--out", "rpx", *workers])  # fmt: skip
+    assert res.exit_code == 2 and res.output == f"Error: {fragment}\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_cluster_may_train_on_a_cuda_device_this_process_lacks(monkeypatch):
+    """--scheduler: the workers may have the GPU this process lacks; only the name is checked."""
+    from fastslow_sim.training import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check_device("cuda:1", here=False)
+    with pytest.raises(fs.InputError, match="no CUDA device"):
+        check_device("cuda:1")
+    with pytest.raises(fs.InputError, match="got 'gpu'"):
+        check_device("gpu", here=False)
 
 
 def test_reproduce_labels_the_tokens_each_run_trained(tmp_path, text_file):

@@ -217,6 +217,23 @@ def test_resume_errors(tmp_path, text_file):
         train(_cfg(tmp_path, "r", spec, tokens=1000, resume=True), corpus)
 
 
+@pytest.mark.parametrize("arm, args", [("coupled", []), ("dense-matched", ["--variant", "dense"])])
+def test_resume_of_a_reproduce_run_says_to_run_reproduce_again(tmp_path, text_file, arm, args):
+    """train-network --resume on a run folder of reproduce named the internal `arm` (or
+    n_layer, for dense-matched), which no option sets; it says whose run it is now."""
+    from fastslow_sim.training import arm_config
+
+    fields = arm_config(arm, {**TINY, "corpus": f"text:{text_file}", "tokens": 256}, 256)
+    train(TrainConfig(**{**fields, "out": str(tmp_path / "r"), "stop_after_steps": 1}))
+    res = CliRunner().invoke(main, ["train-network", *args, "--corpus", f"text:{text_file}",
+                                    "--tokens", "256", "--context", "32", "--batch-size", "4",
+                                    "--P", "4", "--out", str(tmp_path / "r"), "--resume"])  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output == (f"Error: --resume: the run folder {str(tmp_path / 'r')!r} holds a run "
+                          f"of reproduce's arm {arm!r}; expected reproduce again with the same "
+                          f"settings, which finishes that run or reuses it.\n")  # fmt: skip
+
+
 def test_resume_refuses_a_checkpoint_made_on_other_contents_of_its_text_file(tmp_path, text_file):
     """--resume compared the settings only (the corpus is a path): a run went on training on
     another file's bytes. Refused in one sentence; a checkpoint without a fingerprint (saved
@@ -446,7 +463,7 @@ def test_train_network_cli(tmp_path, text_file):
         (["train-network", "--tokens", "lots"], "--tokens must be a positive count"),
         (["train-network", "--corpus", "text:/nonexistent/file.txt"], "does not exist"),
         (["train-network", "--corpus", "wiki"], "unknown corpus"),
-        (["train-network", "--P", "0"], "positive integer"),
+        (["train-network", "--P", "0"], "--P must be an integer from 1"),
         (["train-network", "--resume", "--out", "OUT/none"], "no checkpoint"),
         (["reproduce", "--arms", "dense,hybrid"], "--arms must name"),
         (["reproduce", "--arms", "dense,dense"], "--arms must name"),
@@ -491,6 +508,13 @@ ONE_BATCH = "--tokens must be from 2,048 (one batch: --batch-size 8 x --context 
          "18,000,000,000,000 (1,000,000 steps of one batch); got 1,000."),
         # the library's names (batch_size, block_size, ckpt_interval) were printed
         (["train-network", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
+        # "P must be a positive integer (P = 1/eps); got P=0.", but "--P ..." for --P nan
+        (["train-network", "--P", "0"],
+         "--P must be an integer from 1 to the context length 256 (--context); got 0."),
+        (["train-network", "--P", "nan"],
+         "--P must be an integer from 1 to the context length 256 (--context); got 'nan'."),
+        (["reproduce", "--P", "-3", "--context", "32"],
+         "--P must be an integer from 1 to the context length 32 (--context); got -3."),
         (["train-network", "--context", "0"], "--context must be a positive integer; got 0."),
         (["train-network", "--checkpoint-every", "0"], "--checkpoint-every must be a positive integer"),
         (["reproduce", "--batch-size", "0"], "--batch-size must be a positive integer; got 0."),
@@ -561,7 +585,25 @@ def test_default_run_folder_is_made_with_runs(tmp_path, monkeypatch):
                                     "128", "--context", "32", "--batch-size", "4", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["steps"] == 1
-    assert (tmp_path / "runs" / "coupled-me:tokens=20000-seed0" / "summary.json").is_file()
+    # named by the corpus's kind, as reproduce's folder is (was runs/coupled-me:tokens=20000-seed0)
+    assert (tmp_path / "runs" / "coupled-me-seed0" / "summary.json").is_file()
+
+
+def test_resume_finds_a_run_in_the_earlier_default_folder(tmp_path, monkeypatch):
+    """The default run folder was named by the whole corpus spec (`:`, `=`, `,` in it); a run
+    left there is still found by --resume without --out, the new name winning where both hold one."""
+    from fastslow_sim.cli.network import _default_run_folder
+
+    monkeypatch.chdir(tmp_path)
+    older, new = Path("runs/coupled-me:tokens=20k,beta=6-seed0"), Path("runs/coupled-me-seed0")
+    older.mkdir(parents=True)
+    (older / "ckpt.pt").write_bytes(b"")
+    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, False) == str(new)
+    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, True) == str(older)
+    assert _default_run_folder("coupled", "me:tokens=20k,beta=3", 0, True) == str(new)
+    new.mkdir()
+    (new / "ckpt.pt").write_bytes(b"")
+    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, True) == str(new)
 
 
 def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..bridge.variants import VARIANTS
 from ..errors import InputError
-from ..wording import plural
+from ..wording import int_text, plural
 from .common import (
     INTEGER,
     NUMBER,
@@ -120,9 +120,32 @@ OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size"
 
 
 def _base_config(P, device, batch_size, block_size, use_compile, threads):
-    _, P_int = parse_eps_P(None, P)
+    from ..validation import as_int, no_underscore
+
+    no_underscore("--P", P)
+    try:  # exactly, as parse_eps_P reads it; its range is `training._validate`'s, naming --P
+        P_int = as_int(P)
+    except (ValueError, OverflowError):
+        raise InputError(f"--P must be an integer from 1 to the context length {int_text(block_size)} "
+                         f"(--context); got {P!r}.") from None  # fmt: skip
     return {"P": P_int, "device": device, "batch_size": batch_size, "block_size": block_size,
             "compile": use_compile, "threads": threads}  # fmt: skip
+
+
+def _corpus_tag(spec: str) -> str:
+    """The corpus's kind in a default folder name: me, random, text (no `:`, `=` or `,`)."""
+    return spec.split(":")[0]
+
+
+def _default_run_folder(variant, corpus_spec, seed, resume) -> str:
+    """train-network's default run folder, named by the corpus's kind as reproduce's is; with
+    `resume`, the one named by the whole spec (the earlier default) where only it holds a
+    checkpoint."""
+    out = f"runs/{variant}-{_corpus_tag(corpus_spec)}-seed{seed}"
+    older = f"runs/{variant}-{'text' if corpus_spec.startswith('text:') else corpus_spec}-seed{seed}"
+    if resume and not Path(out, "ckpt.pt").exists() and Path(older, "ckpt.pt").is_file():
+        return older
+    return out
 
 
 @click.command("train-network")
@@ -139,7 +162,7 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
     default=None,
     metavar="DIR",
     callback=path_given("folder"),
-    help="Run folder [default: runs/VARIANT-CORPUS-seedS].",
+    help="Run folder [default: runs/VARIANT-CORPUS-seedS, CORPUS: me, random or text].",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
 @click.option(
@@ -185,8 +208,7 @@ def train_network(
     base = _base_config(P, device, batch_size, block_size, use_compile, threads)
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     if out is None:
-        tag = "text" if corpus_spec.startswith("text:") else corpus_spec
-        out = f"runs/{variant}-{tag}-seed{seed}"
+        out = _default_run_folder(variant, corpus_spec, seed, resume)
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
     check_run_folder(out, resume)
@@ -309,9 +331,8 @@ def reproduce(
     check_cluster_options(workers, scheduler)
     base = _base_config(P, device, batch_size, block_size, use_compile, threads)
     base["progress"] = not as_json
-    tag = "text" if corpus_spec.startswith("text:") else corpus_spec.split(":")[0]
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
-    out = out or f"runs/reproduce-{tag}"
+    out = out or f"runs/reproduce-{_corpus_tag(corpus_spec)}"
     log = (lambda *a: None) if as_json else click.echo
     from ..sweep import SweepError
 
@@ -364,7 +385,7 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
             if arm not in ("dense", "dense-matched")
             else "-"
         )
-        ratio = "" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
+        ratio = "-" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
         lines.append(f"| {arm} | {r['n_layer']} | {r['params']:,} | {r['flops_per_token'] / 1e6:.2f} M | "
                      f"{v.mean():.4f} ± {sd} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
     ref = table.get("references")
@@ -372,6 +393,11 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
         lines.append(f"references (same windows): oracle {ref['oracle_loss']:.4f}, Bayes floor "
                      f"{ref['bayes_floor_loss']:.4f}, ignore-y {ref['ignore_y_loss']:.4f}")  # fmt: skip
     m = table["margin"]
+    if not table["comparisons"]:
+        why = "one arm" if len(table["arms"]) == 1 else \
+            "each arm is compared with dense, and coupled with dense-matched and frozen-slow"  # fmt: skip
+        lines.append(f"paired differences: none ({why})")
+        return "\n".join(lines)
     lines += [f"paired differences a - b over seeds (nats/token), t-based 95% interval, margin ±{m}:",
               "| a - b | mean | 95% interval | df | verdict |", "|---|---:|---|---:|---|"]  # fmt: skip
     for c in table["comparisons"]:
