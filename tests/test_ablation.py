@@ -102,6 +102,7 @@ def test_me_training_and_evaluation_windows_are_aligned():
     assert np.array_equal(text.window_starts("val", 32), np.arange(0, 500 - 32, 32))
 
 
+@pytest.mark.slow  # 23 s; reproduce is covered in the default run by the text-table and retry tests
 def test_reproduce_pairs_arms_and_reports_json(tmp_path):
     out = tmp_path / "abl"
     # 20,000 corpus tokens (62 validation windows of 32) and 4 steps of 128 tokens per run: half

@@ -599,7 +599,8 @@ def test_lsoda_at_a_tiny_span_or_atol_finishes(args, tmp_path):
     assert abs(out["mass_error_max"]) < 1e-12
 
 
-@pytest.mark.parametrize("states, solver", [("16", "eigvals"), ("1100", "matrix_balance")])
+@pytest.mark.parametrize("states, solver", [
+    ("16", "eigvals"), pytest.param("1100", "matrix_balance", marks=pytest.mark.slow)])  # 8 s
 def test_integrate_computes_the_stiffness_index_once(states, solver, tmp_path, monkeypatch):
     """The CLI checks the inputs (check_inputs, before it makes the output folder) and then
     integrates them; both took the stiffness index, an eigenvalue solve of ~1 s at 1,024 states

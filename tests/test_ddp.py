@@ -92,6 +92,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow  # 11 s of torchrun; the ranks' agreement stays in the default run
 def test_non_finite_loss_on_one_rank_stops_both(tmp_path, corpus_args):
     script = tmp_path / "poison.py"
     script.write_text(POISON)

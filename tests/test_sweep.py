@@ -450,6 +450,7 @@ def test_manifold_and_convergence_cells(tmp_path):
 # -- dask ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 10 s; two workers on integrate cells stay in the default run
 def test_local_cluster_of_two_workers_manifold(tmp_path):
     """The default engine: a local cluster of two worker processes, here on cheap manifold
     cells, equal bit for bit to `manifold_dataset` called in this process."""
