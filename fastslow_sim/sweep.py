@@ -628,7 +628,7 @@ def _claim_train(cell):
 
 def _run_train(cells):
     """`train` of one network; a finished run of the same configuration in its folder is reused."""
-    from .training import _finished_run, check_run_folder, recorded_device_kind, train
+    from .training import _finished_run, check_run_folder, gate_size, recorded_device_kind, train
 
     (c,) = cells
     cfg, corpus = _train_config(c)
@@ -654,6 +654,8 @@ def _run_train(cells):
             "tokens": ((), int(s["tokens"]), _TOKENS_ATTRS),
             "gate": ("layer", np.array(gates, dtype=np.float64),
                      {"long_name": "final tanh(alpha) per layer (channel gates: their mean)"}),
+            "gate_abs": ("layer", np.array([gate_size(g) for g in s["gates"]], dtype=np.float64),
+                         _GATE_ABS_ATTRS),
             "run_dir": ((), str(cfg.out), {"long_name": "run folder (train.nc, summary.json, ckpt.pt)"}),
             "reused": ((), int(reused), {"long_name": "1: a finished run in the folder was reused"}),
             "device_kind": ((), recorded_device_kind(s.get("device")),
@@ -665,9 +667,13 @@ def _run_train(cells):
 
 
 def _train_recorded(ds: xr.Dataset) -> xr.Dataset:
-    """A finished train-network cell with `tokens`: one written before cells recorded them
-    (-1 in the store, as if not trained) has them from its own steps and params, steps x
+    """A train-network cell with `gate_abs` and, finished, `tokens`, where one written before
+    cells recorded them lacks them: `gate_abs` is `|gate|` (a scalar gate's size), `tokens`
+    (-1 in the store, as if not trained) come from its own steps and params, steps x
     batch_size x block_size (a cell trains in one process, and no arm changes the batch)."""
+    if "gate" in ds and "gate_abs" not in ds:  # the size of a scalar gate; |mean| of a channel one
+        ds = ds.copy()
+        ds["gate_abs"] = (ds["gate"].dims, np.abs(ds["gate"].values), _GATE_ABS_ATTRS)
     if "tokens" in ds or "steps" not in ds or "status" not in ds \
             or str(ds["status"].values) != STATUS_DONE:  # fmt: skip
         return ds
@@ -682,6 +688,8 @@ def _train_recorded(ds: xr.Dataset) -> xr.Dataset:
 
 
 _TOKENS_ATTRS = {"long_name": "tokens trained (whole steps)", "units": "tokens"}
+_GATE_ABS_ATTRS = {"long_name": "final |tanh(alpha)| per layer (channel gates: mean over "
+                                "channels; in cells written before it was kept, |gate|)"}
 
 
 def _auto_device_kind() -> str:

@@ -1135,7 +1135,7 @@ def _check_held_ablation(path: Path, arms, seeds: int, where: str = "--out") -> 
 
 def _runs_from_sweep(sw, arms, seeds) -> dict:
     """`{arm: [summary per seed]}` with the fields `ablation_table` reads, from the sweep store
-    (gates of a channel gate are their mean per layer; padding beyond `n_layer` dropped). A
+    (gates as their size per layer, `gate_size`; padding beyond `n_layer` dropped). A
     run's `tokens` are those its summary reported (a cell written before cells kept them has
     them from its steps and params: `sweep._train_recorded`, as the store is built)."""
     runs = {}
@@ -1151,7 +1151,7 @@ def _runs_from_sweep(sw, arms, seeds) -> dict:
                 "tokens_per_s": float(v["tokens_per_s"]), "params": int(v["params"]),
                 "flops_per_token_train": float(v["flops_per_token_train"]),
                 "n_layer": int(v["n_layer"]),
-                "gates": [float(g) for g in sw["gate"].values[i, j, : int(v["n_layer"])]],
+                "gates": [float(g) for g in sw["gate_abs"].values[i, j, : int(v["n_layer"])]],
             })  # fmt: skip
     return runs
 

@@ -661,3 +661,24 @@ def test_channel_gates_are_sized_by_their_mean_magnitude():
     table = ablation_table(runs)
     assert table["arms"]["coupled"]["gate_abs_per_layer"] == [pytest.approx(0.15)]
     assert table["arms"]["dense"]["gate_abs_per_layer"] == [0.5]  # a scalar gate: its size
+
+
+def test_reproduce_sizes_channel_gates_by_their_mean_magnitude(tmp_path, monkeypatch):
+    """The sweep cells kept a channel gate as its signed mean per layer, and reproduce's table
+    and ablation.nc took |mean| of that: gates of both signs cancelled to 0."""
+    from fastslow_sim import training
+
+    real = training.train
+
+    def channel_gates(cfg, corpus=None, log=print):
+        s = real(cfg, corpus, log=log)
+        s["gates"] = [[0.1, -0.1, 0.2, -0.2] for _ in s["gates"]]
+        return s
+
+    monkeypatch.setattr(training, "train", channel_gates)
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", "me:tokens=20000", "--tokens", "256",
+                                    "--seeds", "1", "--P", "4", "--context", "32", "--batch-size",
+                                    "4", "--arms", "coupled", "--out", str(tmp_path / "r")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ds = fs.load_dataset(tmp_path / "r" / "ablation.nc")
+    np.testing.assert_allclose(ds["gate_abs"].sel(arm="coupled").values, 0.15)

@@ -585,25 +585,18 @@ def test_default_run_folder_is_made_with_runs(tmp_path, monkeypatch):
                                     "128", "--context", "32", "--batch-size", "4", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["steps"] == 1
-    # named by the corpus's kind, as reproduce's folder is (was runs/coupled-me:tokens=20000-seed0)
-    assert (tmp_path / "runs" / "coupled-me-seed0" / "summary.json").is_file()
+    # named by the whole spec, so that runs on other specs of one kind keep apart
+    assert (tmp_path / "runs" / "coupled-me:tokens=20000-seed0" / "summary.json").is_file()
 
 
-def test_resume_finds_a_run_in_the_earlier_default_folder(tmp_path, monkeypatch):
-    """The default run folder was named by the whole corpus spec (`:`, `=`, `,` in it); a run
-    left there is still found by --resume without --out, the new name winning where both hold one."""
+def test_default_run_folders_of_two_specs_of_one_kind_keep_apart():
+    """Runs on `me` and `me:tokens=20k` went (for a while) to one folder, runs/coupled-me-seed0,
+    and the second was refused; the whole spec names the folder, a text file's as `text`."""
     from fastslow_sim.cli.network import _default_run_folder
 
-    monkeypatch.chdir(tmp_path)
-    older, new = Path("runs/coupled-me:tokens=20k,beta=6-seed0"), Path("runs/coupled-me-seed0")
-    older.mkdir(parents=True)
-    (older / "ckpt.pt").write_bytes(b"")
-    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, False) == str(new)
-    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, True) == str(older)
-    assert _default_run_folder("coupled", "me:tokens=20k,beta=3", 0, True) == str(new)
-    new.mkdir()
-    (new / "ckpt.pt").write_bytes(b"")
-    assert _default_run_folder("coupled", "me:tokens=20k,beta=6", 0, True) == str(new)
+    assert _default_run_folder("coupled", "me", 0) == "runs/coupled-me-seed0"
+    assert _default_run_folder("coupled", "me:tokens=20k", 0) == "runs/coupled-me:tokens=20k-seed0"
+    assert _default_run_folder("dense", "text:/x/y.txt", 2) == "runs/dense-text-seed2"
 
 
 def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):

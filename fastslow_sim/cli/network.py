@@ -137,15 +137,11 @@ def _corpus_tag(spec: str) -> str:
     return spec.split(":")[0]
 
 
-def _default_run_folder(variant, corpus_spec, seed, resume) -> str:
-    """train-network's default run folder, named by the corpus's kind as reproduce's is; with
-    `resume`, the one named by the whole spec (the earlier default) where only it holds a
-    checkpoint."""
-    out = f"runs/{variant}-{_corpus_tag(corpus_spec)}-seed{seed}"
-    older = f"runs/{variant}-{'text' if corpus_spec.startswith('text:') else corpus_spec}-seed{seed}"
-    if resume and not Path(out, "ckpt.pt").exists() and Path(older, "ckpt.pt").is_file():
-        return older
-    return out
+def _default_run_folder(variant, corpus_spec, seed) -> str:
+    """train-network's default run folder, `runs/VARIANT-SPEC-seedS`: the whole corpus spec, so
+    that runs on different specs of one corpus kind (`me`, `me:tokens=20k`) keep apart; a text
+    corpus is `text` (its path would make folders)."""
+    return f"runs/{variant}-{'text' if corpus_spec.startswith('text:') else corpus_spec}-seed{seed}"
 
 
 @click.command("train-network")
@@ -162,7 +158,8 @@ def _default_run_folder(variant, corpus_spec, seed, resume) -> str:
     default=None,
     metavar="DIR",
     callback=path_given("folder"),
-    help="Run folder [default: runs/VARIANT-CORPUS-seedS, CORPUS: me, random or text].",
+    help="Run folder [default: runs/VARIANT-CORPUS-seedS, CORPUS the corpus spec (text for a text "
+         "file)].",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
 @click.option(
@@ -208,7 +205,7 @@ def train_network(
     base = _base_config(P, device, batch_size, block_size, use_compile, threads)
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     if out is None:
-        out = _default_run_folder(variant, corpus_spec, seed, resume)
+        out = _default_run_folder(variant, corpus_spec, seed)
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
     check_run_folder(out, resume)
