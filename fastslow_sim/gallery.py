@@ -252,6 +252,10 @@ def multirate_error_dataset(eps_values, H_values, H_fixed, t_end=2.0, system="bi
         ref_wall[i] = time.perf_counter() - t0
         for j, (h, stride) in enumerate(zip(H_values, strides)):
             run = integrate(s, (0.0, t_end), method="multirate", H=h)
+            if run.attrs["status"] != "success":  # its NaN rows would be an error of NaN
+                raise InputError(f"the multirate map at eps = {e:g}, H = {h:g} did not reach "
+                                 f"t_end ({run.attrs['message']}); expected H and eps that it "
+                                 f"runs through.")  # fmt: skip
             y_ref = ref["y"].values[::stride]
             x_ref = ref["x"].values[::stride]
             err_y[i, j] = np.max(np.abs(run["y"].values - y_ref))
@@ -592,6 +596,15 @@ def sweep_rows(path: Path) -> list:
     return r
 
 
+def _no_rows(path) -> bool:
+    """Whether the phi-vs-pst sweep file at `path` is JSON holding an empty list of rows."""
+    try:
+        held = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False  # not ours to judge here: `sweep_rows` refuses it in its own words
+    return held == [] or (isinstance(held, dict) and held.get("rows") == [])
+
+
 def _fig_phi_sweep(ctx):
     from .analysis import plot_tv_sweep
 
@@ -600,7 +613,9 @@ def _fig_phi_sweep(ctx):
     path = out / "phi_vs_pst_sweep.json"
     plan = sweep_plan(s)
     want = {_sweep_folder(out, sw, arm, tok, P, 0).name for sw, _, arm, tok, P in plan}
-    rows = sweep_rows(path) if path.is_file() else None
+    # a sweep file of no rows is refused where the figure reads it; computing, it is redone
+    empty = ctx.compute and path.is_file() and _no_rows(path)
+    rows = sweep_rows(path) if path.is_file() and not empty else None
     if rows is not None and (not ctx.compute or want <= {Path(r["run"]).name for r in rows}):
         ctx.used.append((str(path), "reused"))
     elif not ctx.compute:

@@ -18,7 +18,7 @@ stationary distribution of the generator that governs block `b` (from the corpus
   ungated): what a linear readout of random features of the past blocks already gives, so
   that the trained probe's distance is judged against it, not against the baselines alone;
 - `probe on the past blocks' histograms`: the same probe on the token histograms of every
-  earlier block of the window (by lag, with a mask where the window has none), no network at
+  earlier block of the window, up to 31 (by lag, with a mask where the window has none), no network at
   all: a linear readout of what the slow path is given (its pooled inputs are linear in these
   histograms). In the birth-death corpus `log p_st(y)` is linear in `y` and `y_b` in the past
   blocks' mean states, so this control is strong: a slow state that reads out worse than it
@@ -138,19 +138,24 @@ def _fit_probe(X, Y, steps=200, l2=1e-4):
     return predict
 
 
-def past_block_histograms(windows, P: int, V: int) -> np.ndarray:
-    """Features `(W, nb-1, (nb-1)(V+1))` of blocks `b = 1..nb-1` of windows `(W, >= nb P)`: for
-    each lag `j = 1..nb-1`, the token histogram of block `b - j` and a 1, or zeros where the
-    window starts after it (`nb = T // P` blocks of `T = windows.shape[1] - 1` tokens); block
-    `b` itself and later ones never enter."""
+PAST_LAGS_MAX = 31  # the probe control's look-back, in blocks: every earlier one at T/P = 32
+
+
+def past_block_histograms(windows, P: int, V: int, lags: int = PAST_LAGS_MAX) -> np.ndarray:
+    """Features `(W, nb-1, L(V+1))` of blocks `b = 1..nb-1` of windows `(W, >= nb P)`, `L =
+    min(lags, nb-1)`: for each lag `j = 1..L`, the token histogram of block `b - j` and a 1, or
+    zeros where the window starts after it (`nb = T // P` blocks of `T = windows.shape[1] - 1`
+    tokens); block `b` itself and later ones never enter. (Capped: at P = 1 every earlier
+    block would be W x 65,000 x 9 numbers.)"""
     W = len(windows)
     nb = (windows.shape[1] - 1) // P
+    L = min(lags, nb - 1)
     hist = (windows[:, : nb * P].reshape(W, nb, P)[..., None] == np.arange(V)).mean(axis=2)
-    X = np.zeros((W, nb - 1, nb - 1, V + 1))  # (window, block b - 1, lag - 1, histogram + mask)
+    X = np.zeros((W, nb - 1, L, V + 1))  # (window, block b - 1, lag - 1, histogram + mask)
     for b in range(1, nb):
-        lags = np.arange(b)  # lag - 1 = 0..b-1: blocks b-1 down to 0
-        X[:, b - 1, lags, :V] = hist[:, b - 1 - lags]
-        X[:, b - 1, lags, V] = 1.0
+        lag = np.arange(min(b, L))  # lag - 1: blocks b-1 down to max(0, b - L)
+        X[:, b - 1, lag, :V] = hist[:, b - 1 - lag]
+        X[:, b - 1, lag, V] = 1.0
     return X.reshape(W, nb - 1, -1)
 
 
@@ -262,7 +267,7 @@ def phi_vs_pst(run_dir, max_windows: int = 2000, probe_windows: int = 400, bins:
     }
     twin, tfirst = _windows(corpus, "train", T, probe_windows)
     ttarget = pst_all[tfirst[:, None] + np.arange(1, nb)].reshape(-1, V)
-    features = (nb - 1) * (V + 1)
+    features = min(PAST_LAGS_MAX, nb - 1) * (V + 1)
     past = _fit_probe(past_block_histograms(twin, P, V).reshape(-1, features), ttarget)
     readouts["probe on the past blocks' histograms"] = past(
         past_block_histograms(win, P, V).reshape(-1, features)

@@ -599,3 +599,23 @@ def test_training_figures_print_a_warning_as_one_line_as_figures_does(monkeypatc
     res = CliRunner().invoke(main, ["training-figures", "--runs", "runs", "--out-dir", "f"])
     assert res.exit_code == 0, res.output
     assert res.stderr == "Warning: the validation loss is drawn without those references.\n"
+
+
+def test_multirate_error_dataset_refuses_a_run_that_left_the_domain():
+    """At H = 5 the Michaelis-Menten map's slow step leaves y >= 0; the dataset held NaN errors
+    (and NaN orders) without a word, which the figure titled "slow error nan"."""
+    with pytest.raises(fs.InputError, match=r"^the multirate map at eps = 0.01, H = 5 did not "
+                                            r"reach t_end \(multirate stopped: left_domain"):
+        gallery.multirate_error_dataset([0.01], [5.0, 2.5], 2.5, t_end=10.0,
+                                        system="michaelis-menten")  # fmt: skip
+
+
+@pytest.mark.parametrize("text, empty", [('{"rows": []}', True), ("[]", True),
+                                          ('{"rows": [1]}', False), ("{", False)])
+def test_an_empty_sweep_file_is_redone_when_computing(tmp_path, text, empty):
+    """`sweep_rows` refuses a file of no rows (naming it); computing, the gallery redoes the
+    sweep over such a file, as it did before the refusal, and leaves the judging of any other
+    file to `sweep_rows`."""
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    assert gallery._no_rows(path) is empty

@@ -748,3 +748,14 @@ def test_trajectory_title_of_an_unrecorded_eps_says_so(rng):
     assert "eps not recorded, method radau" in plot_trajectory(ds).axes[0].get_title()
     batch = _batched_trajectory(rng, B=3, eps_batch=[0.1, np.nan, 0.5])
     assert "eps = 0.1 to 0.5 (1 not recorded)," in plot_trajectory(batch).axes[0].get_title()
+
+
+def test_ablation_of_one_arm_claims_no_interval():
+    """A one-arm ablation (reproduce --arms coupled) has no comparison; the title claimed
+    "mean and 95% t interval" over an empty panel (all() of no intervals is True)."""
+    ds = xr.Dataset({"val_loss": (("arm", "seed"), np.array([[3.0, 3.1]]))},
+                    coords={"arm": ["coupled"], "seed": np.arange(2)},
+                    attrs={"table": json.dumps({"margin": 0.01, "comparisons": []})})  # fmt: skip
+    ax = plot_ablation({"me": ds}).axes[0]
+    assert ax.get_title() == "me: paired by seed (2 seeds), no paired comparison (one arm)"
+    assert [t.get_text() for t in ax.texts] == ["no paired comparison: arms coupled"]

@@ -2083,3 +2083,14 @@ def test_manifold_sweep_takes_manifolds_y_range(tmp_path):
     assert _refused(["manifold", *where, "--y-range", "a", "1"]) == \
         "Error: --y-range must be a finite number; got 'a'.\n"  # fmt: skip
     assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_manifold_sweep_y_range_needs_its_ends_in_order(tmp_path):
+    """`--y-range 0.8 0.2` was refused by the cell as "--y-min, --y-max: ...", options the user
+    did not type; it is refused as --y-range, before any cell."""
+    store = tmp_path / "r.zarr"
+    res = CliRunner().invoke(main, ["sweep", "manifold", "--grid", "kappa=0,1", "--y-range", "0.8",
+                                    "0.2", "--store", str(store)])  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output.strip() == "Error: --y-range A B needs A < B; got 0.8 0.2."
+    assert not store.exists()

@@ -1089,3 +1089,6 @@ def test_past_block_histograms_hold_earlier_blocks_only():
     Y = past_block_histograms(later, P, V).reshape(2, nb - 1, -1)
     np.testing.assert_array_equal(Y[:, :2], X.reshape(2, nb - 1, -1)[:, :2])
     assert not np.array_equal(Y[:, 2], X.reshape(2, nb - 1, -1)[:, 2])
+    # capped look-back: the nearest `lags` blocks, the same numbers as uncapped
+    Z = past_block_histograms(win, P, V, lags=2).reshape(2, nb - 1, 2, V + 1)
+    np.testing.assert_array_equal(Z, X[:, :, :2])

@@ -249,6 +249,10 @@ def plot_ablation(ablations: dict, *, ax=None):
         drawn = all(np.isfinite(c["ci95"]).all() for c in comps)
         shown = "mean and 95% t interval" if drawn else \
             "mean only (no finite 95% t interval; it needs 2 seeds or more)"  # fmt: skip
+        if not comps:  # one arm (reproduce --arms coupled): nothing is paired
+            shown = "no paired comparison (one arm)"
+            ax.text(0.5, 0.5, f"no paired comparison: arms {', '.join(arms)}", ha="center",
+                    va="center", color="0.4", transform=ax.transAxes)  # fmt: skip
         ax.set_title(f"{corpus}: paired by seed ({plural(n_seeds, 'seed')}), {shown}",
                      fontsize=9.5)  # fmt: skip
         ax.legend(loc="lower left")

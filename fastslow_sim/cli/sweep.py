@@ -132,7 +132,7 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
 def _y_range(word: str, eq: str, args: list, options: dict, grids) -> dict:
     """`{"y-min": A, "y-max": B}` from manifold's own `--y-range A B` (its two values taken from
     `args`), or `InputError` naming what to give instead: two numbers, no `=`, and neither
-    --y-min nor --y-max beside it, fixed or swept (the cell checks A < B, as manifold does)."""
+    --y-min nor --y-max beside it, fixed or swept, and A < B."""
     from ..validation import number
 
     fix = "expected --y-range A B (two numbers), or --y-min A --y-max B"
@@ -153,8 +153,9 @@ def _y_range(word: str, eq: str, args: list, options: dict, grids) -> dict:
         raise InputError(f"--y-range A B fixes y_min and y_max, and --grid {swept[0]}=... sweeps "
                          f"{swept[0]}; expected {instead}.")  # fmt: skip
     a, b = args.pop(0), args.pop(0)
-    for v in (a, b):
-        number("--y-range", v)
+    lo, hi = (number("--y-range", v) for v in (a, b))
+    if not lo < hi:
+        raise InputError(f"--y-range A B needs A < B; got {a} {b}.")
     return {"y-min": a, "y-max": b}
 
 
