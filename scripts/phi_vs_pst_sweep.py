@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fastslow_sim.cli.network import _mean_se
 from fastslow_sim.gallery import FULL, phi_sweep, sweep_plan
 
 
@@ -25,16 +26,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rows = phi_sweep(Path(args.out), sweep_plan(FULL), seed=args.seed, log=lambda m: print(m, flush=True))
-    cols = ("model head", "slow-state probe", "Bayes filter, head readout", "Bayes filter p_st",
-            "corpus frequencies")  # fmt: skip
+    cols = ("model head", "slow-state probe", "probe on the past blocks' histograms",
+            "Bayes filter, head readout", "Bayes filter p_st", "corpus frequencies")  # fmt: skip
     print(
         f"# phi_vs_pst_sweep: mean TV to p_st(y_b) ± s.e. over validation windows, seed {args.seed}"
     )
     print("| sweep | corpus | arm | P | tokens | " + " | ".join(cols) + " |")
     print("|---|---|---|---:|---:|" + "---:|" * len(cols))
     for r in rows:
-        cells = [f"{r['tv'][c]['mean']:.4f} ± {r['tv'][c]['se']:.4f}" if c in r["tv"] else "-"
-                 for c in cols]  # fmt: skip
+        cells = [_mean_se(r["tv"][c]) if c in r["tv"] else "-" for c in cols]
         print(f"| {r['sweep']} | {r['corpus']} | {r['arm']} | {r['P']} | {r['tokens']:,} | "
               + " | ".join(cells) + " |")  # fmt: skip
 
