@@ -663,6 +663,7 @@ def test_channel_gates_are_sized_by_their_mean_magnitude():
     assert table["arms"]["dense"]["gate_abs_per_layer"] == [0.5]  # a scalar gate: its size
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_reproduce_sizes_channel_gates_by_their_mean_magnitude(tmp_path, monkeypatch):
     """The sweep cells kept a channel gate as its signed mean per layer, and reproduce's table
     and ablation.nc took |mean| of that: gates of both signs cancelled to 0."""

@@ -106,6 +106,7 @@ def test_device_check_runs_every_step_on_the_cpu(tmp_path):
     assert "| 16 |" in (tmp_path / "bench_network.log").read_text()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_device_check_stops_within_its_budget(tmp_path):
     """A budget too small for every step: the steps after it are skipped and say so, and the
     script ends long before the steps' own limits would allow (the device time is scarce)."""

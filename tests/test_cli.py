@@ -559,6 +559,7 @@ def test_manifold_period_not_determined(tmp_path, args):
     assert "fewer than two maxima of y" in data["oscillation"]["period_note"]
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_period_is_printed(manifold_run):
     res = manifold_run("--json")
     osc = json.loads(res.output)["oscillation"]
@@ -670,6 +671,7 @@ def test_convergence_refuses_a_huge_t_end_before_any_integration(t_end, shown, t
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_convergence_slope_at_the_solver_floor_is_n_d(tmp_path):
     """|x - h0 - eps h1| at eps 4e-5 to 1e-5 (two-state) is ~1e-13, under 10 x the solver's
     floor: the command printed slope 0.669 (theory 2); now n/d and the reason, null in JSON."""
@@ -775,6 +777,7 @@ def test_default_output_folder_that_is_not_a_folder(tmp_path, monkeypatch, kind,
         assert results.is_symlink() and not results.exists()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_linear_cycle_at_large_y_is_stable(manifold_run):
     """A linear generator's manifold attracts; `--system cycle --kappa 0 --y-range 1 100`
     printed "repelling (max Re lambda 8.99e+05)", round-off of the full matrix's eigenvalues.
@@ -853,6 +856,7 @@ def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path, manifo
     assert osc["y_min"] < 0.022894 and osc["y_max"] > 0.227106
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_oscillation_range_reaches_past_the_folds(tmp_path, monkeypatch):
     """`--osc-eps 1e-6` printed "y in [0.0229, 0.2270]" with the folds at 0.022894 and
     0.227106: the saved points' range, short of the turning points (y moves 0.0016 between

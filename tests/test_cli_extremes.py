@@ -493,6 +493,7 @@ def test_sweep_on_a_cluster_into_a_full_stdout_blames_stdout_not_the_store(tmp_p
     assert (tmp_path / "s.zarr" / "zarr.json").is_file()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_long_p_st_analysis_is_announced_before_the_run(tmp_path, monkeypatch):
     """`--system cycle --states 2048` at the default 401 saved states means 401 GTH eliminations
     of 2048 x 2048 (1.1e12 operations, minutes here): a warning says so before the run starts; a

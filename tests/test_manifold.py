@@ -259,6 +259,7 @@ def test_system_without_slow_variable():
         mf.h0(system, [0.1])
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_michaelis_menten_used_up_runs_past_its_domain_end_by_round_off_only():
     """The substrate y decays to 0, the end of the generator's domain; the solvers end a little
     past it (y = -2.7e-13 for bdf at t = 100), which had made p_st NaN and the run a failure

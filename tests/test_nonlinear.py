@@ -94,6 +94,7 @@ def test_gap_grows_with_kappa():
     assert np.all(np.diff(gaps) > 0)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_relaxation_oscillation_crosses_the_folds():
     kappa = 3.0
     folds = sorted(
@@ -550,6 +551,7 @@ def test_fast_stability_says_when_float64_does_not_resolve_the_sign():
     assert br["max_real_eigenvalue"] == -0.3 and br["max_unresolved_error"] == 1e-14
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_branch_sup_of_re_lambda_does_not_depend_on_the_step():
     """A stable branch that ends at a fold: its largest Re lambda tends to 0 there (D_x F is
     singular on the tangent space at a fold), so the supremum over the branch is 0 whatever the
@@ -673,6 +675,7 @@ def test_a_linear_familys_points_are_its_p_st(cycle_curve):
     np.testing.assert_allclose(curve["x"][big], exact[big], rtol=2e-12, atol=0)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_a_generators_relaxation_is_never_reported_repelling():
     """Where the rates span 1e-255 to 1e158 (the random family at y = 300), the first-order
     round-off estimate claimed Re lambda = +2.7e101 +- 3e100 and the branch "repelling"; every

@@ -145,6 +145,7 @@ def test_integrate_batch_never_reports_nan_as_success(eps, seed, t_end):
     n_blocks=st.integers(1, 12),
     P=st.one_of(st.none(), st.integers(1, 40), st.sampled_from([10**6, 10**12])),
 )
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_multirate_map_conserves_mass_or_refuses(eps, H, n_blocks, P):
     s = fs.make_system("birth-death", eps=eps)
     try:

@@ -804,6 +804,7 @@ def test_underflow_that_carries_no_flow_is_certified_and_right():
     assert (risky & ~bad).sum() >= 50  # still redone in long double
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_a_long_cycle_keeps_its_float64_elimination():
     import fastslow_sim.stationary as st
     from fastslow_sim.stationary_kernel import _censor, gth
@@ -820,6 +821,7 @@ def test_a_long_cycle_keeps_its_float64_elimination():
     assert not bad_w[0] and np.max(np.abs(p - wide) / wide) < 1e-13
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_flush_to_zero_keeps_the_long_double_redo():
     """Under flush-to-zero (`torch.set_flush_denormal(True)`, or a library built with
     -ffast-math) a lost term can be as large as `tiny`, so the certificate, which assumes

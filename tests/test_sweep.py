@@ -160,6 +160,7 @@ def test_bad_cell_is_refused_before_any_cell_runs(tmp_path, monkeypatch, args, t
     assert not store.exists() and not (tmp_path / "s-runs").exists()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_grid_too_large_is_refused_at_once(tmp_path, monkeypatch):
     """A range of 1e8 seeds, several ranges each under the cap, or a product of grids beyond it:
     one sentence, before any list longer than the cap is built (a 1e8 range hung, expanding;
@@ -1834,6 +1835,7 @@ def test_manifold_cells_take_the_manifold_commands_defaults_per_system(tmp_path)
     assert key == sw.cell_key("manifold", old)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_an_older_manifold_store_extended_says_what_its_old_cells_ran_with(tmp_path):
     """A manifold cell written before cells recorded kappa_used, y_min_used and y_max_used
     (they were NaN in the extended store) has them from its own params, resolved as its run
