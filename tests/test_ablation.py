@@ -563,6 +563,7 @@ def test_phi_vs_pst_of_a_stopped_run_gives_the_tokens_trained(phi_runs, tmp_path
            "tokens trained)." in res.output
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_phi_vs_pst_plans_whole_steps(tmp_path):
     """A run asked for 300 tokens in steps of 4 x 16 = 64 plans 4 steps, 256 tokens; phi-vs-pst
     gave tokens_planned 300 beside steps_planned 4."""

@@ -41,6 +41,7 @@ def test_diffrax_configs_parse_and_bad_ones_name_the_item(bench):
             bench.parse_diffrax_configs(bad)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_bad_arguments_exit_2_with_one_sentence(bench, monkeypatch, capsys):
     # refused in main()'s argument checks, before any work: checked in process (a subprocess
     # per case cost about 4 s of imports each); one subprocess below checks the script's own exit

@@ -486,6 +486,7 @@ def test_unwritable_output_folder(tmp_path):
             (tmp_path / "ro").chmod(0o700)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_installed_command(tmp_path):
     exe = shutil.which("fastslow-sim")
     if exe is None:
@@ -527,6 +528,7 @@ def test_convergence_command_json(tmp_path):
     assert out.is_file() and out.with_suffix(".png").is_file()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_command_json(tmp_path):
     out = tmp_path / "m.nc"
     res = run(["manifold", "--kappa", "3", "--out", str(out), "--json"])
@@ -710,6 +712,7 @@ def test_mapping_command():
     assert both.exit_code == 2 and "expected one of them" in both.output
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_figures_command_writes_the_figures_it_is_asked_for(tmp_path):
     # every figure and its data: tests/test_gallery.py; here the command's options and output
     names = ("integrate-birth-death", "equilibrium-manifold")
@@ -822,6 +825,7 @@ def test_numbers_that_round_to_zero_have_no_sign():
     assert fmt_vec([-0.0, -2e-20, 0.5]) == "[0, -2e-20, 0.5]"
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_default_run_prints_the_supremum_of_the_gap(manifold_run):
     """The default run: the gap printed 0.6187, the maximum over the continuation's points; the
     supremum along the exact graph is 0.61995 (tests/test_nonlinear.py checks it against a

@@ -108,6 +108,7 @@ def test_example_runs_as_a_script_and_saves_its_png(name, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fastslow-results"]
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_an_example_saves_its_figure_under_fastslow_results_or_at_out(tmp_path):
     """The scripts wrote `<name>.png` into the current folder, the repository's root when run
     as their docstrings show, where git does not ignore it (one quick example, all the others

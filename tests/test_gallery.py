@@ -424,6 +424,7 @@ def test_reproduce_reports_each_run_as_it_finishes_and_logs_as_before(tmp_path):
                                                          "  coupled       seed 1"]
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_cost_dataset_is_timed_on_one_thread_and_restores_torchs(tmp_path, monkeypatch):
     """The cost figure (captioned "CPU, one thread") was timed on torch's default threads (the
     dataset said 'cpu, 2 thread(s)'), and a cost.nc timed on other threads was reused. Now it

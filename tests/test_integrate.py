@@ -595,6 +595,7 @@ def test_radau_drift_of_the_mass_is_a_warning_where_rodas4_keeps_it():
     assert "mass_drift_warning" not in kept.attrs
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_mass_drift_counts_from_the_initial_mass_and_allows_the_round_off():
     """An x0 whose sum is 0.9e-12 off one (accepted: 1e-12) warned at rtol 1e-13 with no drift
     at all, as the offset was counted; and at tight tolerances round-off alone warned: lsoda on

@@ -95,6 +95,7 @@ def test_arrow_solve_is_differentiable():
     assert torch.autograd.gradcheck(f, (*parts, s, r))
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_structured_and_dense_rodas4_agree():
     system = fs.make_system("birth-death", eps=1e-4)
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 16, seed=3), axis=1))

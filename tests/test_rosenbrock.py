@@ -226,6 +226,7 @@ def test_multirate_as_a_method_of_integrate():
         fs.integrate(system, (0, 1), method="multirate", H=0.05, tokens_per_block=8)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_autograd_jacobian_fallback():
     from fastslow_sim.rosenbrock import autograd_jacobian
 

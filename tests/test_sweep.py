@@ -312,6 +312,7 @@ def test_a_cell_out_of_steps_gives_advice_that_works_from_a_sweep(tmp_path, monk
     assert message.endswith(f"; {SWEEP_MAX_STEPS_HINT}.") and MAX_STEPS_HINT not in message
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     """A computation that raises (here a stand-in LinAlgError for eps = 0.05, in its batch and
     alone): the batch is re-run cell by cell, that eps's cells fail, the other cells finish."""
@@ -429,6 +430,7 @@ def test_solver_failure_is_a_failed_cell(tmp_path, failing_march):
     assert str(ds["solver_status"].values[0]) in str(ds["message"].values[0])
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_manifold_and_convergence_cells(tmp_path):
     ds = run_sweep("manifold", ["kappa=0,1"], {"osc_eps": "0.01"}, tmp_path / "m.zarr",
                    workers=0, progress=False, log=lambda *a: None)["dataset"]  # fmt: skip
@@ -1126,6 +1128,7 @@ def test_a_root_write_that_fails_removes_only_the_root_it_was_writing(tmp_path, 
     assert sorted(os.listdir(store)) == [CELLS, "theirs"]
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_only_a_write_into_the_store_is_a_store_failure(tmp_path, monkeypatch):
     """Any ENOSPC/EDQUOT/EIO that named no file was taken for a failed write into the store:
     a file `on_chunk` writes on a full disk, or a print to a hung-up terminal (EIO), aborted
@@ -1240,6 +1243,7 @@ def test_a_store_another_run_made_meanwhile_keeps_its_cells(tmp_path, monkeypatc
         monkeypatch.undo()
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_a_failed_new_store_removes_only_the_cells_this_run_wrote(tmp_path):
     """`_remove_made` removed every file in cells/ named as a cell; now only the cells of the
     run's keys that the run wrote (their run_id), not another run's of the same key."""

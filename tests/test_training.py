@@ -709,6 +709,7 @@ def test_cuda_cli(tmp_path, text_file):
     assert res.exit_code == 2 and "no CUDA device" in res.output
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_training_figures_from_saved_runs(tmp_path, text_file):
     base = {k: v for k, v in TINY.items()}
     reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "runs" / "reproduce-text"), base,
@@ -734,6 +735,7 @@ def test_torch_compile_gives_the_eager_losses(tmp_path, text_file):
     assert compiled["val_loss"] == pytest.approx(eager["val_loss"], rel=1e-4)
 
 
+@pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
 def test_corpus_command_json(text_file):
     res = CliRunner().invoke(main, ["corpus", "me", "--json"])
     assert res.exit_code == 0, res.output
