@@ -34,6 +34,13 @@ def _runs(ablation_dir):
             for arm, ps in paths.items() if any(p.is_file() for p in ps)}  # fmt: skip
 
 
+def _corpora(ablation_dirs: dict) -> list:
+    """The corpora of `{corpus: reproduce folder}`, refused in one sentence where there is none."""
+    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
+                 "{corpus: reproduce folder} with at least one corpus")
+    return list(ablation_dirs)
+
+
 def _shared(steps):
     """The steps that every seed's run logged (sorted), and whether the runs logged the same
     ones: runs of one arm may differ in length (one stopped early, or trained on another
@@ -92,9 +99,7 @@ def plot_gates(ablation_dirs: dict, *, ax=None):
 
     `ax`: one Axes per corpus, or None for a new figure. Returns the Figure.
     """
-    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
-                 "{corpus: reproduce folder} with at least one corpus")
-    corpora = list(ablation_dirs)
+    corpora = _corpora(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.9))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
@@ -132,9 +137,7 @@ def plot_val_loss(ablation_dirs: dict, references: dict | None = None, *, ax=Non
     """
     from fastslow_sim.io import load_dataset
 
-    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
-                 "{corpus: reproduce folder} with at least one corpus")
-    corpora = list(ablation_dirs)
+    corpora = _corpora(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 4.0))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
@@ -185,9 +188,7 @@ def plot_wall_clock(ablation_dirs: dict, *, ax=None):
     """
     from fastslow_sim.io import load_dataset
 
-    refuse_empty(ablation_dirs, "ablation_dirs", "no corpus to draw",
-                 "{corpus: reproduce folder} with at least one corpus")
-    corpora = list(ablation_dirs)
+    corpora = _corpora(ablation_dirs)
     fig, axes = figure_axes(ax, len(corpora), nrows=1, ncols=len(corpora),
                             figsize=(WIDTH * min(1.0, 0.5 * len(corpora) + 0.1), 3.8))  # fmt: skip
     for ax, corpus in zip(axes, corpora):
