@@ -2,11 +2,13 @@
 
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from fastslow_sim.cli import main
+from fastslow_sim.errors import InputError
 from fastslow_sim.multirate import block_tokens
-from fastslow_sim.systems import P_EXACT
+from fastslow_sim.systems import P_EXACT, make_system
 
 
 def test_eps_below_the_ode_floor_names_the_P_multirate_accepts(tmp_path, monkeypatch):
@@ -21,3 +23,47 @@ def test_eps_below_the_ode_floor_names_the_P_multirate_accepts(tmp_path, monkeyp
     assert "up to 2**63 - 1" not in res.output
     # multirate's own check takes the P stated (and 2**62, a power of two below 2**63)
     assert block_tokens(1.0 / P_EXACT) == P_EXACT and block_tokens(2.0**-62) == 2**62
+
+
+def test_convergence_short_t_end_states_the_half_rule_and_a_t_end_that_passes(tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+    """The message "the initial layer lasts about 0.537; expected ... a longer --t-end" hid the
+    rule (t_layer < t_end / 2): --t-end 1 is longer than 0.537 and was refused."""
+    import numpy as np
+
+    import fastslow_sim.manifold as mf
+
+    monkeypatch.chdir(tmp_path)
+    args = ["convergence", "--no-plot", "--json", "--system", "random", "--out", "cv.nc",
+            "--eps", "0.02,0.01", "--t-end", "1"]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    m = re.fullmatch(
+        r"Error: eps=0\.02 is too large for --t-end=1: the initial layer lasts about (\S+), and "
+        r"must last less than half of --t-end \(0\.5\); expected smaller eps or --t-end above "
+        r"(\S+)\.\n",
+        res.output,
+    )
+    assert m, res.output
+    system = make_system("random", eps=0.02)
+    t_layer = mf.initial_layer_duration(system, factor=6.0)
+    assert m.group(1) == f"{t_layer:.3g}" == "0.537"
+    bound = float(m.group(2))
+    assert bound == 1.074 and bound > 2 * t_layer  # every --t-end above the bound passes
+    mf.check_convergence(system, [0.02, 0.01], t_end=float(np.nextafter(bound, 2.0)))
+    with pytest.raises(InputError, match="too large"):  # and one just under twice the layer not
+        mf.check_convergence(system, [0.02, 0.01], t_end=float(np.nextafter(2 * t_layer, 0.0)))
+    assert not (tmp_path / "cv.nc").exists()
+
+
+def test_convergence_help_states_the_eps_range():
+    import fastslow_sim.manifold as mf
+
+    res = CliRunner().invoke(main, ["convergence", "--help"], terminal_width=200)
+    assert (f"each from {mf.CONVERGENCE_EPS_MIN:g} to {mf.CONVERGENCE_EPS_MAX:g}"
+            in " ".join(res.output.split()))  # fmt: skip
+    with pytest.raises(InputError, match=r"must lie in \[1e-05, 0.5\]"):
+        mf.check_convergence(make_system("random", eps=0.02), [0.6, 0.01])
+    with pytest.raises(InputError, match=r"must lie in \[1e-05, 0.5\]"):
+        mf.check_convergence(make_system("random", eps=0.02), [9e-6, 0.01])
+    mf.check_convergence(make_system("random", eps=0.02), [0.5, 1e-5], t_end=1000)
