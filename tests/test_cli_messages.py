@@ -67,3 +67,35 @@ def test_convergence_help_states_the_eps_range():
     with pytest.raises(InputError, match=r"must lie in \[1e-05, 0.5\]"):
         mf.check_convergence(make_system("random", eps=0.02), [9e-6, 0.01])
     mf.check_convergence(make_system("random", eps=0.02), [0.5, 1e-5], t_end=1000)
+
+
+@pytest.mark.parametrize("flag", ["--arms", "--variants"])
+@pytest.mark.parametrize("arms, k", [("dense,", 2), ("dense,,coupled", 2), (",dense", 1)])
+def test_reproduce_refuses_an_empty_arm_before_any_work(flag, arms, k, tmp_path, monkeypatch):
+    """`--arms dense,` ran as `--arms dense`, where `--eps 0.1,,0.05` was refused."""
+    import fastslow_sim.training
+
+    def never(*a, **kw):
+        raise AssertionError("trained before the check")
+
+    monkeypatch.setattr(fastslow_sim.training, "reproduce", never)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", "me", flag, arms])
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: --arms entry {k} of {arms!r} is empty; expected arm names "
+                          f"separated by single commas, as 'dense, coupled'.\n")  # fmt: skip
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["convergence", "--grid", "system=two-state,cycle", "--eps", "0.02,,0.01"],
+     "eps entry 2 of '0.02,,0.01' is empty"),
+    (["integrate", "--grid", "eps=0.1,"], "--grid 'eps=0.1,' has an empty value"),
+    (["integrate", "--grid", "eps=0.1,,0.2"], "--grid 'eps=0.1,,0.2' has an empty value"),
+])  # fmt: skip
+def test_sweep_list_options_refuse_an_empty_entry(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["sweep", *args, "--store", "s.zarr"])
+    assert res.exit_code == 2 and fragment in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+
