@@ -99,3 +99,16 @@ def test_sweep_list_options_refuse_an_empty_entry(args, fragment, tmp_path, monk
     assert res.exit_code == 2 and fragment in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
 
+
+@pytest.mark.parametrize("args", [["integrate"], ["sweep", "integrate", "--grid", "eps=0.1",
+                                                 "--store", "s.zarr"]])  # fmt: skip
+def test_ctrl_c_is_one_line_and_exit_status_130(args, monkeypatch):
+    """Ctrl-C ended in click's "Aborted!" and exit status 1, a failed run's status."""
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(main.commands[args[0]], "callback", interrupted)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 130, (res.exit_code, res.output)
+    assert res.output == "Interrupted.\n"
