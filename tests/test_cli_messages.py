@@ -69,6 +69,7 @@ def test_convergence_help_states_the_eps_range():
     mf.check_convergence(make_system("random", eps=0.02), [0.5, 1e-5], t_end=1000)
 
 
+@pytest.mark.slow  # 4.4 s run alone on a busy machine: the first import of torch (training's ARMS)
 @pytest.mark.parametrize("flag", ["--arms", "--variants"])
 @pytest.mark.parametrize("arms, k", [("dense,", 2), ("dense,,coupled", 2), (",dense", 1)])
 def test_reproduce_refuses_an_empty_arm_before_any_work(flag, arms, k, tmp_path, monkeypatch):
@@ -112,3 +113,25 @@ def test_ctrl_c_is_one_line_and_exit_status_130(args, monkeypatch):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 130, (res.exit_code, res.output)
     assert res.output == "Interrupted.\n"
+
+
+def test_osc_eps_below_the_floor_is_refused_before_the_run(tmp_path, monkeypatch):
+    """--osc-eps 1e-10, which --help allowed, ran for minutes and broke its mass budget (1^T x
+    drifted 2.4e-7, budget 1.1e-7); the floor is now 1e-9, stated alike by --help and sweep."""
+    import fastslow_sim.nonlinear as nl
+
+    def never(*a, **kw):
+        raise AssertionError("ran before the check")
+
+    monkeypatch.setattr(nl, "manifold_dataset", never)
+    monkeypatch.chdir(tmp_path)
+    assert nl.OSC_EPS_MIN == 1e-9
+    res = CliRunner().invoke(main, ["manifold", "--no-plot", "--out", "o.nc", "--osc-eps", "1e-10"])
+    assert res.exit_code == 2, res.output
+    assert res.output == "Error: --osc-eps must be a finite number >= 1e-09 and <= 1; got 1e-10.\n"
+    res = CliRunner().invoke(main, ["manifold", "--help"], terminal_width=200)
+    assert "from 1e-9 to 1." in " ".join(res.output.split())
+    res = CliRunner().invoke(main, ["sweep", "manifold", "--grid", "osc_eps=1e-10", "--store",
+                                    "s.zarr"])  # fmt: skip
+    assert res.exit_code == 2 and "osc_eps must be from 1e-9 to 1; got 1e-10." in res.output
+    assert not list(tmp_path.iterdir())

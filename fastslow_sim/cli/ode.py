@@ -439,7 +439,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     default=0.01,
     show_default=True,
     type=NUMBER,
-    help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-10 to 1.",
+    help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-9 to 1.",
 )
 @output_options("manifold-SYSTEM-kappaK.nc")
 @ode_command
