@@ -241,11 +241,14 @@ def check_eps_range(eps, method) -> None:
         return
     e = np.min(np.asarray(eps, dtype=np.float64))
     if e < EPS_MIN:
+        from .systems import P_EXACT  # the bound `check_P_exact` states for multirate's P
+
         raise InputError(
             f"eps = {e:g} is below {EPS_MIN:g}, the smallest time-scale ratio the ODE solvers "
             f"resolve in float64 (the fast rates are the generator's times 1/eps); expected "
-            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes eps = 1/P for any integer "
-            f"P up to 2**63 - 1."
+            f"eps >= {EPS_MIN:g}, or method 'multirate', which takes eps = 1/P for an integer "
+            f"P at most 2**51 = {P_EXACT:,}, or a larger one below 2**63 that 1/P gives back "
+            f"exactly, such as a power of two."
         )
 
 

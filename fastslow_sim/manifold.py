@@ -284,6 +284,7 @@ def identity_check(system, y_values) -> dict:
 
 
 CONVERGENCE_EPS_MIN = 1e-5
+CONVERGENCE_EPS_MAX = 0.5
 # The slow variable of every named system relaxes at a rate of order 1 (g = c.x - y; the
 # substrate of michaelis-menten), so after t ~ 10 the run sits at its equilibrium, where the
 # errors are the solver's, not eps's; the explicit reduced solve's cost grows in proportion to
@@ -311,9 +312,9 @@ def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: floa
         raise InputError(f"eps values must be positive and finite; got {eps_values.tolist()}.")
     if np.unique(eps_values).size != eps_values.size:
         raise InputError(f"eps values must be distinct to fit a slope; got {eps_values.tolist()}.")
-    if eps_values.min() < CONVERGENCE_EPS_MIN or eps_values.max() > 0.5:
+    if eps_values.min() < CONVERGENCE_EPS_MIN or eps_values.max() > CONVERGENCE_EPS_MAX:
         raise InputError(
-            f"eps values must lie in [{CONVERGENCE_EPS_MIN:g}, 0.5] (below, the eps^2 error "
+            f"eps values must lie in [{CONVERGENCE_EPS_MIN:g}, {CONVERGENCE_EPS_MAX:g}] (below, the eps^2 error "
             f"of h0 + eps h1 sinks under the solver tolerance rtol = {rtol:g}); got "
             f"{eps_values.tolist()}."
         )
@@ -330,13 +331,25 @@ def check_convergence(system, eps_values, t_end: float = 3.0, layer_factor: floa
     t_layers = []
     for eps in eps_values:
         t_layer = initial_layer_duration(system.with_eps(eps), factor=layer_factor)
-        if t_layer >= 0.5 * t_end:
+        if t_layer >= 0.5 * t_end:  # the errors are measured after the layer, on [t_layer, t_end]
+            need = _round_up(2.0 * t_layer)
+            longer = f" or {name} above {need:g}" if need <= CONVERGENCE_T_END_MAX else ""
             raise InputError(
                 f"eps={eps:g} is too large for {name}={number_text(t_end)}: the initial layer "
-                f"lasts about {t_layer:.3g}; expected smaller eps or a longer {name}."
+                f"lasts about {t_layer:.3g}, and must last less than half of {name} "
+                f"({number_text(0.5 * t_end)}); expected smaller eps{longer}."
             )
         t_layers.append(t_layer)
     return eps_values, t_layers
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """`x` rounded up to `digits` significant digits: a bound a message states, any value above
+    which passes (`x` rounded to nearest may lie below `x`, and a value between would not)."""
+    r = float(f"{x:.{digits}g}")
+    while r <= x:
+        r = float(f"{r + 10.0 ** (np.floor(np.log10(r)) - digits + 1):.{digits}g}")
+    return r
 
 
 def _fit_slopes(eps_values, errs: dict, floors: dict) -> tuple[dict, dict, dict]:

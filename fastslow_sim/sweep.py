@@ -774,7 +774,7 @@ def _tasks() -> dict[str, Task]:
              # None: `fastslow-sim manifold`'s per-system defaults (`_manifold_defaults`)
              "kappa": Option(float, None, (lambda v: abs(v) <= 30, "a number from -30 to 30")),
              "y_min": Option(float, None), "y_max": Option(float, None),
-             "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-10 to 1"))},
+             "osc_eps": Option(float, 0.01, (lambda v: _osc_eps_min() <= v <= 1, "from 1e-9 to 1"))},
             _run_manifold, inner_dims=("point", "state", "fold"), validate=_validate_manifold,
             defaults=_manifold_defaults, recorded=_manifold_recorded,
             description="branches, folds and the gap to the linear identity (kappa, y_min, "

@@ -173,18 +173,29 @@ def folder(path, what: str):
     return path
 
 
-def number_list(text: str, name: str) -> list[float]:
-    """The numbers of a comma-separated `text` (`--x0`, `--y0`, `--eps`): spaces around an entry
-    are allowed ("1, 0.5"); an entry with a space inside ("1 5", which once read as 15) or an
-    empty one ("1,,0") is refused in one sentence naming it, as is one that is no number."""
-    values = []
+def comma_entries(text: str, name: str, what: str = "numbers", example: str = "'1, 0.5'"
+                  ) -> list[str]:  # fmt: skip
+    """The entries of a comma-separated `text`, stripped; an empty one ("1,,0", "dense,") is
+    refused in one sentence naming it (`what`: what the entries are, as `example`). An empty
+    `text` gives `[]`: the caller says what it needs."""
+    entries = []
     for k, raw in enumerate(str(text).split(","), 1):
         entry = raw.strip()
         if entry == "":
             if k == 1 and raw == str(text):  # nothing at all: the caller says what it needs
                 return []
-            raise InputError(f"{name} entry {k} of {text!r} is empty; expected numbers separated "
-                             f"by single commas, as '1, 0.5'.")  # fmt: skip
+            raise InputError(f"{name} entry {k} of {text!r} is empty; expected {what} separated "
+                             f"by single commas, as {example}.")  # fmt: skip
+        entries.append(entry)
+    return entries
+
+
+def number_list(text: str, name: str) -> list[float]:
+    """The numbers of a comma-separated `text` (`--x0`, `--y0`, `--eps`): spaces around an entry
+    are allowed ("1, 0.5"); an entry with a space inside ("1 5", which once read as 15) or an
+    empty one ("1,,0") is refused in one sentence naming it, as is one that is no number."""
+    values = []
+    for k, entry in enumerate(comma_entries(text, name), 1):
         if any(ch.isspace() for ch in entry):
             raise InputError(f"{name} entry {entry!r} of {text!r} has a space inside it; expected one "
                              f"number per comma-separated entry, as '1, 0.5'.")  # fmt: skip

@@ -638,7 +638,8 @@ def test_convergence_refuses_a_short_t_end_before_any_integration(tmp_path, monk
     res = CliRunner().invoke(main, ["convergence", "--eps", "0.001,0.5", "--t-end", "1"])
     assert res.exit_code == 2, res.output
     assert res.output == ("Error: eps=0.5 is too large for --t-end=1: the initial layer lasts "
-                          "about 1.63; expected smaller eps or a longer --t-end.\n")  # fmt: skip
+                          "about 1.63, and must last less than half of --t-end (0.5); expected "
+                          "smaller eps or --t-end above 3.26.\n")  # fmt: skip
     assert not list(tmp_path.iterdir())  # not even the default fastslow-results/
 
 

@@ -2,7 +2,8 @@
 prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`, `figures`,
 `sweep`).
 
-Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1.
+Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1;
+Ctrl-C in "Interrupted." and exit status 130.
 """
 
 from __future__ import annotations

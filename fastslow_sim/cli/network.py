@@ -319,9 +319,10 @@ def reproduce(
     """
     from ..training import ARMS, parse_tokens, trained_tokens
     from ..training import reproduce as run_reproduce
+    from ..validation import comma_entries
 
     n_tokens = parse_tokens(tokens)
-    arm_names = [v.strip() for v in arms.split(",") if v.strip()]
+    arm_names = comma_entries(arms, "--arms", "arm names", "'dense, coupled'")
     bad = [v for v in arm_names if v not in ARMS]
     if bad or not arm_names or len(set(arm_names)) != len(arm_names):
         raise InputError(f"--arms must name distinct arms among {list(ARMS)}; got {arms!r}.")

@@ -14,6 +14,7 @@ from ..integrators import (
     random_initial_conditions,
     trajectory_summary,
 )
+from ..manifold import CONVERGENCE_EPS_MAX, CONVERGENCE_EPS_MIN
 from ..validation import number
 from ..wording import count_text, plural
 from .common import (
@@ -330,7 +331,9 @@ def _integrate_lines(r: dict) -> list:
     default="0.01,0.005,0.0025,0.00125",
     show_default=True,
     metavar="E1,E2,...",
-    help="Values of eps (at least two).",
+    help=f"Values of eps (at least two, distinct, each from {CONVERGENCE_EPS_MIN:g} to "
+    f"{CONVERGENCE_EPS_MAX:g}; the initial layer of the largest must last less than half of "
+    "--t-end).",
 )
 @click.option(
     "--t-end", default=3.0, show_default=True, type=NUMBER, help="End of slow time (at most 1000)."
@@ -436,7 +439,7 @@ def convergence(system_name, eps_list, t_end, out, plot_path, no_plot, as_json):
     default=0.01,
     show_default=True,
     type=NUMBER,
-    help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-10 to 1.",
+    help="eps of the relaxation-oscillation run (only when the manifold folds), from 1e-9 to 1.",
 )
 @output_options("manifold-SYSTEM-kappaK.nc")
 @ode_command
