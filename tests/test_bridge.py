@@ -16,7 +16,7 @@ from fastslow_sim.bridge import (
     measured_flops_per_token,
     upsample_completed,
 )
-from fastslow_sim.bridge.model import CausalSelfAttention, SlowPath, add_completed
+from fastslow_sim.bridge.model import Block, CausalSelfAttention, SlowPath, add_completed
 
 P = 4
 T = 23  # not a multiple of P
@@ -283,6 +283,12 @@ def test_attention_with_identity_maps_is_a_master_equation_step():
     with torch.no_grad():
         out = attn(x)[0]
     torch.testing.assert_close(out, x[0] + Q @ x[0], rtol=1e-12, atol=1e-12)
+    # the block adds the residual: without LayerNorm and MLP its update is x + S x = 2x + Q x
+    block = Block(cfg).double()
+    block.attn, block.ln_1 = attn, torch.nn.Identity()
+    with torch.no_grad():
+        block.mlp.c_proj.weight.zero_()
+        torch.testing.assert_close(block(x)[0], 2 * x[0] + Q @ x[0], rtol=1e-12, atol=1e-12)
     p = torch.softmax(torch.randn(10, dtype=torch.float64), 0)
     stepped = p + Q.T @ p
     assert abs(float(stepped.sum()) - 1.0) < 1e-14 and torch.all(stepped >= 0)
@@ -520,14 +526,18 @@ def test_the_mapping_names_the_equation_that_attention_steps():
     """The printed mapping called `x <- S x` a step of "the master equation with generator
     S - I"; under the project's convention (eps dx/dt = Q^T x) that is the forward equation,
     which `S x` is not (it does not conserve the total; see the test above): the row now says
-    backward for `x + Q x` and forward for `p + Q^T p`, and EXPERIMENTS.md carries the table as
-    `fastslow-sim mapping --markdown` prints it."""
+    backward for `x + Q x` and forward for `p + Q^T p`, and names the block's residual
+    (`x + S x`); EXPERIMENTS.md carries the table as `fastslow-sim mapping --markdown` prints it."""
     from pathlib import Path
 
     from fastslow_sim.bridge.mapping import MAPPING, render_mapping
 
     (row,) = [r for r in MAPPING if r["ode"].startswith("generator Q")]
-    assert "x <- S x = x + Q x is one unit Euler step of the backward master equation" in row["gap"]
+    gap = " ".join(row["gap"].split())
+    assert "attention sublayer's update x <- S x = x + Q x is one unit Euler step of the " \
+        "backward master equation" in gap  # fmt: skip
+    # the block's update is not S x: the residual connection adds x (Block.forward)
+    assert "the block adds the residual connection, so its update is x <- x + S x = 2x + Q x" in gap
     assert "p <- S^T p = p + Q^T p (eps dx/dt = Q^T x)" in row["gap"]
     experiments = Path(__file__).resolve().parents[1] / "scripts" / "EXPERIMENTS.md"
     if not experiments.is_file():
