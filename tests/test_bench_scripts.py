@@ -201,7 +201,8 @@ def test_executed_work_flops_halve_only_the_fast_attention():
     net = load_script("bench_network")
     cfg = BridgeConfig(variant="coupled", block_size=1024)
     m = flops_per_token(cfg, 256)["modules"]
-    fast, slow = m["fast attention scores+values"]["train"], m["slow attention scores+values"]["train"]
+    fast = m["fast attention scores+values"]["train"]
+    slow = m["slow attention scores+values"]["train"]
     assert slow > 0  # 12 L (T/P) C / P = 3,072: the old convention took half of it away
     assert net.causal_train_flops(cfg, 256) == flops_per_token(cfg, 256)["train"] - fast / 2
 
