@@ -162,6 +162,18 @@ def test_step_throughput_leaves_out_evaluations_and_checkpoints(tmp_path, text_f
     assert mfu == s["flops_per_token_train"] * s["step_tokens_per_s"] / 989e12
     assert mfu >= s["flops_per_token_train"] * s["tokens_per_s"] / 989e12
     assert _step_mfu(s, "NVIDIA GeForce RTX 4090") is None  # no peak in the table
+    # resumed: the checkpoint carries step_time_s on; one written before it kept none has the
+    # steps' dt back from their tokens/s
+    ckpt = tmp_path / "a" / "ckpt.pt"
+    held = torch.load(ckpt, weights_only=False)
+    assert held["step_time_s"] == s["step_time_s"]
+    del held["step_time_s"]
+    torch.save(held, ckpt)
+    r = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, stop_after_steps=10,
+                   resume=True), text_corpus(text_file))  # fmt: skip
+    per_step = fs.load_dataset(tmp_path / "a" / "train.nc")["tokens_per_s"].values
+    assert r["steps"] == 10 and r["step_time_s"] == pytest.approx(np.sum(128 / per_step), rel=1e-12)
+    assert r["step_tokens_per_s"] == r["tokens"] / r["step_time_s"]
 
 
 def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
