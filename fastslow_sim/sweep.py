@@ -645,7 +645,7 @@ def _run_train(cells):
             "train_loss": ((), np.float64(np.nan if s["train_loss"] is None else s["train_loss"]),
                            {"long_name": "training loss, mean of the last 10 steps", "units": "nats/token"}),
             "train_wall_time_s": ((), float(s["wall_time_s"]), {"long_name": "wall-clock of the training", "units": "s"}),
-            "tokens_per_s": ((), float(s["tokens_per_s"] or np.nan), {"long_name": "training throughput", "units": "tokens/s"}),
+            "tokens_per_s": ((), float(s["tokens_per_s"] or np.nan), {"long_name": "tokens over the run's wall-clock (evaluations and checkpoints included)", "units": "tokens/s"}),
             "params": ((), int(s["params"]), {"long_name": "parameters"}),
             "flops_per_token_train": ((), float(s["flops_per_token_train"]),
                                       {"long_name": "training FLOPs per token (forward + backward)"}),

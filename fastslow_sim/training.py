@@ -732,7 +732,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     data_gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     steps = max(1, cfg.tokens // (cfg.batch_size * cfg.block_size * world))
     logs = {"loss": [], "lr": [], "tokens_per_s": [], "gates": [], "eval_step": [], "val_loss": []}
-    start_step, wall_before = 0, 0.0
+    start_step, wall_before, step_time = 0, 0.0, 0.0  # step_time: sum of the steps' own dt
     if checkpoint is not None:
         raw_model.load_state_dict(checkpoint["model"])
         opt.load_state_dict(checkpoint["optimizer"])
@@ -742,6 +742,12 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         logs = checkpoint["logs"]
         start_step = checkpoint["step"]
         wall_before = checkpoint["wall_time_s"]
+        # a checkpoint written before it kept step_time_s: each step's dt from its tokens/s
+        step_time = checkpoint.get("step_time_s")
+        if step_time is None:
+            step_time = sum(
+                cfg.batch_size * cfg.block_size * world / r for r in logs["tokens_per_s"]
+            )
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -760,14 +766,15 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
     first_batch = None if checkpoint is None else \
         (checkpoint.get("first_batch_sha256") or [None] * world)[rank]  # fmt: skip
 
-    def save_checkpoint(step, wall):
+    def save_checkpoint(step, wall, step_time):
         states = _gather((data_gen.get_state(), torch.get_rng_state(), first_batch), world)
         if rank == 0:
             _save_atomic({
                 "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
                 "data_rng": [d for d, _, _ in states], "torch_rng": [t for _, t, _ in states],
                 "first_batch_sha256": [f for _, _, f in states],
-                "logs": logs, "step": step, "wall_time_s": wall, "world_size": world,
+                "logs": logs, "step": step, "wall_time_s": wall, "step_time_s": step_time,
+                "world_size": world,
                 "train_config": asdict(cfg), "model_config": mcfg.to_dict(),
                 "corpus_sha256": corpus.stats.get("sha256"),
                 "fastslow_sim_version": __version__,
@@ -808,6 +815,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         if device.type == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
+        step_time += dt
         logs["loss"].append(float(loss.detach()))
         logs["lr"].append(lr)
         logs["tokens_per_s"].append(cfg.batch_size * cfg.block_size * world / dt)
@@ -822,7 +830,7 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
                 )
             bar.set_postfix(loss=f"{logs['loss'][-1]:.3f}", val=f"{logs['val_loss'][-1]:.3f}")
         if (step + 1) % cfg.ckpt_interval == 0 or step + 1 == end:
-            save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start)
+            save_checkpoint(step + 1, wall_before + time.perf_counter() - t_start, step_time)
             saved_step = step + 1
     wall = wall_before + time.perf_counter() - t_start
     done = len(logs["loss"])
@@ -852,8 +860,14 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "val_loss": val_full,  # every aligned validation window (the reference losses' targets)
         "val_loss_sampled": logs["val_loss"][-1] if logs["val_loss"] else None,
         "gates": raw_model.gates(),
+        # over the run's wall-clock, evaluations and checkpoints included (ablation compares it)
         "tokens_per_s": done * cfg.batch_size * cfg.block_size * world / wall if wall > 0 else None,
         "wall_time_s": wall,
+        # over the training steps' own times alone (the per-step dt of train.nc's tokens_per_s)
+        "step_time_s": step_time,
+        "step_tokens_per_s": (
+            done * cfg.batch_size * cfg.block_size * world / step_time if step_time > 0 else None
+        ),
         "seed": cfg.seed,
         "P": cfg.P,
         "device": str(device),
@@ -869,16 +883,21 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "corpus_sha256": corpus.stats.get("sha256"),  # a text corpus's contents, else None
     }
     if device.type == "cuda":
-        peak = peak_flops(torch.cuda.get_device_name(device), "bf16")
-        summary["mfu"] = (
-            None
-            if peak is None
-            else summary["flops_per_token_train"] * summary["tokens_per_s"] / peak
-        )
+        summary["mfu"] = _step_mfu(summary, torch.cuda.get_device_name(device))
     if rank == 0:
         save_dataset(_logs_dataset(logs, cfg, mcfg, corpus, summary), out / "train.nc")
         save_json(summary, out / "summary.json", "summary")
     return summary
+
+
+def _step_mfu(summary: dict, device_name: str) -> float | None:
+    """MFU over the training steps (not the run's wall-clock, which adds evaluations and
+    checkpoints): `flops_per_token_train * step_tokens_per_s / peak` at the bf16 peak of
+    `device_name`, or None where it has no peak (`bridge.cost.PEAK_FLOPS`) or no step time."""
+    peak = peak_flops(device_name, "bf16")
+    if peak is None or summary["step_tokens_per_s"] is None:
+        return None
+    return summary["flops_per_token_train"] * summary["step_tokens_per_s"] / peak
 
 
 def _logs_dataset(logs, cfg, mcfg, corpus, summary):
@@ -1090,7 +1109,8 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
             "wall_time_s": (("arm", "seed"), np.array([[r["wall_time_s"] for r in runs[a]] for a in arms]),
                             {"long_name": "wall-clock of the run", "units": "s"}),
             "tokens_per_s": (("arm", "seed"), np.array([[r["tokens_per_s"] for r in runs[a]] for a in arms]),
-                             {"long_name": "training throughput", "units": "tokens/s"}),
+                             {"long_name": "tokens over the run's wall-clock (evaluations and checkpoints included)",
+                              "units": "tokens/s"}),
             "tokens": (("arm", "seed"), np.array([[r["tokens"] for r in runs[a]] for a in arms]),
                        {"long_name": "tokens trained (whole steps)", "units": "tokens"}),
             "gate_abs": (("arm", "seed", "layer"), gate,

@@ -174,6 +174,10 @@ def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys
     out = capsys.readouterr().out
     assert "| 16 |" in out and "(2) |" in out  # 3 paired rounds: df 2
     assert "n/a (under 2 blocks)" in out  # 3 rounds make no batch of 5
+    # after the target line, one informational line per T against the executed-work ratio
+    target = out.index("target: coupled/dense training-loop wall ratio")
+    assert out.index("informational, not a target: T=16 against the executed-work FLOP ratio") \
+        > target and ", df 2" in out[target:]  # fmt: skip
     breakdown = out[out.index("## one layer's slow path"):]
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in breakdown.splitlines()
             if line.startswith("| ") and "%" in line}  # fmt: skip
@@ -187,6 +191,20 @@ def test_network_training_loop_and_slow_path_breakdown_print_their_tables(capsys
     out = capsys.readouterr().out
     assert "but the batch (cpu, fp32, batch 3," in out
     assert "(batch 3, not the reproduce default 8: a diagnostic" in out
+
+
+def test_executed_work_flops_halve_only_the_fast_attention():
+    """train - A_fast / 2: the causal kernel skips half the fast path's square; the slow path's
+    attention over T/P pooled tokens keeps its full square (the old column halved it too)."""
+    from fastslow_sim.bridge import BridgeConfig, flops_per_token
+
+    net = load_script("bench_network")
+    cfg = BridgeConfig(variant="coupled", block_size=1024)
+    m = flops_per_token(cfg, 256)["modules"]
+    fast = m["fast attention scores+values"]["train"]
+    slow = m["slow attention scores+values"]["train"]
+    assert slow > 0  # 12 L (T/P) C / P = 3,072: the old convention took half of it away
+    assert net.causal_train_flops(cfg, 256) == flops_per_token(cfg, 256)["train"] - fast / 2
 
 
 def test_chain_table_prints_the_o_n_path_beside_the_dense_one(capsys):

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fastslow_sim as fs
 from fastslow_sim.bridge import (
@@ -17,7 +16,7 @@ from fastslow_sim.bridge import (
     measured_flops_per_token,
     upsample_completed,
 )
-from fastslow_sim.bridge.model import CausalSelfAttention, SlowPath, add_completed
+from fastslow_sim.bridge.model import Block, CausalSelfAttention, SlowPath, add_completed
 
 P = 4
 T = 23  # not a multiple of P
@@ -284,6 +283,12 @@ def test_attention_with_identity_maps_is_a_master_equation_step():
     with torch.no_grad():
         out = attn(x)[0]
     torch.testing.assert_close(out, x[0] + Q @ x[0], rtol=1e-12, atol=1e-12)
+    # the block adds the residual: without LayerNorm and MLP its update is x + S x = 2x + Q x
+    block = Block(cfg).double()
+    block.attn, block.ln_1 = attn, torch.nn.Identity()
+    with torch.no_grad():
+        block.mlp.c_proj.weight.zero_()
+        torch.testing.assert_close(block(x)[0], 2 * x[0] + Q @ x[0], rtol=1e-12, atol=1e-12)
     p = torch.softmax(torch.randn(10, dtype=torch.float64), 0)
     stepped = p + Q.T @ p
     assert abs(float(stepped.sum()) - 1.0) < 1e-14 and torch.all(stepped >= 0)
@@ -321,14 +326,25 @@ def test_flop_model_matches_torch_flop_counter(variant, T_eval):
     )
     model = FastSlowLM(cfg)
     idx = torch.randint(0, 64, (2, T_eval))
-    with sdpa_kernel(SDPBackend.MATH):  # the counter sees attention through the math backend
-        train = measured_flops_per_token(model, idx)
-        fwd = measured_flops_per_token(model, idx, backward=False)
+    train = measured_flops_per_token(model, idx)  # no sdpa_kernel wrapping by the caller
+    fwd = measured_flops_per_token(model, idx, backward=False)
     pred = flops_per_token(cfg, T_eval)
     # exact: the model counts every matrix product the counter sees (the slow path is only
     # 5-20% of the total, so a loose tolerance would hide a wrong slow-path count)
     assert abs(train / pred["train"] - 1) < 1e-6
     assert abs(fwd / pred["fwd"] - 1) < 1e-6
+
+
+@pytest.mark.parametrize("variant", ["dense", "coupled"])
+def test_measured_flops_count_attention_at_T256(variant):
+    """At T = 256 the counter, unwrapped, sees attention: the fused CPU kernels it cannot see
+    left out 12 L T C = 196,608 per token (dense; coupled 199,680 with 12 L (T/P) C / P)."""
+    torch.manual_seed(0)
+    cfg = BridgeConfig(
+        vocab_size=64, block_size=256, n_layer=2, n_head=2, n_embd=32, P=8, variant=variant
+    )
+    idx = torch.randint(0, 64, (1, 256), generator=torch.Generator().manual_seed(2))
+    assert measured_flops_per_token(FastSlowLM(cfg), idx) == flops_per_token(cfg, 256)["train"]
 
 
 @pytest.mark.parametrize("variant", ["coupled", "frozen-slow", "frozen-gate"])
@@ -341,8 +357,7 @@ def test_flop_model_slow_path_increment_alone(variant):
         cfg = BridgeConfig(
             vocab_size=64, block_size=64, n_layer=2, n_head=2, n_embd=32, P=8, variant=v
         )
-        with sdpa_kernel(SDPBackend.MATH):
-            measured[v] = measured_flops_per_token(FastSlowLM(cfg), idx)
+        measured[v] = measured_flops_per_token(FastSlowLM(cfg), idx)
         predicted[v] = flops_per_token(cfg, 64)["train"]
     inc = measured[variant] - measured["dense"]
     assert inc > 0
@@ -511,14 +526,18 @@ def test_the_mapping_names_the_equation_that_attention_steps():
     """The printed mapping called `x <- S x` a step of "the master equation with generator
     S - I"; under the project's convention (eps dx/dt = Q^T x) that is the forward equation,
     which `S x` is not (it does not conserve the total; see the test above): the row now says
-    backward for `x + Q x` and forward for `p + Q^T p`, and EXPERIMENTS.md carries the table as
-    `fastslow-sim mapping --markdown` prints it."""
+    backward for `x + Q x` and forward for `p + Q^T p`, and names the block's residual
+    (`x + S x`); EXPERIMENTS.md carries the table as `fastslow-sim mapping --markdown` prints it."""
     from pathlib import Path
 
     from fastslow_sim.bridge.mapping import MAPPING, render_mapping
 
     (row,) = [r for r in MAPPING if r["ode"].startswith("generator Q")]
-    assert "x <- S x = x + Q x is one unit Euler step of the backward master equation" in row["gap"]
+    gap = " ".join(row["gap"].split())
+    assert "attention sublayer's update x <- S x = x + Q x is one unit Euler step of the " \
+        "backward master equation" in gap  # fmt: skip
+    # the block's update is not S x: the residual connection adds x (Block.forward)
+    assert "the block adds the residual connection, so its update is x <- x + S x = 2x + Q x" in gap
     assert "p <- S^T p = p + Q^T p (eps dx/dt = Q^T x)" in row["gap"]
     experiments = Path(__file__).resolve().parents[1] / "scripts" / "EXPERIMENTS.md"
     if not experiments.is_file():

@@ -132,6 +132,50 @@ def test_same_seed_same_losses_and_schedule(tmp_path, text_file):
         "tokens_per_s", "wall_time_s", "out"}  # fmt: skip
 
 
+def test_mfu_is_over_the_training_steps():
+    """mfu = F * step_tokens_per_s / peak (bf16), not F * tokens_per_s / peak."""
+    from fastslow_sim.training import _step_mfu
+
+    s = {"flops_per_token_train": 6e6, "step_tokens_per_s": 921.0, "tokens_per_s": 728.0}
+    assert _step_mfu(s, "NVIDIA H200") == 6e6 * 921.0 / 989e12
+    assert _step_mfu(s, "NVIDIA A100-SXM4-80GB") == 6e6 * 921.0 / 312e12
+    assert _step_mfu(s, "NVIDIA GeForce RTX 4090") is None  # no peak in the table
+    assert _step_mfu({**s, "step_tokens_per_s": None}, "NVIDIA H200") is None  # no step ran
+
+
+@pytest.mark.slow  # 5.6-19 s on two shared cores (a run, its evaluations and checkpoints)
+def test_step_throughput_leaves_out_evaluations_and_checkpoints(tmp_path, text_file):
+    """step_time_s = sum of the steps' dt (train.nc's tokens/s per step), <= wall_time_s, which
+    adds the evaluations and checkpoints (every 4 steps here); mfu = F * step_tokens_per_s / peak."""
+    from fastslow_sim.training import _step_mfu
+
+    # stopped at 8 of 16 steps: the full validation pass after the last step is skipped
+    s = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, stop_after_steps=8),
+              text_corpus(text_file))  # fmt: skip
+    per_step = fs.load_dataset(tmp_path / "a" / "train.nc")["tokens_per_s"].values
+    assert s["steps"] == 8 and s["tokens"] == 8 * 128
+    assert s["step_time_s"] == pytest.approx(float(np.sum(128 / per_step)), rel=1e-12)
+    assert 0 < s["step_time_s"] <= s["wall_time_s"]
+    assert s["step_tokens_per_s"] == s["tokens"] / s["step_time_s"]
+    assert s["tokens_per_s"] == s["tokens"] / s["wall_time_s"]  # kept: the run's wall-clock
+    mfu = _step_mfu(s, "NVIDIA H200")
+    assert mfu == s["flops_per_token_train"] * s["step_tokens_per_s"] / 989e12
+    assert mfu >= s["flops_per_token_train"] * s["tokens_per_s"] / 989e12
+    assert _step_mfu(s, "NVIDIA GeForce RTX 4090") is None  # no peak in the table
+    # resumed: the checkpoint carries step_time_s on; one written before it kept none has the
+    # steps' dt back from their tokens/s
+    ckpt = tmp_path / "a" / "ckpt.pt"
+    held = torch.load(ckpt, weights_only=False)
+    assert held["step_time_s"] == s["step_time_s"]
+    del held["step_time_s"]
+    torch.save(held, ckpt)
+    r = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, stop_after_steps=10,
+                   resume=True), text_corpus(text_file))  # fmt: skip
+    per_step = fs.load_dataset(tmp_path / "a" / "train.nc")["tokens_per_s"].values
+    assert r["steps"] == 10 and r["step_time_s"] == pytest.approx(np.sum(128 / per_step), rel=1e-12)
+    assert r["step_tokens_per_s"] == r["tokens"] / r["step_time_s"]
+
+
 def test_resume_ends_with_the_same_parameters(tmp_path, text_file):
     corpus = text_corpus(text_file)
     spec = f"text:{text_file}"

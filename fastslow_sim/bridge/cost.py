@@ -4,11 +4,12 @@ Conventions (those of `torch.utils.flop_counter`, so the model can be checked ag
 a matrix product of `(m, k) x (k, n)` costs `2 m k n`; attention costs `2 T^2 d` for scores and
 `2 T^2 d` for values per sequence (the full square, although a causal kernel can skip half);
 backward costs twice the forward for trained weights (input and weight gradients) and once
-for frozen ones (input gradients only). On the CPU the flop counter does not see PyTorch's fused attention kernels; the check runs
-attention through the math backend (`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), whose
-matrix products it counts. Element-wise work (LayerNorm, GELU, pooling,
-upsampling, gate) is not counted: it costs memory traffic, not matmul FLOPs, which is why
-wall-clock is measured separately (scripts/bench_network.py).
+for frozen ones (input gradients only). The flop counter does not see PyTorch's fused CPU
+attention kernels, so `measured_flops_per_token` runs attention through the math backend
+(`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), whose matrix products it counts.
+Element-wise work (LayerNorm, GELU, pooling, upsampling, gate) is not counted: it costs memory
+traffic, not matmul FLOPs, which is why wall-clock is measured separately
+(scripts/bench_network.py).
 
 Per token, forward, dense part (`C = n_embd`, `V = vocab`, `L` layers, context `T`):
     qkv 6 C^2, attention 4 T C, out-projection 2 C^2, MLP 16 C^2 per layer; head 2 C V.
@@ -96,11 +97,16 @@ def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:
 
 
 def measured_flops_per_token(model, idx, targets=None, backward: bool = True) -> float:
-    """FLOPs per token counted by `torch.utils.flop_counter.FlopCounterMode` for one step."""
+    """FLOPs per token counted by `torch.utils.flop_counter.FlopCounterMode` for one step.
+
+    Attention runs through the math backend (`SDPBackend.MATH`), whose matrix products the
+    counter sees (it misses the fused CPU kernels); the count is flops / `idx.numel()`.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with counter:
+    with sdpa_kernel(SDPBackend.MATH), counter:
         logits, loss = model(idx, targets if targets is not None else idx)
         if backward:
             loss.backward()

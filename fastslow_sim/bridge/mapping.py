@@ -4,9 +4,10 @@
 ODE object, its network counterpart, whether the correspondence is exact or an analogy, and
 the gap between them. The row "generator <-> attention weights" is checked by a test: each row
 of causal softmax weights `S` sums to one, so `Q = S - I` is a generator (DESIGN 2), and with
-identity value and output maps one attention update `x <- S x = x + Q x` is one unit Euler step
-of the backward master equation; a distribution over tokens moves by `p <- S^T p = p + Q^T p`,
-the forward one, conserving total probability.
+identity value and output maps the bare attention sublayer's update `x <- S x = x + Q x` is one
+unit Euler step of the backward master equation; a distribution over tokens moves by
+`p <- S^T p = p + Q^T p`, the forward one, conserving total probability. The network's block
+adds the residual connection, `x <- x + S x = 2x + Q x`, after LayerNorm.
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ MAPPING = [
         "ode": "generator Q (rows sum to zero, rates >= 0)",
         "network": "attention weights S (rows of softmax weights sum to one): Q = S - I",
         "holds": "exact (with identity value and output maps)",
-        "gap": "with identity W_V and W_O, one attention update x <- S x = x + Q x is one unit "
-        "Euler step of the backward master equation dx/dt = Q x (tested); a distribution over "
-        "tokens moves by the forward one, p <- S^T p = p + Q^T p (eps dx/dt = Q^T x), "
-        "conserving its total; with learned W_V, W_O, MLPs and LayerNorm the trained block is "
-        "not a generator",
+        "gap": "with identity W_V and W_O, the bare attention sublayer's update x <- S x = "
+        "x + Q x is one unit Euler step of the backward master equation dx/dt = Q x (tested); "
+        "a distribution over tokens moves by the forward one, p <- S^T p = p + Q^T p "
+        "(eps dx/dt = Q^T x), conserving its total; the block adds the residual connection, "
+        "so its update is x <- x + S x = 2x + Q x (tested), and applies LayerNorm first; with "
+        "the residual, LayerNorm, learned W_V, W_O and MLPs the trained block is not a "
+        "generator",
     },
 ]
 

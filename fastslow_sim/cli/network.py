@@ -219,11 +219,15 @@ def train_network(
     if as_json:
         click.echo(json_text(summary))
         return
+    rate = summary["step_tokens_per_s"]  # None: no step ran (stopped before the first)
     click.echo(
         f"{variant} on {corpus_spec}: {plural(summary['tokens'], 'token', spec=',')} in "
         f"{plural(summary['steps'], 'step')}, "
-        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s"
-    )
+        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s over the run's "
+        f"wall-clock (evaluations and checkpoints included); "
+        + ("no training step" if rate is None else
+           f"{rate:,.0f} tokens/s over the training steps' own {summary['step_time_s']:.1f} s")
+    )  # fmt: skip
     val = (
         "not evaluated (stopped early)"
         if summary["val_loss"] is None
@@ -305,7 +309,8 @@ def reproduce(
     trained).
 
     Prints parameters, training FLOPs per token, validation loss per seed (every aligned
-    validation window), gates and throughput per arm; then paired per-seed differences with a
+    validation window), gates and tokens/s over each run's wall-clock (evaluations and
+    checkpoints included) per arm; then paired per-seed differences with a
     t-based 95% interval (df = seeds - 1) and a verdict: "equivalent" when the interval lies
     within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc,
     the sweep store DIR/sweep.zarr (the table is computed from it; a re-run skips the runs it
