@@ -32,10 +32,11 @@ measured in `scripts/bench_auto.py` (birth-death, rtol 1e-8, atol 1e-10, 401 out
   `integrate` met), LSODA row by row otherwise.
 
 The dataset records the tolerances asked for (`rtol`, `atol`) and those the solver ran with
-(`solver_rtol`, `solver_atol`). An explicit method needs at least about `S / 3.3` steps for
-stability alone (the real stability interval of dopri5), so asking for one when `S > 500` issues
-a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about 290,000 evaluations
-at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is below ten float64
+(`solver_rtol`, `solver_atol`; scipy's methods raise an rtol below 2.22e-14, 100 float64
+epsilons, to it, said in the attribute `rtol_warning`). An explicit method needs at least about
+`S / 3.3` steps for stability alone (the real stability interval of dopri5), so asking for one
+when `S > 500` issues a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about
+290,000 evaluations at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is below ten float64
 spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
 never reach it and is refused (`InputError`). On a batch, both judge the stiffest trajectory
 (`S` of every one, named in the sentence; the dataset's `stiffness_index` is then the largest,
@@ -364,7 +365,7 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     run issues no warning of its own (`StiffnessWarning`, `IgnoredOptionWarning`,
     `MassDriftWarning`) and leaves the process's warning state alone; their sentences are in
     the attributes either way (`stiffness_warning`, `ignored_options_warning`,
-    `mass_drift_warning`, present only where the run would warn), so that a caller running
+    `mass_drift_warning`, `rtol_warning`, present only where the run would warn), so that a caller running
     several solves at once in threads (a sweep's cells) reads each run's own.
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
@@ -431,6 +432,14 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
             f"for stability alone. Use a stiff method (radau, bdf, lsoda) or method='auto'.")  # fmt: skip
         if warn:
             warnings.warn(said["stiffness_warning"], StiffnessWarning, stacklevel=2)
+    if solver_rtol < chosen.rtol_min:  # the solver would raise it: it runs with, and records, that
+        said["rtol_warning"] = (
+            f"rtol {solver_rtol:.3g} is below {chosen.rtol_min:.3g}, the smallest that "
+            f"{chosen.name} runs with (100 float64 epsilons, scipy's floor): it ran with "
+            f"{chosen.rtol_min:.3g} (the attribute solver_rtol).")  # fmt: skip
+        solver_rtol = chosen.rtol_min
+        if warn:
+            warnings.warn(said["rtol_warning"], UserWarning, stacklevel=2)
     if chosen.needs_torch_form and not system.has_torch_form():
         raise InputError(
             f"method {chosen.name!r} needs a system with a torch form (a master-equation system "

@@ -15,9 +15,11 @@ Methods (a string registry, as in torchdiffeq):
 - `"svd"`: the right singular vector of `Q^T` for its smallest singular value (what
   `scipy.linalg.null_space` computes). Same caveat as `"lu"`.
 
-All methods take the generator to be defined by its off-diagonal rates (the diagonal is rebuilt
-as minus the row sums), work on batches `(..., n, n)`, accept numpy arrays or torch tensors and
-return the same kind. Torch tensors that require grad get gradients from the identity
+All methods take the generator to be defined by its off-diagonal rates: with `check=True` (the
+default) `Q` must still have rows summing to zero, an unset diagonal is refused; with
+`check=False` the diagonal is ignored (GTH never reads it; `"lu"` and `"svd"` rebuild it as minus
+the off-diagonal row sums). They work on batches `(..., n, n)`, accept numpy arrays or torch
+tensors and return the same kind. Torch tensors that require grad get gradients from the identity
 `dp = -Z dA p` with `A = Q^T`, `Z = (A - p 1^T)^{-1}`, not by back-propagating the elimination.
 
 GTH on a large numpy batch runs as a compiled kernel (`stationary_kernel`: bit for bit the

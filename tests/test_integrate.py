@@ -67,6 +67,23 @@ def test_auto_takes_lsoda_and_rodas4_when_very_stiff():
     assert very.attrs["solver_rtol"] == pytest.approx(1e-8 / 100)
 
 
+@pytest.mark.parametrize("method", ["lsoda", "bdf", "radau", "rk45", "dop853"])
+def test_solver_rtol_is_what_scipy_ran_with(method):
+    # solve_ivp raises an rtol below 100 float64 epsilons to that: the record said 1e-14
+    system = fs.make_system("two-state", eps=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = fs.integrate(system, (0, 0.01), method=method, rtol=1e-14, atol=1e-16, n_eval=3)
+    assert ds.attrs["status"] == "success" and ds.attrs["rtol"] == 1e-14
+    assert ds.attrs["solver_rtol"] == 100 * np.finfo(np.float64).eps
+    assert "it ran with 2.22e-14" in ds.attrs["rtol_warning"]
+    assert [str(w.message) for w in caught] == [ds.attrs["rtol_warning"]]  # not scipy's too
+    at_floor = fs.integrate(system, (0, 0.01), method=method, rtol=ds.attrs["solver_rtol"],
+                            atol=1e-16, n_eval=3)  # fmt: skip
+    assert "rtol_warning" not in at_floor.attrs
+    assert at_floor.attrs["solver_rtol"] == at_floor.attrs["rtol"]
+
+
 @pytest.mark.parametrize("eps", [0.125, 1e-6, 1e-12])
 def test_auto_honours_the_tolerance_on_the_output_grid(eps):
     # issue 13: at eps = 0.125 auto took DOP853, 72 times the rtol off on the output grid.

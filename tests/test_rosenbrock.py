@@ -278,6 +278,26 @@ def test_dense_output_matches_the_ode_and_costs_no_steps():
     assert (runs[True] < runs[False]).all()  # landing on 100 output times costs steps
 
 
+@pytest.mark.slow  # 1.4 s after other rodas4 runs, 3.1 s alone (the first solve's loads)
+def test_interpolated_outputs_are_of_third_order_step_ends_within_the_tolerance():
+    # RODAS4's continuous extension (Hairer's D, checked against rodas.f) is of order 3, its steps
+    # of order 4: from all mass on the last of 16 states at eps 1e-6 and rtol 1e-8 the outputs
+    # between steps missed by 3.3e-8 (3.3 rtol), those landed on by 9.0e-11 (4.3e-8 and 1.2e-10
+    # on the 30-state chain over [0, 5] at 430 outputs, against Radau at rtol 1e-12). The bounds:
+    # 20 rtol (6 times the measured miss) and rtol; D21 off by 0.1% missed by 1.8e-6
+    system = fs.make_system("birth-death", eps=1e-6, states=16)
+    x0 = np.eye(16)[-1]
+    ref = fs.integrate(system, (0, 1), x0, 0.2, method="lsoda", rtol=1e-12, atol=1e-14,
+                       n_eval=100)  # fmt: skip
+    zr = np.concatenate([ref["x"].values, ref["y"].values], 1)
+    miss = {}
+    for dense in (True, False):
+        ds = fs.integrate(system, (0, 1), x0, 0.2, method="rodas4", rtol=1e-8, atol=1e-10,
+                          n_eval=100, dense_output=dense, march="torch")  # fmt: skip
+        miss[dense] = np.max(np.abs(np.concatenate([ds["x"].values, ds["y"].values], 1) - zr))
+    assert miss[False] < 1e-8 < miss[True] < 20 * 1e-8
+
+
 @pytest.mark.parametrize(
     "z0, t, kwargs, fragment",
     [

@@ -91,7 +91,9 @@ def solve(
 
     Output times: with `dense_output` (the default) steps run past them and the solution there
     comes from the tableau's continuous extension, so many output times cost no extra steps;
-    with `dense_output=False` every step is shortened to land on them.
+    with `dense_output=False` every step is shortened to land on them. RODAS4's extension is of
+    order 3, so the values between steps can miss by several times rtol where the step ends
+    do not (`solvers.rosenbrock.solve_rosenbrock` gives the numbers).
 
     The running trajectories are kept packed (`ya`, `ta`, `ha`): one step of all of them is one
     pass of whole-batch tensor operations. A trajectory that reaches its last output time or

@@ -56,7 +56,10 @@ def solve_rosenbrock(system, z0, t_eval, rtol, atol, eps=None, max_steps=1_000_0
                      dense_output=None, linear_solver="auto", tableau="rodas4",
                      march="auto"):  # fmt: skip
     """One batch `z0 (B, N)` (and one `eps` per trajectory, if given) in one march; output times
-    from the tableau's continuous extension where it has one (`dense_output=None`)."""
+    from the tableau's continuous extension where it has one (`dense_output=None`). RODAS4's is
+    of order 3, its steps of order 4: on the 30-state birth-death chain at eps 1e-6 and rtol 1e-8
+    the outputs between steps missed by 4.3e-8 (4.3 rtol), those of `dense_output=False`, which
+    lands a step on every output time (at more steps), by 1.2e-10."""
     import torch
 
     from ..rosenbrock import STATUS, solve

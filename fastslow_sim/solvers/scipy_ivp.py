@@ -64,6 +64,8 @@ from . import (
 )
 
 _UROUND = 2.0**-52
+# solve_ivp raises a smaller rtol to this, with a warning (scipy's `validate_tol`, `100 * EPS`)
+RTOL_MIN = 100 * np.finfo(np.float64).eps
 
 
 def lsoda_first_step(f0, z0, t0, t1, rtol, atol) -> float | None:
@@ -250,4 +252,5 @@ for _name, _scipy, _stiff, _text, _stab, _order in [
 ]:
     register(Method(_name, "scipy", _stiff, _text, _solve_one(_name, _scipy, not _stiff, _order),
                     options=("max_steps",), explicit_stability=_stab,
-                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1]))  # fmt: skip
+                    atol_min=_FLOORS[_name][0], atol_why=_FLOORS[_name][1],
+                    rtol_min=RTOL_MIN))  # fmt: skip
