@@ -36,8 +36,8 @@ The dataset records the tolerances asked for (`rtol`, `atol`) and those the solv
 epsilons, to it, said in the attribute `rtol_warning`). An explicit method needs at least about
 `S / 3.3` steps for stability alone (the real stability interval of dopri5), so asking for one
 when `S > 500` issues a `StiffnessWarning` with that cost estimate (DESIGN 4: dopri5 needs about
-290,000 evaluations at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is below ten float64
-spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
+290,000 evaluations at `eps = 1e-3` on a 16-state birth-death system); one whose stable step is
+below ten float64 spacings of the times near `t_end` (rates of 1e174, at `y0 = 100` on the birth-death chain) can
 never reach it and is refused (`InputError`). On a batch, both judge the stiffest trajectory
 (`S` of every one, named in the sentence; the dataset's `stiffness_index` is then the largest,
 each one's in `stiffness_index_batch`) while `B N^3 <= 2^28` (`N = n + m`; 16,384 trajectories
@@ -365,8 +365,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     run issues no warning of its own (`StiffnessWarning`, `IgnoredOptionWarning`,
     `MassDriftWarning`) and leaves the process's warning state alone; their sentences are in
     the attributes either way (`stiffness_warning`, `ignored_options_warning`,
-    `mass_drift_warning`, `rtol_warning`, present only where the run would warn), so that a caller running
-    several solves at once in threads (a sweep's cells) reads each run's own.
+    `mass_drift_warning`, `rtol_warning`, present only where the run would warn), so that a
+    caller running several solves at once in threads (a sweep's cells) reads each run's own.
 
     Returns an `xarray.Dataset` with `x(time, state)`, `y(time, slow)`, and for master-equation
     systems `p_st(time, state)` = `p_st(Q(y(t)))`, `manifold_distance(time)` = `|x - p_st|_1`
