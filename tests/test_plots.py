@@ -732,6 +732,19 @@ def test_multirate_labels_carry_units_and_slope_one_is_anchored_on_a_finite_erro
     np.testing.assert_allclose(ref.get_ydata(), [0.8, 0.4])  # through (H 0.2, 0.8)
 
 
+def test_multirate_fast_error_legend_leaves_out_the_first_block_as_the_data_do():
+    """err_x is the max over block ends k >= 1 (gallery.multirate_error_dataset leaves out k = 0,
+    the start t = 0); the legend said max_k, over every block end."""
+    eps, H = np.array([0.1, 1e-3]), np.array([0.2, 0.1])
+    err = np.array([[0.4, 0.2], [0.8, 0.4]])
+    ds = xr.Dataset({"err_y": (("eps", "H"), err), "err_x": (("eps", "H"), err)},
+                    coords={"eps": eps, "H": H},
+                    attrs={"H_fixed": 0.1, "orders": json.dumps([1.0, 1.0])})  # fmt: skip
+    labels = [ln.get_label() for ln in plot_multirate(ds).axes[0].get_lines()]
+    assert r"fast $\max_{k \geq 1} |x_k - x(kH)|_\infty$" in labels
+    assert r"slow $\max_k |y_k - y(kH)|$" in labels
+
+
 @pytest.mark.parametrize("sweep, empty", [("P", "tokens"), ("tokens", "P")])
 def test_tv_sweep_panel_of_a_sweep_absent_from_the_rows_says_so(sweep, empty):
     """Rows of one sweep left the other panel empty without a word."""

@@ -554,7 +554,7 @@ def plot_multirate(ds, *, ax=None):
     j = int(np.argmin(np.abs(H - H_fixed)))
     fig, (ax_e, ax_h) = figure_axes(ax, 2, nrows=1, ncols=2, figsize=(WIDTH, 4.0))
     for key, marker, label in (("err_y", "o", r"slow $\max_k |y_k - y(kH)|$"),
-                               ("err_x", "s", r"fast $\max_k |x_k - x(kH)|_\infty$")):  # fmt: skip
+                               ("err_x", "s", r"fast $\max_{k \geq 1} |x_k - x(kH)|_\infty$")):  # fmt: skip
         ax_e.loglog(eps, ds[key].values[:, j], marker=marker, color="0.25",
                     ls="-" if key == "err_y" else "--", label=label)  # fmt: skip
     for i, e in enumerate(eps):
