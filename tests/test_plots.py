@@ -745,6 +745,22 @@ def test_multirate_fast_error_legend_leaves_out_the_first_block_as_the_data_do()
     assert r"slow $\max_k |y_k - y(kH)|$" in labels
 
 
+def test_multirate_H_axis_is_labelled_at_the_data_s_H_only():
+    """The log axis over one decade of H also labelled its minor ticks (2x10^-2, 3x10^-2, ...),
+    which ran into each other; the ticks are now the H values of the data."""
+    eps, H = np.array([0.1, 1e-3]), np.array([0.2, 0.1, 0.05, 0.025, 0.0125])
+    err = np.outer([1.0, 0.5], H)
+    ds = xr.Dataset({"err_y": (("eps", "H"), err), "err_x": (("eps", "H"), err)},
+                    coords={"eps": eps, "H": H},
+                    attrs={"H_fixed": 0.05, "orders": json.dumps([1.0, 1.0])})  # fmt: skip
+    fig = plot_multirate(ds)
+    fig.canvas.draw()
+    ax = fig.axes[1]
+    major = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    minor = [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    assert major == ["0.2", "0.1", "0.05", "0.025", "0.0125"] and minor == []
+
+
 @pytest.mark.parametrize("sweep, empty", [("P", "tokens"), ("tokens", "P")])
 def test_tv_sweep_panel_of_a_sweep_absent_from_the_rows_says_so(sweep, empty):
     """Rows of one sweep left the other panel empty without a word."""

@@ -581,6 +581,10 @@ def plot_multirate(ds, *, ax=None):
         i, k = finite[-1]
         ax_h.loglog(H, ds["err_y"].values[i, k] * H / H[k], color="0.5", ls=":", lw=1,
                     label="slope 1")  # fmt: skip
+    # the H of the data as the ticks: log minor labels (2x10^-2, 3x10^-2, ...) ran into each
+    # other over this one-decade axis
+    ax_h.set_xticks(H, [f"{h:g}" for h in H])
+    ax_h.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax_h.set_xlabel(axis_label(ds["H"], "slow time per block H"))
     ax_h.set_ylabel(r"slow error $\max_k |y_k - y(kH)|$" + _units(ds["err_y"]))
     fitted = sorted({f"{o:.2f}" for o in orders if np.isfinite(o)}, key=float)
