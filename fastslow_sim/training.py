@@ -860,7 +860,8 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
         "val_loss": val_full,  # every aligned validation window (the reference losses' targets)
         "val_loss_sampled": logs["val_loss"][-1] if logs["val_loss"] else None,
         "gates": raw_model.gates(),
-        # over the run's wall-clock, evaluations and checkpoints included (ablation compares it)
+        # over the training loop's wall-clock (ablation compares it): sampled evaluations and
+        # checkpoints included; the final full validation pass (`val_full`) is not
         "tokens_per_s": done * cfg.batch_size * cfg.block_size * world / wall if wall > 0 else None,
         "wall_time_s": wall,
         # over the training steps' own times alone (the per-step dt of train.nc's tokens_per_s)
@@ -891,9 +892,10 @@ def _train(cfg: TrainConfig, corpus: Corpus | None, log, *, names: dict | None,
 
 
 def _step_mfu(summary: dict, device_name: str) -> float | None:
-    """MFU over the training steps (not the run's wall-clock, which adds evaluations and
-    checkpoints): `flops_per_token_train * step_tokens_per_s / peak` at the bf16 peak of
-    `device_name`, or None where it has no peak (`bridge.cost.PEAK_FLOPS`) or no step time."""
+    """MFU over the training steps (not the training loop's wall-clock, which adds sampled
+    evaluations and checkpoints): `flops_per_token_train * step_tokens_per_s / peak` at the
+    bf16 peak of `device_name`, or None where it has no peak (`bridge.cost.PEAK_FLOPS`) or no
+    step time."""
     peak = peak_flops(device_name, "bf16")
     if peak is None or summary["step_tokens_per_s"] is None:
         return None
@@ -1107,9 +1109,9 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
             "val_loss": (("arm", "seed"), np.array([[r["val_loss"] for r in runs[a]] for a in arms]),
                          {"long_name": "validation loss, every aligned window", "units": "nats/token"}),
             "wall_time_s": (("arm", "seed"), np.array([[r["wall_time_s"] for r in runs[a]] for a in arms]),
-                            {"long_name": "wall-clock of the run", "units": "s"}),
+                            {"long_name": "wall-clock of the training loop (sampled evaluations and checkpoints included; the final full validation pass is not)", "units": "s"}),
             "tokens_per_s": (("arm", "seed"), np.array([[r["tokens_per_s"] for r in runs[a]] for a in arms]),
-                             {"long_name": "tokens over the run's wall-clock (evaluations and checkpoints included)",
+                             {"long_name": "tokens over the training loop's wall-clock (sampled evaluations and checkpoints included; the final full validation pass is not)",
                               "units": "tokens/s"}),
             "tokens": (("arm", "seed"), np.array([[r["tokens"] for r in runs[a]] for a in arms]),
                        {"long_name": "tokens trained (whole steps)", "units": "tokens"}),

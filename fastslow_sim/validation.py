@@ -177,7 +177,7 @@ def comma_entries(text: str, name: str, what: str = "numbers", example: str = "'
                   ) -> list[str]:  # fmt: skip
     """The entries of a comma-separated `text`, stripped; an empty one ("1,,0", "dense,") is
     refused in one sentence naming it (`what`: what the entries are, as `example`). An empty
-    `text` gives `[]`: the caller says what it needs."""
+    or whitespace-only `text` ("", "  ") gives `[]`: the caller says what it needs."""
     entries = []
     for k, raw in enumerate(str(text).split(","), 1):
         entry = raw.strip()

@@ -280,7 +280,7 @@ def test_saturated_outer_branches_that_come_back():
 @pytest.mark.slow  # 7 s
 def test_the_smallest_accepted_osc_eps_runs_and_hugs_the_folds():
     """At eps = OSC_EPS_MIN (1e-9) the oscillation runs in seconds (Radau took over 5 minutes
-    at 1e-9) and its turning points sit on the folds (the overshoot ~ eps^(2/3) is 1e-7 here)."""
+    at 1e-9) and its turning points sit on the folds (the overshoot ~ eps^(2/3) is 1e-6 here)."""
     from fastslow_sim.nonlinear import OSC_EPS_MIN
 
     ds = relaxation_oscillation(kappa=3.0, eps=OSC_EPS_MIN, t_end=6.0)

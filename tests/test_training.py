@@ -143,7 +143,7 @@ def test_mfu_is_over_the_training_steps():
     assert _step_mfu({**s, "step_tokens_per_s": None}, "NVIDIA H200") is None  # no step ran
 
 
-@pytest.mark.slow  # 5.6-19 s on two shared cores (a run, its evaluations and checkpoints)
+@pytest.mark.slow  # 9-11 s on two shared cores (a run stopped at step 8, resumed twice)
 def test_step_throughput_leaves_out_evaluations_and_checkpoints(tmp_path, text_file):
     """step_time_s = sum of the steps' dt (train.nc's tokens/s per step), <= wall_time_s, which
     adds the evaluations and checkpoints (every 4 steps here); mfu = F * step_tokens_per_s / peak."""
@@ -157,22 +157,32 @@ def test_step_throughput_leaves_out_evaluations_and_checkpoints(tmp_path, text_f
     assert s["step_time_s"] == pytest.approx(float(np.sum(128 / per_step)), rel=1e-12)
     assert 0 < s["step_time_s"] <= s["wall_time_s"]
     assert s["step_tokens_per_s"] == s["tokens"] / s["step_time_s"]
-    assert s["tokens_per_s"] == s["tokens"] / s["wall_time_s"]  # kept: the run's wall-clock
+    assert s["tokens_per_s"] == s["tokens"] / s["wall_time_s"]  # kept: the training loop's wall-clock
     mfu = _step_mfu(s, "NVIDIA H200")
     assert mfu == s["flops_per_token_train"] * s["step_tokens_per_s"] / 989e12
     assert mfu >= s["flops_per_token_train"] * s["tokens_per_s"] / 989e12
     assert _step_mfu(s, "NVIDIA GeForce RTX 4090") is None  # no peak in the table
-    # resumed: the checkpoint carries step_time_s on; one written before it kept none has the
-    # steps' dt back from their tokens/s
+    # resumed: the checkpoint carries step_time_s on (read back: the resumed run's sum covers
+    # steps 1-12, not only its own 9-12)
     ckpt = tmp_path / "a" / "ckpt.pt"
     held = torch.load(ckpt, weights_only=False)
     assert held["step_time_s"] == s["step_time_s"]
-    del held["step_time_s"]
-    torch.save(held, ckpt)
-    r = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, stop_after_steps=10,
+    r = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, stop_after_steps=12,
                    resume=True), text_corpus(text_file))  # fmt: skip
     per_step = fs.load_dataset(tmp_path / "a" / "train.nc")["tokens_per_s"].values
-    assert r["steps"] == 10 and r["step_time_s"] == pytest.approx(np.sum(128 / per_step), rel=1e-12)
+    assert r["steps"] == 12 and per_step.size == 12
+    assert r["step_time_s"] == pytest.approx(float(np.sum(128 / per_step)), rel=1e-12)
+    assert r["step_tokens_per_s"] == r["tokens"] / r["step_time_s"]
+    # one written before it kept none has the steps' dt back from their tokens/s
+    held = torch.load(ckpt, weights_only=False)
+    assert held["step"] == 12 and held["step_time_s"] == r["step_time_s"]
+    del held["step_time_s"]
+    torch.save(held, ckpt)
+    r = train(_cfg(tmp_path, "a", f"text:{text_file}", tokens=2048, resume=True),
+              text_corpus(text_file))  # fmt: skip
+    per_step = fs.load_dataset(tmp_path / "a" / "train.nc")["tokens_per_s"].values
+    assert r["steps"] == 16 and r["finished"] and per_step.size == 16
+    assert r["step_time_s"] == pytest.approx(float(np.sum(128 / per_step)), rel=1e-12)
     assert r["step_tokens_per_s"] == r["tokens"] / r["step_time_s"]
 
 

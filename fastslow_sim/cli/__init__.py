@@ -3,7 +3,8 @@ prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`,
 `sweep`).
 
 Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1;
-Ctrl-C in "Interrupted." and exit status 130.
+Ctrl-C in "Interrupted." and exit status 130 (dask worker processes of `--workers` may print
+their own messages first, tracebacks while they start among them).
 """
 
 from __future__ import annotations

@@ -107,10 +107,11 @@ KAPPA_MAX = 30.0  # |kappa|: beyond, exp(kappa c.x) defeats the continuation of 
 
 class Group(click.Group):
     """Turns `InputError` from any command into one sentence and exit status 2, Ctrl-C
-    (`KeyboardInterrupt`) into "Interrupted." and exit status 130, and a standard
-    output that cannot take the output (`> /dev/full`, a closed pipe; `--help` and `--version`
-    included) or a file operation that fails (a full disk) into one sentence and exit status 1,
-    not a traceback."""
+    (`KeyboardInterrupt`) into "Interrupted." and exit status 130 (dask worker processes of
+    `--workers`, which the signal reaches too, may print their own messages first, tracebacks
+    while they start among them), and a standard output that cannot take the output
+    (`> /dev/full`, a closed pipe; `--help` and `--version` included) or a file operation that
+    fails (a full disk) into one sentence and exit status 1, not a traceback."""
 
     def main(self, *args, **kwargs):
         try:
@@ -148,9 +149,9 @@ class Group(click.Group):
         except click.UsageError as err:  # an unknown command, option or unparsable value
             sub = ctx.invoked_subcommand  # set once the command is known
             _usage_error(err, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
-        except KeyboardInterrupt:  # Ctrl-C: click's "Aborted!" and status 1, a failed run's
-            # 128 + SIGINT, as a shell reports a command that SIGINT ended; on a terminal the
-            # line starts below the echoed ^C
+        except KeyboardInterrupt:  # Ctrl-C: not click's "Aborted!" and status 1 (a failed
+            # run's status) but 128 + SIGINT, as a shell reports a command that SIGINT ended; on
+            # a terminal the line starts below the echoed ^C
             click.echo(("\n" if sys.stderr.isatty() else "") + "Interrupted.", err=True)
             ctx.exit(130)
 

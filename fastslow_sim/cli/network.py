@@ -223,8 +223,9 @@ def train_network(
     click.echo(
         f"{variant} on {corpus_spec}: {plural(summary['tokens'], 'token', spec=',')} in "
         f"{plural(summary['steps'], 'step')}, "
-        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s over the run's "
-        f"wall-clock (evaluations and checkpoints included); "
+        f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s over the "
+        f"training loop's wall-clock (sampled evaluations and checkpoints included; the final "
+        f"full validation pass is not); "
         + ("no training step" if rate is None else
            f"{rate:,.0f} tokens/s over the training steps' own {summary['step_time_s']:.1f} s")
     )  # fmt: skip
@@ -309,10 +310,11 @@ def reproduce(
     trained).
 
     Prints parameters, training FLOPs per token, validation loss per seed (every aligned
-    validation window), gates and tokens/s over each run's wall-clock (evaluations and
-    checkpoints included) per arm; then paired per-seed differences with a
-    t-based 95% interval (df = seeds - 1) and a verdict: "equivalent" when the interval lies
-    within +-margin, "differs" when it excludes 0, else "inconclusive". Saves DIR/ablation.nc,
+    validation window), gates and tokens/s over each run's training-loop wall-clock (sampled
+    evaluations and checkpoints included; the final full validation pass is not) per arm;
+    then paired per-seed differences with a t-based 95% interval (df = seeds - 1) and a
+    verdict: "equivalent" when the interval lies within +-margin, "differs" when it excludes
+    0, else "inconclusive". Saves DIR/ablation.nc,
     the sweep store DIR/sweep.zarr (the table is computed from it; a re-run skips the runs it
     has, failed ones too unless --retry-failed) and one run folder per (arm, seed).
     --workers/--scheduler run the grid on dask.
