@@ -144,6 +144,7 @@ def test_reproduce_pairs_arms_and_reports_json(tmp_path):
     assert ds["val_loss"].attrs["units"] == "nats/token"
 
 
+@pytest.mark.slow
 def test_reproduce_text_table(tmp_path, text_file):
     table = reproduce(f"text:{text_file}", 800, 2, ["dense", "coupled"], str(tmp_path / "t"), TINY,
                       log=lambda *a: None)  # fmt: skip
@@ -464,6 +465,7 @@ def test_a_cluster_may_train_on_a_cuda_device_this_process_lacks(monkeypatch):
         check_device("gpu", here=False)
 
 
+@pytest.mark.slow
 def test_reproduce_labels_the_tokens_each_run_trained(tmp_path, text_file):
     """`reproduce --tokens 255` with steps of 4 x 32 = 128 tokens trains one step (128 tokens)
     per run, as train-network does, but its table, JSON and ablation.nc said 255 tokens per

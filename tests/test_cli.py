@@ -546,6 +546,7 @@ def test_manifold_command_json(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--osc-eps", "1"], ["--kappa", "10"]])
+@pytest.mark.slow
 def test_manifold_period_not_determined(tmp_path, args):
     """Fewer than two maxima of y in the run's second half (eps 1: too slow to turn twice by
     t = 20; kappa 10: one long cycle): the text said "period nan"; now a sentence, and the JSON
@@ -799,6 +800,7 @@ def test_manifold_linear_cycle_at_large_y_is_stable(manifold_run):
     (("1", "100"), "branch 0: y in [1.0000, 100.0000], mean c.x in [0.000, 0.382], stable"),
     (("-0.00001", "1"), "branch 0: y in [0.0000, 1.0000], mean c.x in [0.382, 0.500], stable"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_manifold_prints_no_signed_zero(manifold_run, y_range, line):
     """`--system cycle --kappa 0 --y-range 1 100` printed "mean c.x in [-0.000, 0.382]": the
     continuation's point at y = 95 had entries of -5e-20 (its points are now p_st by GTH,
@@ -845,6 +847,7 @@ def test_manifold_default_run_prints_the_supremum_of_the_gap(manifold_run):
     assert data["gap"] == pytest.approx(0.61995, abs=1e-5) and data["gap_kind"] == "sup"
 
 
+@pytest.mark.slow
 def test_manifold_oscillation_range_is_over_a_cycle_or_named_so(tmp_path, manifold_run):
     """`--kappa 30` printed "relaxation oscillation ...: y in [-6.3648, -2.7877]", y over
     t in [10, 20], a stretch of the upper branch's way down (the cycle, period ~25, runs up to

@@ -582,6 +582,7 @@ def test_the_memory_refusal_names_the_size_and_the_options(tmp_path, monkeypatch
         ["--eps", "1e-8", "--method", "lsoda", "--atol", "1e-150", "--t-end", "0.5"],
     ],
 )
+@pytest.mark.slow
 def test_lsoda_at_a_tiny_span_or_atol_finishes(args, tmp_path):
     """In a subprocess under a time limit: before, these never returned."""
     import subprocess

@@ -33,6 +33,7 @@ def corpus_args(text_file):
     return ["--corpus", f"text:{text_file}"]
 
 
+@pytest.mark.slow
 def test_ranks_agree_and_draw_different_batches(tmp_path):
     # the me corpus: block-aligned batches on every rank. 2,048 tokens are 8 steps (4 checkpoints)
     # of 2 x 4 x 32 tokens: 1.7 s of training against 8.5 s for TRAIN's 10k (39 steps)

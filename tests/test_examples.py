@@ -77,6 +77,7 @@ def test_every_example_is_checked():
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
+@pytest.mark.slow
 def test_example_draws_into_given_axes_and_matches_theory(name):
     module = _load(name)
     n_axes = 1 if name in ("first_order_correction", "tiny_gate") else 2

@@ -41,6 +41,7 @@ def _val_windows(corpus, T=256):
     return np.asarray(corpus.val, dtype=np.int64)[starts[:, None] + np.arange(T + 1)]
 
 
+@pytest.mark.slow
 def test_defaults_leave_a_learnable_gap_inside_the_context(default):
     s = default.stats
     assert default.vocab_size == 8 and s["P"] == 8 and default.block_len == 8

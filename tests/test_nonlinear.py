@@ -216,6 +216,7 @@ def _exact_fold_ys(kappa):
 
 @pytest.mark.parametrize("kappa, y_range", [(-3.0, (90.0, 91.0)), (3.0, (100.0, 101.0)),
                                             (-3.0, (0.0, 176.9))])  # fmt: skip
+@pytest.mark.slow
 def test_far_ranges_and_the_domains_edge(kappa, y_range):
     """Saturated branches (the mean within 1e-150 of 1) and a range that ends 0.01 short of the
     domain's edge: one stable branch over the whole range, every point on the exact curve (the
@@ -312,6 +313,7 @@ def test_an_oscillation_that_drifts_keeps_its_warning_and_its_dataset(monkeypatc
 
 
 @pytest.mark.parametrize("kappa", [0.0, 3.0])
+@pytest.mark.slow
 def test_a_range_up_to_the_domains_edge(kappa):
     """The range may end on the domain's edge (helper-22: the trace stalled within 1e-10 of it,
     where every step's predictor left the domain)."""
@@ -644,6 +646,7 @@ def cycle_curve():
 
 
 @pytest.mark.parametrize("y_range", [(1.0, 1000.0), "domain"])
+@pytest.mark.slow
 def test_the_cycle_is_traced_where_its_rates_are_far_from_1(y_range, cycle_curve):
     """`manifold --system cycle --kappa 0 --y-range 1 1000` stalled at y = 151.8 (rates e^(+-76)):
     the tangent, the SVD's null vector of the continuation's Jacobian, was accurate only to

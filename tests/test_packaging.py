@@ -99,6 +99,7 @@ def test_torch_backed_names_still_import():
     ],
     ids=" ".join,
 )
+@pytest.mark.slow
 def test_commands_without_network_do_not_import_torch(args, tmp_path):
     result = _torch_imported(_cli(args), tmp_path)
     assert not result["torch"], f"fastslow-sim {' '.join(args)}: " + _chain(result)

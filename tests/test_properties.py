@@ -262,6 +262,7 @@ def test_cli_manifold_options(kappa, osc_eps, y_lo, y_hi, tmp_path):
 
 
 @pytest.mark.parametrize("values", ["0.02,0.01", "0.02,0.02", "1e-300,1e-301", "0.5,0.4,nan"])
+@pytest.mark.slow
 def test_cli_convergence_eps_lists(values, tmp_path):
     res = CliRunner().invoke(main, ["convergence", "--eps", values, "--t-end", "1",
                                     "--out", str(tmp_path / "c.nc"), "--no-plot", "--json"])  # fmt: skip

@@ -138,6 +138,7 @@ def test_max_steps_status():
     assert STATUS[int(status[0])] == "max_steps"
 
 
+@pytest.mark.slow
 def test_gradient_with_respect_to_generator_parameters():
     n = 6
 
@@ -250,6 +251,7 @@ def test_autograd_jacobian_fallback():
     torch.testing.assert_close(without[0], with_jac[0], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_dense_output_matches_the_ode_and_costs_no_steps():
     system = fs.make_system("birth-death", eps=1e-3)
     rng = np.random.default_rng(2)

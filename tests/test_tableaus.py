@@ -40,6 +40,7 @@ def test_l_stability(name):
 
 
 @pytest.mark.parametrize("name", list(TABLEAUS))
+@pytest.mark.slow
 def test_each_tableau_is_a_method_of_integrate(name):
     system = fs.make_system("birth-death", eps=1e-3)
     ref = fs.integrate(system, (0, 1), method="radau", rtol=1e-12, atol=1e-14, n_eval=5)

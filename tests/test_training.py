@@ -443,6 +443,7 @@ def test_cuda_requested_where_none(tmp_path, text_file):
         train(_cfg(tmp_path, "c", f"text:{text_file}", tokens=1000, device="cuda"))
 
 
+@pytest.mark.slow
 def test_phi_vs_pst(tmp_path):
     from fastslow_sim.probe import phi_vs_pst
 
