@@ -30,7 +30,7 @@ import torch
 
 from ._version import __version__
 from .bridge import BridgeConfig, FastSlowLM
-from .bridge.cost import flops_per_token, peak_flops
+from .bridge.cost import flops_per_token, utilisation
 from .bridge.variants import ARMS
 from .corpora import Corpus, load_corpus, same_text_corpus
 from .errors import InputError
@@ -896,10 +896,7 @@ def _step_mfu(summary: dict, device_name: str) -> float | None:
     evaluations and checkpoints): `flops_per_token_train * step_tokens_per_s / peak` at the
     bf16 peak of `device_name`, or None where it has no peak (`bridge.cost.PEAK_FLOPS`) or no
     step time."""
-    peak = peak_flops(device_name, "bf16")
-    if peak is None or summary["step_tokens_per_s"] is None:
-        return None
-    return summary["flops_per_token_train"] * summary["step_tokens_per_s"] / peak
+    return utilisation(summary["flops_per_token_train"], summary["step_tokens_per_s"], device_name)
 
 
 def _logs_dataset(logs, cfg, mcfg, corpus, summary):

@@ -117,7 +117,14 @@ def measured_flops_per_token(model, idx, targets=None, backward: bool = True) ->
 def mfu(config: BridgeConfig, tokens_per_s: float, device_name: str, dtype: str = "bf16",
         T: int | None = None) -> float | None:  # fmt: skip
     """Model FLOPs utilisation: training FLOPs per token times tokens/s over the device's peak."""
+    return utilisation(flops_per_token(config, T)["train"], tokens_per_s, device_name, dtype)
+
+
+def utilisation(flops_per_tok: float, tokens_per_s: float | None, device_name: str,
+                dtype: str = "bf16") -> float | None:  # fmt: skip
+    """`flops_per_tok * tokens_per_s / peak`, or None where the device has no peak in
+    `PEAK_FLOPS` or no throughput was measured."""
     peak = peak_flops(device_name, dtype)
-    if peak is None:
+    if peak is None or tokens_per_s is None:
         return None
-    return flops_per_token(config, T)["train"] * tokens_per_s / peak
+    return flops_per_tok * tokens_per_s / peak
