@@ -336,12 +336,13 @@ def _interp_entry(table, y, prev, cur):
     return np.maximum((1 - f) * a + f * b, 1e-300)
 
 
-def _generate(cfg: MECorpusConfig):
+def _generate(cfg: MECorpusConfig, progress: bool = False):
     """Tokens `(N,)`, per-block `y` `(N/P,)` and per-token `log K_k[prev, tok]` `(N,)`.
 
     `K_k` is the tabulated propagator interpolated at `y_k` (within 1e-7 of `expm(H Q(y_k))`
     at the default beta; `_GRID`):
     the corpus is generated, and the oracle and the filter are scored, with the same `K`.
+    `progress`: a bar over the blocks on a terminal (stderr), as training's.
     """
     from bisect import bisect_right
     from itertools import accumulate
@@ -363,7 +364,15 @@ def _generate(cfg: MECorpusConfig):
     # left to right, divided by the last entry. Building all n rows and the block's mean with
     # numpy calls of fixed overhead took about 75 us a block: over a minute for the default
     # corpus at P = 1 (1.2M blocks). The corpus is the same to the bit.
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=nb, desc=f"building {_spec_name(cfg)} (P = {P})", unit="block",
+                   unit_scale=True, disable=None, leave=False)  # fmt: skip
     for k in range(nb):
+        if bar is not None and k % 4096 == 4095:
+            bar.update(4096)
         ys[k] = y
         s = y * (_GRID - 1)
         i = min(int(s), _GRID - 2)
@@ -391,6 +400,9 @@ def _generate(cfg: MECorpusConfig):
             if len(means) < 100_000:  # (a bound for long blocks, whose histograms rarely recur)
                 means[key] = mean
         y = cfg.slow_update(y, mean)
+    if bar is not None:
+        bar.update(nb % 4096)
+        bar.close()
     toks = np.array(toks, dtype=np.int64).reshape(nb, P)
     ys = np.array(ys)
     logp = np.log(np.maximum(np.array(Kp), 1e-300)).reshape(nb, P)
@@ -398,14 +410,15 @@ def _generate(cfg: MECorpusConfig):
     return toks[b:].reshape(-1), ys[b:], logp[b:].reshape(-1)
 
 
-def me_corpus(config: MECorpusConfig | None = None):
+def me_corpus(config: MECorpusConfig | None = None, progress: bool = False):
     """The master-equation corpus (module docstring): split on a block boundary (about 90/10),
-    with every block's `y_k` and `p_st(y_k)` and the three reference losses at `config.context`."""
+    with every block's `y_k` and `p_st(y_k)` and the three reference losses at `config.context`;
+    `progress`: a bar over its blocks on a terminal."""
     from .corpora import Corpus
     from .stationary import stationary_distribution
 
     cfg = config or MECorpusConfig()
-    toks, ys, logp = _generate(cfg)
+    toks, ys, logp = _generate(cfg, progress)
     P, n = cfg.P, cfg.n_states
     n_blocks = len(ys)
     val_blocks = max(n_blocks // 10, -(-(cfg.context + 1) // P) + 1)

@@ -43,8 +43,9 @@ def corpus(spec, P, context, as_json):
     tokens: an exact filter over the slow state) and the best predictor that ignores y.
 
     Building the me corpus is a loop over its blocks and tokens, so its time grows with the
-    tokens and with their number of blocks, tokens/P: the default 1.2M tokens take about 20 s
-    at P = 8 and 40 s at --P 1 on a shared two-core machine (me:tokens=120k, a tenth of that).
+    tokens and with their number of blocks, tokens/P: the default 1.2M tokens take about 15 s
+    at P = 8 and 30 s at --P 1 on a shared two-core machine (me:tokens=120k, a tenth of that),
+    under a progress bar on a terminal.
 
     \b
     Examples:
@@ -67,7 +68,7 @@ def corpus(spec, P, context, as_json):
         raise InputError(f"the context {context} (--context) is not a multiple of P={P_int} "
                          f"(--P); expected whole blocks per window, as train-network "
                          f"does.")  # fmt: skip
-    c = load_corpus(spec, P=P_int, context=context)
+    c = load_corpus(spec, P=P_int, context=context, progress=True)
     info = c.summary()
     if as_json:
         click.echo(json_text(info))
