@@ -168,23 +168,25 @@ def same_text_corpus(held_spec, held_sha256, spec, sha256: str | None = None) ->
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_me_corpus(config) -> Corpus:
+def _cached_me_corpus(config, progress: bool = False) -> Corpus:
     """An me corpus is deterministic in its config: build it once per process."""
     from .me_corpus import me_corpus
 
-    return me_corpus(config)
+    return me_corpus(config, progress)
 
 
-def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256) -> Corpus:
+def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256,
+                progress: bool = False) -> Corpus:  # fmt: skip
     """`"me"` (or `"me:tokens=3M,beta=6,seed=1,..."`), `"random"` or `"text:PATH"`. The corpus
     seed (`seed=` in the spec, else `seed`) is separate from a training seed: every run on `"me"`
     with the same `P` sees the same corpus; `P` is the model's, and `context` is the window
-    length of the me corpus's reference losses."""
+    length of the me corpus's reference losses; `progress`: a bar while an me corpus is built
+    (on a terminal)."""
     from .me_corpus import parse_me_spec
 
     me = parse_me_spec(spec, P=P, context=context, seed=seed)
     if me is not None:
-        return _cached_me_corpus(me)
+        return _cached_me_corpus(me, progress)
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):
