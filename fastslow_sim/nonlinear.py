@@ -956,22 +956,35 @@ def identity_gap(family, curve) -> float:
 
 def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
     """The supremum of a function along the exact graph from its samples `values` at the
-    graph's parameters `s` (in the curve's order): each sampled local maximum within the
-    largest jump between neighbours of the top is polished by a bounded scalar optimiser over
-    `s` towards each neighbour, on arcs in `[y_lo, y_hi]`; `f(s) -> (value, y)`."""
+    graph's parameters `s` (in the curve's order): each sampled local maximum within its own
+    larger jump to a neighbour of the top is polished by a bounded scalar optimiser over `s`
+    towards each neighbour, on arcs in `[y_lo, y_hi]`; `f(s) -> (value, y)`.
+
+    The jump is the peak's own (a smooth peak between samples rises above the sampled one by
+    at most a quarter of it), or the largest finite one anywhere where both of its are not
+    finite. With the largest anywhere for every peak, a wide range let in every round-off
+    wiggle: Re lambda of the linear chain spans -1e54 to -0.15 over y in [-32, 32.5], and 299
+    of its local maxima were polished (15,000 eigenvalue solves, 100 s; 1 at [-4, 4.5])."""
     from scipy.optimize import minimize_scalar
 
     best = float(np.max(values))
     if len(values) < 2:
         return best
     last = len(values) - 1
-    jumps = np.abs(np.diff(values))
-    margin = float(np.max(jumps[np.isfinite(jumps)], initial=0.0))
+    with np.errstate(invalid="ignore"):  # -inf - -inf: unresolved neighbours, not finite
+        jumps = np.abs(np.diff(values))
+    finite = np.isfinite(jumps)
+    margin = float(np.max(jumps[finite], initial=0.0))
     v = values
+
+    def own_jump(i):
+        near = [jumps[j] for j in (i - 1, i) if 0 <= j < last and finite[j]]
+        return max(near) if near else margin
+
     peaks = [
         i
         for i in range(len(v))
-        if v[i] >= best - margin and v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)]
+        if v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)] and v[i] >= best - own_jump(i)
     ]
     for i in peaks:
         for j in (i - 1, i + 1):

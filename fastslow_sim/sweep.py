@@ -1679,10 +1679,70 @@ def _client(workers, scheduler, client, threads=None):
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # not the nanny's notes on closing its workers
     try:
-        with _local_cluster(workers, threads) as cluster, Client(cluster) as c:
-            yield c
+        with _started_cluster(workers, threads) as cluster, Client(cluster) as c:
+            try:
+                yield c
+            except KeyboardInterrupt:
+                quiet.setLevel(logging.CRITICAL + 1)  # closing on Ctrl-C: "Interrupted." only
+                raise
     finally:
         quiet.setLevel(level)
+
+
+@contextlib.contextmanager
+def _started_cluster(workers, threads=None):
+    """`_local_cluster`, its worker processes ignoring SIGINT: Ctrl-C reaches the whole
+    process group, and workers still importing each printed a KeyboardInterrupt traceback;
+    they are shut down by this process instead. Only an ignored SIGINT survives the exec of
+    a spawned process (a blocked one does not: Python 3.11 unblocks it), so SIGINT is ignored
+    here from the start until the workers are spawned (a Ctrl-C in that fraction of a second
+    is lost), while a thread starts the cluster, so that the cluster is never left
+    half-started (its atexit close raised a traceback). On Ctrl-C during the rest of the
+    start-up, this waits for it to end, closes the cluster (distributed's log silenced) and
+    re-raises."""
+    import multiprocessing
+    import signal
+    import threading
+    import time
+
+    box = {}
+
+    def start():
+        try:
+            box["cluster"] = _local_cluster(workers, threads)
+        except BaseException as err:  # re-raised in the caller's thread
+            box["error"] = err
+
+    main = threading.current_thread() is threading.main_thread()
+    before = len(multiprocessing.active_children())
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        starter = threading.Thread(target=start, name="fastslow-sim cluster start", daemon=True)
+        starter.start()
+        spawned = time.monotonic() + 60.0
+        while (starter.is_alive() and time.monotonic() < spawned
+               and len(multiprocessing.active_children()) < before + workers):  # fmt: skip
+            time.sleep(0.01)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, handler)
+    try:
+        while starter.is_alive():
+            starter.join(0.1)
+    except KeyboardInterrupt:
+        logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+        while starter.is_alive():  # the start cannot be cut short: wait, then close it
+            try:
+                starter.join(0.1)
+            except KeyboardInterrupt:
+                pass
+        if "cluster" in box:
+            box["cluster"].close()
+        raise
+    if "error" in box:
+        raise box["error"]
+    with box["cluster"] as cluster:
+        yield cluster
 
 
 def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="sweep.zarr", *,

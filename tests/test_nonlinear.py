@@ -786,3 +786,53 @@ def test_a_narrow_range_prints_its_two_ends_apart(tmp_path):
     assert "y in [0.1, 0.1000000000001]" in res.output.splitlines()[0]
     branch_lines = [ln for ln in res.output.splitlines() if ln.startswith("branch ")]
     assert branch_lines and all("y in [0.1, 0.1000000000001]," in ln for ln in branch_lines)
+
+
+def test_sup_along_graph_polishes_only_peaks_within_their_own_jump_of_the_top():
+    """Samples of a bump at s = 0 (top 1, between samples), a flat part of round-off wiggles
+    (values near 0, each one a local maximum) and a fall to -1e54 (a jump that dwarfs them):
+    only the bump's peak is polished, however many wiggles, and the supremum is the bump's. The
+    largest jump anywhere as every peak's margin polished each wiggle (calls grew with them)."""
+    from fastslow_sim.nonlinear import _sup_along_graph
+
+    def run(n_flat):
+        rng = np.random.default_rng(0)
+        s = np.concatenate([np.linspace(-20.0, -3.0, n_flat), np.linspace(-2.93, 3.07, 61),
+                            [3.5, 4.0]])  # fmt: skip
+        bump = np.exp(-(s**2))
+        values = np.where(s < -2.95, 1e-17 * rng.standard_normal(s.size), bump)
+        values[-2:] = [-1e20, -1e54]
+        calls = []
+
+        def f(v):
+            calls.append(v)
+            return float(np.exp(-(v**2))), float(v)
+
+        return _sup_along_graph(None, s, values, f, -20.0, 4.0), len(calls)
+
+    (sup_few, calls_few), (sup_many, calls_many) = run(50), run(400)
+    assert sup_few == pytest.approx(1.0, abs=1e-12) and sup_many == pytest.approx(1.0, abs=1e-12)
+    assert calls_few == calls_many < 200
+
+
+@pytest.mark.slow  # 10-20 s (the old code: 30 s and more, growing faster than the range)
+def test_branch_stability_costs_grow_with_the_points_not_faster():
+    """kappa 0 over y in [-16, 16.5]: Re lambda spans -1e27 to -0.15, and the eigenvalue solves
+    are one per point in the range plus a fixed number to polish the top (the old code: 1,053
+    for 676 points, 16,328 for 1,316 at [-32, 32.5], polishing round-off wiggles)."""
+    from fastslow_sim import nonlinear
+
+    calls = []
+    real = nonlinear._fast_stability
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    nonlinear._fast_stability = counted
+    try:
+        curve = critical_branches(NonlinearBirthDeath(kappa=0.0), (-16.0, 16.5))
+    finally:
+        nonlinear._fast_stability = real
+    assert len(curve["y"]) > 600
+    assert len(calls) <= len(curve["y"]) + 100

@@ -2100,3 +2100,44 @@ def test_manifold_sweep_y_range_needs_its_ends_in_order(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == "Error: --y-range A B needs A < B; got 0.8 0.2."
     assert not store.exists()
+
+
+def _descendants(pid):
+    """The pids of the processes below `pid` (from /proc), or [] where /proc is missing."""
+    kids = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        found = kids.get(todo.pop(), [])
+        out += found
+        todo += found
+    return out
+
+
+@pytest.mark.slow  # 3 runs of 8-15 s each on two busy cores
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
+def test_ctrl_c_while_workers_start_prints_only_interrupted(tmp_path):
+    """SIGINT to the whole process group (as a terminal's Ctrl-C), at several moments after two
+    processes below it appear (the workers, spawned; in the instant while they are spawned,
+    SIGINT is ignored: `sweep._started_cluster`): the workers printed KeyboardInterrupt tracebacks from their
+    imports, and the half-started cluster one from its atexit close, before "Interrupted."."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for k, delay in enumerate([0.1, 0.6, 1.5]):
+        cmd = [sys.executable, "-m", "fastslow_sim", "sweep", "manifold", "--grid", "kappa=0,3",
+               "--store", str(tmp_path / f"s{k}.zarr"), "--workers", "2"]  # fmt: skip
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(_descendants(p.pid)) < 2 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert (p.returncode, err) == (130, "Interrupted.\n"), f"SIGINT {delay} s into start-up"
+        time.sleep(0.5)
+        assert not _descendants(p.pid)
