@@ -3,8 +3,9 @@ prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`,
 `sweep`).
 
 Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1;
-Ctrl-C in "Interrupted." and exit status 130 (dask worker processes of `--workers` may print
-their own messages first, tracebacks while they start among them).
+Ctrl-C in "Interrupted." and exit status 130 (the worker processes of `--workers` ignore it and
+are shut down by this one; a Ctrl-C in the instant they are spawned is lost, and one in the
+first seconds, while Python imports the package, ends in Python's own traceback).
 """
 
 from __future__ import annotations
