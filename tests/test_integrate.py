@@ -472,6 +472,32 @@ def test_stiffness_index_above_the_eigenvalue_limit_is_an_upper_bound(monkeypatc
         assert exact <= bound <= 2.0 * exact, (name, exact, bound)
 
 
+def test_stiffness_bound_over_several_chunks_builds_each_jacobian_once(monkeypatch):
+    # above EIG_MAX the rate (Gershgorin's bound) is computed in the pass that hashes the
+    # Jacobians for the cache key, so a batch of several chunks builds each chunk once, and its
+    # rates equal those of each row alone
+    import fastslow_sim.integrators as integ
+
+    system = fs.make_system("birth-death", eps=0.01)
+    x0, y0 = fs.random_initial_conditions(system, 7, seed=3)
+    z0 = np.concatenate([x0, y0], axis=1)
+    N = z0.shape[1]
+    monkeypatch.setattr(integ, "EIG_MAX", 2)
+    monkeypatch.setattr(integ, "JACOBIAN_CHUNK_BYTES", 2 * 8 * N * N)  # two rows a chunk
+    monkeypatch.setattr(integ, "_LAST_RATE", [None])
+    rows = [integ.stiffness_index(system, z, (0.0, 2.0)) for z in z0]
+    built = []
+    stacked = integ._stacked_jacobian
+    monkeypatch.setattr(integ, "_stacked_jacobian",
+                        lambda *a: built.append(len(a[2])) or stacked(*a))  # fmt: skip
+    index = integ.stiffness_index(system, z0, (0.0, 2.0))
+    assert built == [2, 2, 2, 1]  # one build per chunk (the old code: [2, 2, 2, 1] twice)
+    np.testing.assert_array_equal(index, rows)
+    built.clear()
+    np.testing.assert_array_equal(integ.stiffness_index(system, z0, (0.0, 2.0)), index)
+    assert built == [2, 2, 2, 1]  # a hit builds them once more, for the key
+
+
 def test_p_st_work_is_linear_on_a_neighbour_chain():
     from fastslow_sim.integrators import p_st_flops
 
