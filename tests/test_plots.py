@@ -119,6 +119,10 @@ def test_convergence_lines_and_labels(rng):
     )
     fig, ax = plt.subplots()
     assert plot_convergence(ds, ax=ax) is fig
+    # every eps run is a labelled tick, and no other (minor ticks off)
+    np.testing.assert_array_equal(ax.get_xticks(), np.sort(eps))
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{e:g}" for e in np.sort(eps)]
+    assert len(ax.get_xticks(minor=True)) == 0
     # one data line and one fitted line per error, in order
     assert len(ax.lines) == 6
     for j, key in enumerate(errs):

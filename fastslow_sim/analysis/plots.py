@@ -381,6 +381,10 @@ def plot_convergence(ds, *, ax=None):
     if not any(np.isfinite(ds[key].values).any() for key in labels):
         ax.text(0.5, 0.5, "no finite error to fit (every error is NaN or inf)", ha="center",
                 va="center", color="C3", transform=ax.transAxes)  # fmt: skip
+    ticks = np.unique(eps[np.isfinite(eps) & (eps > 0)])
+    if 0 < len(ticks) <= 8:  # every eps run, labelled (a decade's default ticks can miss them all)
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+        ax.set_xticks([], minor=True)
     ax.set_xlabel(axis_label(ds["eps"], r"$\varepsilon = 1/P$"))
     ax.set_ylabel("error after the initial layer" + _units(ds["err_h0"]))
     ax.set_title(f"{ds.attrs.get('system', '')}: convergence in eps (expected slopes 1, 2, 1)")

@@ -37,7 +37,7 @@ class _FiguresCommand(click.Command):
 
 @click.command(cls=_FiguresCommand)
 @click.option("--quick", is_flag=True,
-              help="Short runs (a few minutes on two cores) under fastslow-results/quick/.")
+              help="Short runs (about 2 minutes on two cores) under fastslow-results/quick/.")
 @click.option("--out", "--out-dir", "out_dir", default=None, type=click.Path(file_okay=False),
               callback=path_given("folder"),
               help="Folder for the figures [default: figures/; with --quick "
