@@ -511,3 +511,41 @@ def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys
     for i, call in zip(starts, timed):
         assert call in events[:i], (call, events)  # the same call, before the clock
     assert [c[1] for c in timed] == ["auto", "rodas4"]
+
+
+def _ablation(folder, arms, val, tokens, fpt, corpus="text:x.txt"):
+    import xarray as xr
+
+    import fastslow_sim as fs
+
+    val = np.asarray(val, dtype=float)
+    ds = xr.Dataset(
+        {"val_loss": (("arm", "seed"), val),
+         "tokens": (("arm", "seed"), np.full(val.shape, tokens)),
+         "flops_per_token": ("arm", np.asarray(fpt, dtype=float))},
+        coords={"arm": arms, "seed": np.arange(val.shape[1])}, attrs={"corpus": corpus},
+    )  # fmt: skip
+    folder.mkdir()
+    fs.save_dataset(ds, folder / "ablation.nc")
+
+
+def test_paired_runs_pairs_by_seed_with_the_t_interval(tmp_path, capsys):
+    from scipy import stats
+
+    paired = load_script("paired_runs")
+    a = [[2.48, 2.47, 2.49, 2.478, 2.482]]
+    b = [[2.50, 2.485, 2.492, 2.49, 2.51, 9.9]]  # a sixth seed that A lacks is left out
+    _ablation(tmp_path / "a", ["coupled"], a, 499_712, [7.1e6])
+    _ablation(tmp_path / "b", ["dense"], b, 546_816, [6.49e6])
+    assert paired.main([str(tmp_path / "a"), "coupled", str(tmp_path / "b"), "dense"]) == 0
+    out = capsys.readouterr().out
+    d = np.array(a[0]) - np.array(b[0][:5])
+    half = stats.t.ppf(0.975, 4) * d.std(ddof=1) / np.sqrt(5)
+    assert (f"coupled - dense: {d.mean():+.4f}, 95% t interval [{d.mean() - half:+.4f}, "
+            f"{d.mean() + half:+.4f}] (df 4)") in out  # fmt: skip
+    assert "| dense | " in out and "| 546,816 | 6.49 M | 3.549e+12 |" in out
+    _ablation(tmp_path / "c", ["dense"], b, 546_816, [6.49e6], corpus="me")
+    assert paired.main([str(tmp_path / "a"), "coupled", str(tmp_path / "c"), "dense"]) == 2
+    assert "different corpora" in capsys.readouterr().err
+    assert paired.main([str(tmp_path / "a"), "dense", str(tmp_path / "b"), "dense"]) == 2
+    assert "arm 'dense' is not in" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""Paired per-seed differences between arms of two `reproduce` folders: a control that needs its
+own token budget, such as dense trained for the coupled arm's FLOPs.
+
+    python scripts/paired_runs.py A_DIR ARM_A B_DIR ARM_B [--margin 0.01]
+
+Reads `A_DIR/ablation.nc` and `B_DIR/ablation.nc` (written by `fastslow-sim reproduce`), pairs
+the runs by seed (the runs of one seed share the dense initialisation and the order of the
+batches; the longer run sees more of them) and prints `ARM_A - ARM_B` of the validation loss
+over the seeds both hold, with the t interval (df = seeds - 1) and the verdict of
+`fastslow_sim.training.paired_comparison`, beside each arm's tokens, FLOPs per token and
+training FLOPs per run. Both folders must be on the same corpus: a pairing across corpora is
+refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    import fastslow_sim as fs
+    from fastslow_sim.training import paired_comparison
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a_dir"), parser.add_argument("arm_a")
+    parser.add_argument("b_dir"), parser.add_argument("arm_b")
+    parser.add_argument("--margin", type=float, default=0.01,
+                        help="equivalence margin in nats/token [default: 0.01]")  # fmt: skip
+    args = parser.parse_args(argv)
+    sides = []
+    for folder, arm in ((args.a_dir, args.arm_a), (args.b_dir, args.arm_b)):
+        path = Path(folder) / "ablation.nc"
+        if not path.is_file():
+            print(f"no ablation.nc in {folder}; expected a folder written by `fastslow-sim "
+                  f"reproduce`.", file=sys.stderr)  # fmt: skip
+            return 2
+        ds = fs.load_dataset(path)
+        if arm not in ds["arm"].values.tolist():
+            print(f"arm {arm!r} is not in {path}; it holds {ds['arm'].values.tolist()}.",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        sides.append((ds, ds.sel(arm=arm)))
+    (da, a), (db, b) = sides
+    if da.attrs["corpus"] != db.attrs["corpus"]:
+        print(f"the folders hold different corpora ({da.attrs['corpus']} and "
+              f"{db.attrs['corpus']}); expected one.", file=sys.stderr)  # fmt: skip
+        return 2
+    seeds = sorted(set(a["seed"].values.tolist()) & set(b["seed"].values.tolist()))
+    va = a["val_loss"].sel(seed=seeds).values
+    vb = b["val_loss"].sel(seed=seeds).values
+    if not (np.isfinite(va).all() and np.isfinite(vb).all()):
+        print("a run has no finite validation loss; expected every paired run finished.",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"corpus {da.attrs['corpus']}; seeds {seeds}")
+    print("| arm | folder | tokens per run | FLOPs/token | training FLOPs per run | val loss, mean ± sd |")
+    print("|---|---|---:|---:|---:|---|")
+    for arm, side, folder, v in ((args.arm_a, a, args.a_dir, va), (args.arm_b, b, args.b_dir, vb)):
+        tokens = int(side["tokens"].sel(seed=seeds).values.max())
+        fpt = float(side["flops_per_token"])
+        print(f"| {arm} | {folder} | {tokens:,} | {fpt / 1e6:.2f} M | {fpt * tokens:.3e} | "
+              f"{v.mean():.4f} ± {v.std(ddof=1) if len(v) > 1 else float('nan'):.4f} |")  # fmt: skip
+    c = paired_comparison(va, vb, margin=args.margin)
+    lo, hi = c["ci95"]
+    print(f"{args.arm_a} - {args.arm_b}: {c['mean_diff']:+.4f}, 95% t interval [{lo:+.4f}, "
+          f"{hi:+.4f}] (df {c['df']}), margin ±{args.margin}: {c['verdict']}"
+          + (" (excludes 0)" if c["verdict"] == "equivalent" and c["excludes_zero"] else ""))  # fmt: skip
+    print("per seed (a - b): " + ", ".join(f"{d:+.4f}" for d in va - vb))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
