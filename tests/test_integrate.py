@@ -1210,3 +1210,33 @@ def test_prepare_steps_once_per_process_and_kind_of_march(monkeypatch):
     for march in ("compiled", "torch", "compiled", "torch", "auto"):  # auto: compiled here
         fs.solvers.METHODS["rodas4"].prepare(s, z0, np.array([0.0, 1.0]), 1e-6, 1e-9, march=march)
     assert steps == ["compiled", "torch"]
+
+
+
+def _one_sentence(err):
+    text = str(err.value)
+    assert text.endswith(".") and "\n" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("n_fast, n_slow, bad", [(0, 1, "n_fast=0"), (1, 0, "n_slow=0"),
+                                                 (True, 1, "n_fast=True")])  # fmt: skip
+def test_system_needs_a_fast_and_a_slow_variable(n_fast, n_slow, bad):
+    """n_fast = 0 was accepted; n_slow = 0 ended in numpy's ValueError in every method."""
+    with pytest.raises(fs.InputError, match=f"must be an integer >= 1 .*got {bad}"):
+        fs.FastSlowSystem(f=lambda x, y: -x, g=lambda x, y: -y, n_fast=n_fast, n_slow=n_slow,
+                          eps=0.1)  # fmt: skip
+
+
+def test_make_system_refuses_a_bool_eps():
+    """eps=True ran as eps = 1."""
+    with pytest.raises(fs.InputError, match="got eps=True"):
+        fs.make_system("birth-death", eps=True)
+
+
+def test_save_dataset_refuses_what_is_no_dataset_before_any_file(tmp_path):
+    """A dict ended in AttributeError."""
+    with pytest.raises(fs.InputError, match="xarray.Dataset .*got a dict") as err:
+        fs.save_dataset({"a": 1}, tmp_path / "a.nc")
+    _one_sentence(err)
+    assert not list(tmp_path.iterdir())
