@@ -300,16 +300,20 @@ def random_initial_conditions(system, batch: int, seed=None):
 
 
 def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
-                 rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int = 401,
-                 eps=None, names: dict | None = None, **options):  # fmt: skip
+                 rtol: float = 1e-8, atol: float = 1e-10, t_eval=None, n_eval: int | None = None,
+                 eps=None, P=None, names: dict | None = None, **options):  # fmt: skip
     """What `integrate` refuses before any work, refused the same way (one `InputError`), so that
     a caller can check before it creates anything (the CLI's default output folder). Returns the
     inputs as `integrate` reads them: `(method entry, rtol, atol, (t0, t1), x0 (B, n), y0 (B, m),
     eps (B,) or None, t_eval, S)`: `S` the stiffness index of the first trajectory, or of every
     one, an array `(B,)`, for an explicit method on a batch (whose stiffest one is judged).
+    `eps` or `P` as `integrate` takes them: one number checks `system.with_eps(...)` (and
+    returns `eps` None), one per trajectory returns them as `eps (B,)`. `n_eval` None is 401.
     `names`: how a message calls an argument (`x0`, `y0`, `n_eval`, `max_steps`; the command
     line passes its option names, `{"y0": "--y0", ...}`)."""
     names = names or {}
+    check_system(system)
+    system, eps = run_eps(system, eps, P)
     chosen = _method(method, options)
     if "max_steps" in options:
         check_max_steps(options["max_steps"], names.get("max_steps", "max_steps"))
@@ -320,10 +324,16 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
     t0, t1 = check_t_span(t_span)
     x0, y0, eps = _initial_states(system, x0, y0, eps, names)
     check_eps_range(system.eps if eps is None else eps, method)
+    _check_field_shapes(system, x0[0], y0[0], names)
     for b in range(x0.shape[0]):
         _check_rates_finite(system if eps is None else system.with_eps(eps[b]), y0[b])
     _check_field_finite(system, np.concatenate([x0, y0], axis=1), eps, t0, names)
     t_eval_given = t_eval is not None
+    if t_eval_given and n_eval is not None:  # n_eval would be dropped without a word
+        raise InputError(f"give either t_eval (the saved times) or {names.get('n_eval', 'n_eval')} "
+                         f"(how many, equally spaced), not both; got n_eval={n_eval!r} with "
+                         f"t_eval.")  # fmt: skip
+    n_eval = N_EVAL if n_eval is None else n_eval
     t_eval = _output_times(t0, t1, t_eval, n_eval, names.get("n_eval", "n_eval"))
     if method != "multirate":  # the map saves one state per block (`check_block_count`)
         check_output_size(system, x0.shape[0], len(t_eval))
@@ -349,20 +359,24 @@ def check_inputs(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = 
 def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "auto",
               rtol: float | None = None, atol: float | None = None, t_eval=None,
               n_eval: int | None = None,
-              eps=None, names: dict | None = None, threads: int | None = None,
+              eps=None, P=None, names: dict | None = None, threads: int | None = None,
               warn: bool = True, **options) -> xr.Dataset:  # fmt: skip
     """Integrate `eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` over `t_span` from `(x0, y0)`.
 
     `x0 (n,)`, `y0 (m,)` give one trajectory; `x0 (B, n)` or `y0 (B, m)` (either may be shared)
-    or `eps` of shape `(B,)` give a batch (see the module docstring). `options` are the method's
+    or `eps` of shape `(B,)` give a batch (see the module docstring). `eps` or `P = 1/eps` (one
+    of them, DESIGN 2; neither: the system's): one number runs the system with it
+    (`system.with_eps`, no batch dimension), a 1-D sequence (a list, an array, a torch tensor,
+    whose values are copied) one per trajectory, recorded in `eps_batch` and `P_batch`; strings,
+    bools and arrays of two or more dimensions are refused. `options` are the method's
     own (`METHODS[method].options`): `max_steps` (every method but multirate), `device`,
     `dense_output`, `linear_solver` (rodas4), `H` (multirate: blocks of slow time `H`, the state
     saved at block ends, or at those of them that `t_eval` names (another time is refused); the
     span must be a whole number of blocks; `rtol`, `atol` and `n_eval`, which the map cannot
     honour, are ignored with an `IgnoredOptionWarning` where given, and its dataset records no
     tolerance). Every method starts at `t_span[0]` from `(x0, y0)` and saves the states at the
-    times of `t_eval` (which need not include `t_span[0]`). `rtol`, `atol`, `n_eval`: None
-    takes the defaults 1e-8, 1e-10 and 401. `names`:
+    times of `t_eval` (which need not include `t_span[0]`; finite, increasing; not with
+    `n_eval`). `rtol`, `atol`, `n_eval`: None takes the defaults 1e-8, 1e-10 and 401. `names`:
     how a refusal calls the arguments (`check_inputs`). `threads`: torch's intra-op threads
     during the solve (restored after); `None` chooses (`small_problem_threads`: one for a
     torch method's small problem on the CPU, else torch's own setting). `warn=False`: the
@@ -385,6 +399,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     while `B N^3 <= STIFFNESS_BATCH_WORK`, else the first one's (the attribute
     `stiffness_judged` says so). A failed solve does not raise: `status` says why.
     """
+    check_system(system)
+    system, eps = run_eps(system, eps, P)  # one number: the system's eps; else one per row
     batched = any(v is not None and np.ndim(v) == 2 for v in (x0, y0)) or eps is not None
     if threads is not None:
         threads = check_threads(threads)
@@ -393,7 +409,6 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     t_eval_given = t_eval is not None
     rtol = RTOL if rtol is None else rtol
     atol = ATOL if atol is None else atol
-    n_eval = N_EVAL if n_eval is None else n_eval
     chosen, rtol, atol, (t0, t1), x0, y0, eps, t_eval, stiffness = check_inputs(
         system, t_span, x0, y0, method=method, rtol=rtol, atol=atol, t_eval=t_eval, n_eval=n_eval,
         eps=eps, names=names, **options,
@@ -708,6 +723,9 @@ def _output_times(t0, t1, t_eval, n_eval, name="n_eval"):
             )
         return t
     t_eval = np.asarray(t_eval, dtype=np.float64)
+    if not np.all(np.isfinite(t_eval)):  # NaN passes the sortedness test below
+        shown = t_eval.tolist() if t_eval.size <= 16 else f"{t_eval.size:,} times"
+        raise InputError(f"t_eval must hold finite times; got {shown}.")
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
         raise InputError("t_eval must be an increasing 1-D sequence of at least two times.")
     if t_eval[0] < t0 or t_eval[-1] > t1:
@@ -758,8 +776,88 @@ def _initial_states(system, x0, y0, eps, names=None):
     if eps is not None:
         eps = np.asarray(eps, dtype=np.float64).reshape(-1)
         if eps.shape != (B,) or not np.all(np.isfinite(eps)) or np.any(eps <= 0):
-            raise InputError(f"eps must hold {B} positive finite values, one per trajectory.")
+            shown = f" (got {eps.tolist()})" if eps.size <= 16 else ""
+            raise InputError(f"eps must hold {B} positive finite values, one per "
+                             f"trajectory{shown}.")  # fmt: skip
     return np.ascontiguousarray(x0), np.ascontiguousarray(y0), eps
+
+
+def _short(v) -> str:
+    """`v` for a message: its repr up to 60 characters, an array's shape and dtype beyond."""
+    if isinstance(v, np.ndarray):
+        if v.size > 8:
+            return f"an array of shape {v.shape} and dtype {v.dtype}"
+        v = v.tolist()  # on one line, as numpy's repr is not
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_system(system) -> None:
+    """`InputError` unless `system` is a system (`FastSlowSystem` or one with its interface)."""
+    if isinstance(system, str):
+        raise InputError(f"system must be a system object, not a name; got {system!r}, expected "
+                         f"fs.make_system({system!r}, eps=...) to build it.")  # fmt: skip
+    if not all(hasattr(system, a) for a in ("f", "g", "n_fast", "n_slow", "eps", "rhs",
+                                            "jacobian", "with_eps")):  # fmt: skip
+        raise InputError(f"system must be a FastSlowSystem (fs.make_system(name, eps=...) or "
+                         f"fs.FastSlowSystem(f, g, ...)); got {_short(system)}.")  # fmt: skip
+
+
+def run_eps(system, eps=None, P=None):
+    """`(system, eps)` of a run from `integrate`'s `eps` or `P` (DESIGN 2: one of them, or
+    neither: the system's): one number runs `system.with_eps(...)` and gives `eps` None; a 1-D
+    sequence (a list, an array, a torch tensor, whose values are copied) gives one per
+    trajectory, `eps (B,)` (each checked in `_initial_states`); anything else is refused."""
+    from .systems import resolve_eps
+
+    if eps is not None and P is not None:
+        resolve_eps(eps, P)  # its sentence: give either eps or P, not both
+    if eps is None and P is None:
+        return system, None
+    name, value = ("eps", eps) if eps is not None else ("P", P)
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor: its values
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (str, bytes)):  # resolve_eps reads the CLI's text; integrate no text
+        raise InputError(f"{name} must be a number or a 1-D sequence of numbers, one per "
+                         f"trajectory; got the text {name}={value!r}.")  # fmt: skip
+    if np.ndim(value) == 0:  # resolve_eps refuses bools and a P that is no positive integer
+        return system.with_eps(**{name: value}), None
+    expected = (f"{name} must be a positive finite number or a 1-D sequence of them, one per "
+                f"trajectory" if name == "eps" else
+                "P must be a positive integer or a 1-D sequence of them, one per trajectory "
+                "(eps = 1/P)")  # fmt: skip
+    seq = isinstance(value, (list, tuple))
+    if seq and any(isinstance(v, (bool, np.bool_, str, bytes)) for v in value):
+        raise InputError(f"{expected}; got {name}={_short(value)}.")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):  # ragged
+        raise InputError(f"{expected}; got {name}={_short(value)}.") from None
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iuf"):
+        raise InputError(f"{expected}; got {name}={_short(value)}.")
+    if name == "P":
+        return system, np.array([resolve_eps(P=p)[0] for p in arr.tolist()], dtype=np.float64)
+    return system, arr.astype(np.float64)
+
+
+def _check_field_shapes(system, x, y, names=None) -> None:
+    """`InputError` unless `f(x0, y0)` holds `n_fast` values and `g(x0, y0)` `n_slow` (a
+    custom `f` of the wrong length ended in numpy's LinAlgError under radau)."""
+    names = names or {}
+    point = f"{names.get('x0', 'x0')}, {names.get('y0', 'y0')}"
+    for name, fun, size, what in (("f", system.f, system.n_fast, "fast"),
+                                  ("g", system.g, system.n_slow, "slow")):  # fmt: skip
+        with np.errstate(all="ignore"):
+            shape = np.shape(fun(x, y))
+        if shape != (size,):
+            got = plural(shape[0], "value") if len(shape) == 1 else f"an array of shape {shape}"
+            raise InputError(
+                f"{name}({point}) of the {system.name} system must return "
+                f"{plural(size, 'value', spec=',')}, one per {what} variable (n_{what} = "
+                f"{size:,}); got {got}."
+            )
 
 
 def _initial_state(system, x0, y0, x_name="x0", y_name="y0"):

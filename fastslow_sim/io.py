@@ -591,6 +591,10 @@ def _clean_attrs(attrs: dict) -> dict:
 def save_dataset(ds: xr.Dataset, path) -> Path:
     """Write `ds` to NetCDF-4 at `path`, atomically, with the root attribute
     `fastslow_sim_version` (this version's, unless `ds` names the one that computed it)."""
+    if not isinstance(ds, xr.Dataset):  # refused before any file is made
+        text = repr(ds) if len(repr(ds)) <= 60 else repr(ds)[:57] + "..."
+        raise InputError(f"save_dataset writes an xarray.Dataset (what integrate returns); got "
+                         f"a {type(ds).__name__}, {text}.")  # fmt: skip
     path = check_writable(path, "dataset")
     ds = ds.copy()
     ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})

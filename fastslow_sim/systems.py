@@ -61,6 +61,8 @@ def resolve_eps(eps=None, P=None) -> tuple[float, float | None]:
             raise InputError(f"P must be a positive integer (P = 1/eps); got P={P}.")
         check_P_exact(int(P))
         return 1.0 / P, int(P)
+    if isinstance(eps, (bool, np.bool_)):  # True is no ratio (float(True) ran as eps = 1)
+        raise InputError(f"eps must be a positive finite number; got eps={eps!r}.")
     try:
         e = float(eps)
     except (TypeError, ValueError):
@@ -149,6 +151,14 @@ class FastSlowSystem:
     conserves_mass: bool = False
 
     def __post_init__(self):
+        # at least one fast and one slow variable: with none the finite-difference Jacobian
+        # (and the split of z) has nothing to stack (n_slow = 0 ended in numpy's ValueError)
+        for name in ("n_fast", "n_slow"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InputError(f"{name} must be an integer >= 1 (the number of "
+                                 f"{'fast' if name == 'n_fast' else 'slow'} variables); "
+                                 f"got {name}={v!r}.")  # fmt: skip
         self.eps = resolve_eps(eps=self.eps)[0]
 
     @property
@@ -186,12 +196,12 @@ class FastSlowSystem:
         """Whether `torch_functions` exists for this system (the torch solvers need it)."""
         return False
 
-    def with_eps(self, eps):
-        """A copy of this system with another `eps`."""
+    def with_eps(self, eps=None, P=None):
+        """A copy of this system with another `eps`, or `eps = 1/P`; give exactly one."""
         import copy
 
         other = copy.copy(self)
-        other.eps = resolve_eps(eps=eps)[0]
+        other.eps = resolve_eps(eps, P)[0]
         return other
 
 

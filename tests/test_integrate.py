@@ -1210,3 +1210,116 @@ def test_prepare_steps_once_per_process_and_kind_of_march(monkeypatch):
     for march in ("compiled", "torch", "compiled", "torch", "auto"):  # auto: compiled here
         fs.solvers.METHODS["rodas4"].prepare(s, z0, np.array([0.0, 1.0]), 1e-6, 1e-9, march=march)
     assert steps == ["compiled", "torch"]
+
+
+def _one_sentence(err):
+    text = str(err.value)
+    assert text.endswith(".") and "\n" not in text, text
+    return text
+
+
+def test_integrate_takes_P_as_it_takes_eps():
+    """`P=8` was read as a method option ("method 'auto' takes no option 'P'"): DESIGN 2 has
+    every entry point take eps or P. One P runs the system with eps = 1/P (no batch), one per
+    trajectory is recorded as eps's are (eps_batch, P_batch), both are refused."""
+    s = fs.make_system("birth-death", eps=0.1)
+    ds = fs.integrate(s, (0, 0.5), P=8, n_eval=3)
+    assert "batch" not in ds.dims and (ds.attrs["eps"], ds.attrs["P"]) == (0.125, 8)
+    ref = fs.integrate(fs.make_system("birth-death", P=8), (0, 0.5), n_eval=3)
+    np.testing.assert_array_equal(ds["x"].values, ref["x"].values)
+    ds = fs.integrate(s, (0, 0.5), P=[8, 16], n_eval=3)
+    assert ds["P_batch"].values.tolist() == [8, 16]
+    assert ds["eps_batch"].values.tolist() == [0.125, 0.0625]
+    with pytest.raises(fs.InputError, match=r"give either eps or P, not both \(got eps=0.1, P=8\)"):
+        fs.integrate(s, (0, 0.5), eps=0.1, P=8)
+    with pytest.raises(fs.InputError, match=r"P must be a positive integer .*got P=2.5"):
+        fs.integrate(s, (0, 0.5), P=[8, 2.5])
+    assert s.with_eps(P=4).eps == 0.25 and s.with_eps(0.5).P == 2
+
+
+def test_integrate_one_eps_overrides_the_system_without_a_batch():
+    """A scalar eps made a batch of 1, though only eps of shape (B,) makes a batch."""
+    s = fs.make_system("birth-death", eps=0.1)
+    ds = fs.integrate(s, (0, 0.5), eps=0.01, n_eval=3)
+    assert "batch" not in ds.dims and ds.attrs["eps"] == 0.01 and ds.attrs["P"] == 100
+    ref = fs.integrate(fs.make_system("birth-death", eps=0.01), (0, 0.5), n_eval=3)
+    np.testing.assert_array_equal(ds["x"].values, ref["x"].values)
+    assert fs.integrate(s, (0, 0.5), eps=[0.01], n_eval=3).sizes["batch"] == 1
+
+
+@pytest.mark.parametrize("eps", [np.ones((2, 2)) * 0.1, "0.1", True, [0.1, True], ["0.1"],
+                                 [[0.1, 0.2]]])  # fmt: skip
+def test_integrate_refuses_eps_that_is_no_number_or_1d_sequence(eps):
+    """A 2-D eps was flattened into a batch of 4, '0.1' ran, True ran as eps = 1."""
+    s = fs.make_system("birth-death", eps=0.1)
+    with pytest.raises(fs.InputError, match="^eps must be a") as err:
+        fs.integrate(s, (0, 0.5), eps=eps, n_eval=3)
+    _one_sentence(err)
+
+
+def test_integrate_takes_a_torch_tensor_of_eps_as_its_values():
+    """A tensor eps raised TypeError (np.size of a tensor); its values are copied."""
+    torch = pytest.importorskip("torch")
+    s = fs.make_system("birth-death", eps=0.1)
+    ds = fs.integrate(s, (0, 0.5), eps=torch.tensor([0.1, 0.2], dtype=torch.float64), n_eval=3)
+    assert ds["eps_batch"].values.tolist() == [0.1, 0.2]
+    with pytest.raises(fs.InputError, match="^eps must be a"):
+        fs.integrate(s, (0, 0.5), eps=torch.ones(2, 2) * 0.1, n_eval=3)
+
+
+@pytest.mark.parametrize("system, fragment", [
+    (None, "system must be a FastSlowSystem .*got None"),
+    ("birth-death", r"not a name; got 'birth-death', expected fs.make_system\('birth-death'"),
+])  # fmt: skip
+def test_integrate_refuses_what_is_no_system(system, fragment):
+    """Both ended in AttributeError."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        fs.integrate(system, (0, 1))
+    _one_sentence(err)
+
+
+@pytest.mark.parametrize("n_fast, n_slow, bad", [(0, 1, "n_fast=0"), (1, 0, "n_slow=0"),
+                                                 (True, 1, "n_fast=True")])  # fmt: skip
+def test_system_needs_a_fast_and_a_slow_variable(n_fast, n_slow, bad):
+    """n_fast = 0 was accepted; n_slow = 0 ended in numpy's ValueError in every method."""
+    with pytest.raises(fs.InputError, match=f"must be an integer >= 1 .*got {bad}"):
+        fs.FastSlowSystem(f=lambda x, y: -x, g=lambda x, y: -y, n_fast=n_fast, n_slow=n_slow,
+                          eps=0.1)  # fmt: skip
+
+
+def test_make_system_refuses_a_bool_eps():
+    """eps=True ran as eps = 1."""
+    with pytest.raises(fs.InputError, match="got eps=True"):
+        fs.make_system("birth-death", eps=True)
+
+
+def test_save_dataset_refuses_what_is_no_dataset_before_any_file(tmp_path):
+    """A dict ended in AttributeError."""
+    with pytest.raises(fs.InputError, match="xarray.Dataset .*got a dict") as err:
+        fs.save_dataset({"a": 1}, tmp_path / "a.nc")
+    _one_sentence(err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_t_eval_must_be_finite_and_not_given_with_n_eval():
+    """NaN in t_eval ran, to status 'error' with scipy's message; n_eval beside t_eval was
+    dropped without a word."""
+    s = fs.make_system("birth-death", eps=0.1)
+    for t in ([0.1, np.nan], [0.1, np.inf]):
+        with pytest.raises(fs.InputError, match=r"t_eval must hold finite times; got \[0.1, "):
+            fs.integrate(s, (0, 0.5), t_eval=t)
+    with pytest.raises(fs.InputError, match="give either t_eval .* or n_eval .*got n_eval=5"):
+        fs.integrate(s, (0, 0.5), t_eval=[0.1, 0.2], n_eval=5)
+    assert fs.integrate(s, (0, 0.5), t_eval=[0.1, 0.2]).sizes["time"] == 2
+
+
+@pytest.mark.parametrize("method", ["radau", "auto"])
+def test_a_custom_f_or_g_of_the_wrong_length_is_refused(method):
+    """f returning 3 values on one fast variable ended in numpy's LinAlgError."""
+    kw = dict(n_fast=1, n_slow=1, eps=0.1, x0=np.array([1.0]), y0=np.array([1.0]))
+    bad_f = fs.FastSlowSystem(f=lambda x, y: np.zeros(3), g=lambda x, y: -y, **kw)
+    with pytest.raises(fs.InputError, match=r"f\(x0, y0\) .* must return 1 value, .*got 3 values"):
+        fs.integrate(bad_f, (0, 0.5), method=method)
+    bad_g = fs.FastSlowSystem(f=lambda x, y: -x, g=lambda x, y: np.zeros(2), **kw)
+    with pytest.raises(fs.InputError, match=r"g\(x0, y0\) .* must return 1 value, .*got 2 values"):
+        fs.integrate(bad_g, (0, 0.5), method=method)
