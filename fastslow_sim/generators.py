@@ -62,13 +62,34 @@ def _neighbour_generator(up, down) -> np.ndarray:
     return from_off_diagonal(q)
 
 
+def _constant(label: str, value, lo=None, hi=None, *, lo_open: bool = False):
+    """`InputError` (one sentence naming `label`, the value and the range) unless `value` is a
+    finite number `>= lo` (`> lo` with `lo_open`) and `<= hi` (`None`: no bound) (`number`'s
+    test, which also reads a numpy scalar or a 0-d tensor (a rate being differentiated), but
+    neither text nor a bool, which a generator's arithmetic would not take as a rate. The value
+    itself is kept, so that a tensor stays a tensor."""
+    try:
+        if isinstance(value, (str, bytes, bool, np.bool_)):
+            raise InputError(label)
+        probe = value.detach() if hasattr(value, "detach") else value  # float() warns on grad
+        number(label, probe, lo, hi, lo_open=lo_open)
+    except InputError:
+        bounds = [] if lo is None else [f"{'>' if lo_open else '>='} {lo:g}"]
+        bounds += [] if hi is None else [f"<= {hi:g}"]
+        bound = " " + " and ".join(bounds) if bounds else ""
+        raise InputError(f"{label} must be a finite number{bound}; got {value!r}.") from None
+    return value
+
+
 def validate_generator(Q, *, atol: float | None = None, name: str = "Q") -> None:
     """Raise `InputError` (one sentence) unless `Q` is a batch of valid generators.
 
     Checks: at least 2-D and square in its last two axes, finite, off-diagonal rates `>= 0`, and
-    every row summing to zero within `atol * (1 + |Q_ii|)`; `atol` defaults to
-    `max(1e-10, 100 * machine epsilon of Q's dtype)`.
+    every row summing to zero within `atol * (1 + |Q_ii|)`; `atol` (a finite number `>= 0`)
+    defaults to `max(1e-10, 100 * machine epsilon of Q's dtype)`.
     """
+    if atol is not None:  # a negative one refused every row, NaN none
+        atol = float(_constant("atol", atol, 0.0))
     is_torch = type(Q).__module__.startswith("torch")
     q = Q.detach().cpu().numpy() if is_torch else np.asarray(Q)
     if q.ndim < 2 or q.shape[-1] != q.shape[-2]:
@@ -112,7 +133,16 @@ def validate_generator(Q, *, atol: float | None = None, name: str = "Q") -> None
 
 def _as_slow(y, m: int = 1) -> np.ndarray:
     """`y` as a float64 array of shape `(..., m)`; a scalar or `(...,)` array is taken as `m = 1`."""
-    y = np.asarray(y, dtype=np.float64)
+    y_in = y
+    try:
+        y = np.asarray(y)
+        if y.dtype.kind == "c":  # numpy would drop the imaginary part with a warning
+            raise TypeError
+        y = y.astype(np.float64, copy=False)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"y (the slow variable) must be a real number or an array of them; got {y_in!r}."
+        ) from None
     if m == 1 and (y.ndim == 0 or y.shape[-1] != 1):
         y = y[..., None]
     if y.shape[-1] != m:
@@ -245,6 +275,12 @@ class TwoState(Generator):
     beta: float = 1.0
     name: str = field(default="two-state", init=False, repr=False)
 
+    def __post_init__(self):
+        # a zero rate leaves an absorbing state (a reducible chain), a negative one no generator
+        _constant("the two-state generator's rate a", self.a, 0.0, lo_open=True)
+        _constant("the two-state generator's rate b", self.b, 0.0, lo_open=True)
+        _constant("the two-state generator's beta", self.beta)
+
     @property
     def n_states(self) -> int:
         return 2
@@ -307,10 +343,11 @@ class BirthDeath(Generator):
     def __post_init__(self):
         if int(self.n) != self.n or self.n < 2:
             raise InputError(f"a birth-death chain needs an integer n >= 2 states; got n={self.n}.")
-        if not (self.up > 0 and self.down > 0):
-            raise InputError(
-                f"birth-death rates must be positive; got up={self.up}, down={self.down}."
-            )
+        # a zero rate cuts the chain (a reducible one), a negative one makes no generator
+        _constant("the birth-death generator's rate up", self.up, 0.0, lo_open=True)
+        _constant("the birth-death generator's rate down", self.down, 0.0, lo_open=True)
+        _constant("the birth-death generator's beta", self.beta)
+        _constant("the birth-death generator's y_mid", self.y_mid)
 
     @property
     def n_states(self) -> int:
@@ -381,6 +418,15 @@ class Cycle(Generator):
     def __post_init__(self):
         if int(self.n) != self.n or self.n < 3:
             raise InputError(f"a cycle needs an integer n >= 3 states; got n={self.n}.")
+        # either direction alone goes round the cycle (irreducible); with neither, every state
+        # absorbs
+        _constant("the cycle generator's rate forward", self.forward, 0.0)
+        _constant("the cycle generator's rate backward", self.backward, 0.0)
+        if not (self.forward > 0 or self.backward > 0):
+            raise InputError(
+                f"the cycle generator needs a positive rate forward or backward (with neither, "
+                f"every state absorbs); got forward={self.forward!r}, backward={self.backward!r}."
+            )
 
     @property
     def n_states(self) -> int:
@@ -446,6 +492,7 @@ class RandomIrreducible(Generator):
     def __post_init__(self):
         if int(self.n) != self.n or self.n < 2:
             raise InputError(f"a random generator needs an integer n >= 2 states; got n={self.n}.")
+        _density("the random generator's density", self.density)
         rng = np.random.default_rng(self.seed)
         n = self.n_states
         a = rng.uniform(0.0, 1.0, (n, n)) * (rng.uniform(size=(n, n)) < self.density)
@@ -508,6 +555,17 @@ class MichaelisMenten(Generator):
     def __post_init__(self):
         if int(self.N) != self.N or self.N < 1:
             raise InputError(f"Michaelis-Menten needs an integer N >= 1 enzymes; got N={self.N}.")
+        # no binding (k1 = 0) or no way out of the complex (k_minus1 + k2 = 0) leaves an
+        # absorbing end; either of k_minus1 and k2 alone may be 0 (no catalysis, or none back)
+        _constant("the michaelis-menten generator's rate k1", self.k1, 0.0, lo_open=True)
+        _constant("the michaelis-menten generator's rate k_minus1", self.k_minus1, 0.0)
+        _constant("the michaelis-menten generator's rate k2", self.k2, 0.0)
+        if not self.k_minus1 + self.k2 > 0:
+            raise InputError(
+                f"the michaelis-menten generator needs a positive k_minus1 + k2 (the rate out of "
+                f"the complex; with none, state N absorbs); got k_minus1={self.k_minus1!r}, "
+                f"k2={self.k2!r}."
+            )
 
     @property
     def n_states(self) -> int:
@@ -587,12 +645,19 @@ def random_generators(count: int, n: int, seed: int = 0, density: float = 0.5) -
             raise InputError(f"{name} must be an integer; got {value!r}.")
     count = number("count", count, lo=0, integer=True)
     n = number("n (states)", n, lo=1, integer=True)
+    _density("density", density)
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.0, 1.0, (count, n, n)) * (rng.uniform(size=(count, n, n)) < density)
     perm = np.argsort(rng.uniform(size=(count, n)), axis=-1)
     rows = np.arange(count)[:, None]
     a[rows, perm, np.roll(perm, -1, axis=-1)] += rng.uniform(0.1, 1.0, (count, n))
     return from_off_diagonal(a)
+
+
+def _density(label: str, value) -> None:
+    """`InputError` unless `value` is a density of off-diagonal rates, a number in [0, 1]
+    (0: the random Hamiltonian cycle alone, which keeps the chain irreducible)."""
+    _constant(label, value, 0.0, 1.0)
 
 
 def rate_domain(log_scale, slope, room, center=0.0, positive=False):

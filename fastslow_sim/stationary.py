@@ -663,9 +663,11 @@ def stationary_distribution(Q, method: str = "gth", *, allow_transient: bool = F
     if _is_torch(Q):
         import torch
 
+        if Q.is_complex():  # .to(float64) would drop the imaginary part
+            raise InputError(f"Q must hold real numbers; got dtype {Q.dtype}.")
         q = Q if Q.is_floating_point() else Q.to(torch.float64)
     else:
-        q_in = np.asarray(Q)
+        q_in = _real_array(Q, "Q")
         q = np.asarray(q_in, dtype=np.float64)
         if check and q_in.dtype.kind == "f" and q_in.dtype.itemsize < q.dtype.itemsize:
             # validated at its own dtype's tolerance: float32 rows summing to zero within
@@ -776,12 +778,112 @@ def _positive_chain(up, down):
 _CHAIN_BLOCK = 512
 
 
+def _real_array(x, name: str) -> np.ndarray:
+    """`x` (an array, a list, a tensor) as a numpy array of real numbers, at its own dtype when
+    that is numeric (so that callers can read its precision), else as float64; `InputError` (one
+    sentence) for complex numbers, whose imaginary part numpy's cast would drop with only a
+    warning, and for entries that are no numbers (an object array holding text)."""
+    a = x.detach().cpu().numpy() if _is_torch(x) else np.asarray(x)
+    if a.dtype.kind == "c":
+        raise InputError(f"{name} must hold real numbers; got dtype {a.dtype}.")
+    if a.dtype.kind in "biuf":
+        return a
+    try:
+        return np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        bad = next((v for v in a.flat if not _reads_as_real(v)), None)
+        raise InputError(
+            f"{name} must hold real numbers; got {bad!r} in an array of dtype {a.dtype}."
+        ) from None
+
+
+def _reads_as_real(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _first_non_finite(a, name: str) -> None:
+    """`InputError` naming the first entry of `a` that is not finite, if any."""
+    if not np.isfinite(a).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        raise InputError(f"{name} must be finite; entry {bad} is {a[bad]}.")
+
+
+def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
+    """The caller's stationary vector `p` of the float64 generators `q (..., n, n)` (`q_in`:
+    the caller's array, at its own dtype) as float64 `(..., n)`, or `InputError` (one sentence)
+    unless `q` passes `validate_generator`'s finite and row-sum screens (its off-diagonal signs
+    are not searched) and `p` has `q`'s shape without its last axis
+    (no broadcasting: a `p` is the stationary vector of one generator), is finite, and is a
+    stationary distribution of `q` to rounding: `|Q^T p - p * (Q 1)| <= tol max|Q|` entrywise
+    (the balance of the flows in and out of each state, so that a diagonal off by the row
+    sums that `validate_generator` allows does not count: the generator is defined by its
+    off-diagonal rates, as in `stationary_distribution`), `|1^T p - 1| <= tol`, `p >= -tol`;
+    `max|Q|` is read off the diagonal (a valid row's largest entry).
+
+    Why `tol = max(1e-10, 100 n u)` (`u` the unit round-off of the coarser of `Q`'s and `p`'s
+    dtypes) against `max|Q|`: a `p` within `eta` of the exact one in the 1-norm has residuals
+    at most `(eta + 4 n u) max|Q|` (each entry `sum_j |Q_ji| |dp_j|`, plus the rounding of the
+    two sums of `n` terms) and `|1^T p - 1| <= eta + n u`. GTH's `p` has each entry to a small
+    relative error (`eta` a few `n u`) however stiff the chain, and a backward-stable `"lu"` or
+    `"svd"` solve, or a closed form, is within `O(n u)` normwise too, so the test refuses no
+    correct `p` (the floor is `validate_generator`'s row-sum tolerance); a `p` of another `y`,
+    a uniform one or one that does not sum to 1 misses by orders of magnitude more. Scaled to
+    the largest rate, a chain whose rates span 1e-300 to 1e300 passes as well. Cost: O(n^2)
+    per generator, vectorised, beside the O(n^3) solve that follows (products with `ones` and
+    `p`, not numpy's slower reductions over a short last axis)."""
+    n = q.shape[-1]
+    rowsum = q @ np.ones(n)
+    diag = np.abs(np.diagonal(q, axis1=-2, axis2=-1))
+    q_dtype = q_in.dtype
+    atol = max(1e-10, 100 * float(np.finfo(q_dtype).eps)) if q_dtype.kind == "f" else 1e-10
+    if not (np.abs(rowsum) <= atol * (1.0 + diag)).all():  # a NaN or inf entry's row too
+        validate_generator(q_in)  # raises with the sentence that names the entry
+    p_in = _real_array(p, "p")
+    if p_in.shape != q.shape[:-1]:
+        raise InputError(
+            f"p must have shape (..., {n}) = {tuple(q.shape[:-1])}, Q's without its last axis "
+            f"(one entry per state of each generator); got {tuple(p_in.shape)}."
+        )
+    p_out = np.asarray(p_in, dtype=np.float64)
+    _first_non_finite(p_out, "p")
+    u = max((float(np.finfo(d).eps) for d in (q_dtype, p_in.dtype) if d.kind == "f"),
+            default=float(np.finfo(np.float64).eps))  # fmt: skip
+    tol = max(1e-10, 100 * n * u)
+    residual = (p_out[..., None, :] @ q)[..., 0, :] - p_out * rowsum
+    scale = diag.max(-1)  # max|Q|
+    worst = np.abs(residual).max(-1)
+    total = p_out.sum(-1)
+    smallest = p_out.min(-1)
+    bad = (worst > tol * scale) | (np.abs(total - 1.0) > tol) | (smallest < -tol)
+    if np.any(bad):
+        index = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+        where = f" (batch index {index})" if index else ""
+        rel = worst[index] / scale[index] if scale[index] > 0 else 0.0
+        raise InputError(
+            f"p must be a stationary distribution of Q{where}, with Q^T p = 0 (to {tol:.2g} "
+            f"times Q's largest rate), sum 1 and no negative entry (each to {tol:.2g}); got "
+            f"|Q^T p| up to {rel:.3g} times Q's largest rate, sum {total[index]:.17g} and "
+            f"smallest entry {smallest[index]:.3g}."
+        )
+    return p_out
+
+
 def fundamental_matrix(Q, p=None) -> np.ndarray:
     """`Z = (Q^T - p 1^T)^{-1}`, batched (DESIGN 3.1); non-singular whenever 0 is a simple
-    eigenvalue of `Q`: one closed class, with or without transient states."""
-    q = np.asarray(Q, dtype=np.float64)
-    if p is None:
-        p = stationary_distribution(q, allow_transient=True)
+    eigenvalue of `Q`: one closed class, with or without transient states. A given `p` must be
+    `Q`'s stationary distribution, of shape `(..., n)` (checked in O(n^2), to rounding:
+    `_stationary_vector`)."""
+    q_in = _real_array(Q, "Q")
+    q = np.asarray(q_in, dtype=np.float64)
+    require_square(q)
+    if p is None:  # validates Q at its own dtype's tolerance
+        p = stationary_distribution(q_in, allow_transient=True)
+    else:
+        p = _stationary_vector(p, q, q_in)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]
     return np.linalg.inv(m)
 
@@ -793,12 +895,14 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
     linear solve with `Q^T - p 1^T` (no differentiation of the elimination). It holds wherever
     `p_st` is unique, so transient states are allowed (Michaelis-Menten at `y = 0`: the mass
     on state 0 leaks to state 1 at the binding rate's slope); several closed classes raise.
+    A given `p` must be `Q`'s stationary distribution, of `Q`'s shape without its last axis
+    (checked in O(n^2), to rounding: `_stationary_vector`); `dQ` must be finite.
     """
-    q_in = np.asarray(Q)
+    q_in = _real_array(Q, "Q")
     q = np.asarray(q_in, dtype=np.float64)
     require_square(q)
     n = q.shape[-1]
-    dq = np.asarray(dQ, dtype=np.float64)
+    dq = np.asarray(_real_array(dQ, "dQ"), dtype=np.float64)
     # at least Q's dimensions and an m axis; more leading ones broadcast (one Q, a batch of dQ)
     if dq.ndim < q.ndim + 1 or dq.shape[-2:] != (n, n):
         raise InputError(
@@ -806,19 +910,18 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
             f"dimensions of Q, then one {n} x {n} derivative per slow variable); got shape "
             f"{dq.shape}."
         )
-    p_shape = q.shape[:-1] if p is None else np.shape(p)
-    if p_shape[-1:] != (n,):
-        raise InputError(f"p must have shape (..., {n}), one entry per state; got {p_shape}.")
+    if p is not None:
+        p = _stationary_vector(p, q, q_in)
     try:
-        np.broadcast_shapes(q.shape[:-2], dq.shape[:-3], p_shape[:-1])
+        np.broadcast_shapes(q.shape[:-2], dq.shape[:-3])
     except ValueError:
         raise InputError(
-            f"Q and dQ{'' if p is None else ' and p'} must share their leading dimensions; got "
-            f"shapes {q.shape}, {dq.shape}{'' if p is None else f' and {p_shape}'}."
+            f"Q and dQ must share their leading dimensions; got shapes {q.shape} and "
+            f"{dq.shape}."
         ) from None
+    _first_non_finite(dq, "dQ")
     if p is None:  # validates Q at its own dtype's tolerance
         p = stationary_distribution(q_in, allow_transient=True)
-    p = np.asarray(p, dtype=np.float64)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]  # (..., n, n)
     rhs = np.einsum("...kji,...j->...ki", dq, p)  # (dQ_k^T p)_i, shape (..., m, n)
     dp = np.linalg.solve(m[..., None, :, :], -rhs[..., None])[..., 0]  # (..., m, n)

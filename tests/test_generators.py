@@ -183,3 +183,60 @@ def test_a_system_records_its_generator_and_slow_law_parameters_apart():
     ds = fs.integrate(system, (0, 0.1), [1.0, 0.0], [0.5], method="radau", n_eval=3)
     saved = json.loads(ds.attrs["system_params"])
     assert (saved["a"], saved["b"], saved["slow_law_b"]) == (2.0, 3.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [(lambda: fs.TwoState(a=-1), r"two-state generator's rate a must be a finite number > 0; got -1\."),
+     (lambda: fs.TwoState(b=0.0), r"rate b must be a finite number > 0; got 0\.0\."),
+     (lambda: fs.TwoState(beta=np.inf), r"two-state generator's beta must be a finite number; got inf"),
+     (lambda: fs.TwoState(a="1"), r"rate a must be a finite number > 0; got '1'\."),
+     (lambda: fs.Cycle(backward=-1), r"cycle generator's rate backward must be a finite number >= 0"),
+     (lambda: fs.Cycle(forward=0, backward=0), "positive rate forward or backward"),
+     (lambda: fs.MichaelisMenten(k1=-1), r"rate k1 must be a finite number > 0; got -1\."),
+     (lambda: fs.MichaelisMenten(k2=np.nan), r"rate k2 must be a finite number >= 0; got nan"),
+     (lambda: fs.MichaelisMenten(k_minus1=0, k2=0), r"positive k_minus1 \+ k2"),
+     (lambda: fs.BirthDeath(beta=np.nan), r"birth-death generator's beta must be a finite number"),
+     (lambda: fs.BirthDeath(up=np.inf), r"rate up must be a finite number > 0; got inf"),
+     (lambda: fs.BirthDeath(y_mid=np.nan), r"y_mid must be a finite number; got nan"),
+     (lambda: fs.RandomIrreducible(density=2), r"density must be a finite number >= 0 and <= 1; got 2\."),
+     (lambda: fs.RandomIrreducible(density=-1), r"density must be a finite number >= 0 and <= 1"),
+     (lambda: fs.random_generators(2, 3, density=np.nan), r"^density must be a finite number >= 0 and <= 1; got nan\.$")],
+)  # fmt: skip
+def test_generator_constants_are_refused_at_construction(make, fragment):
+    """TwoState(a=-1), Cycle(backward=-1), BirthDeath(beta=nan), RandomIrreducible(density=2)...
+    constructed, and the integration ended in a non-finite status."""
+    with pytest.raises(fs.InputError, match=fragment) as err:
+        make()
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_rates_that_may_be_zero_keep_the_chain_irreducible():
+    # either direction alone goes round a cycle; k_minus1 or k2 alone empties the complex; the
+    # random Hamiltonian cycle alone is irreducible
+    for gen in (fs.Cycle(backward=0.0), fs.Cycle(forward=0.0), fs.MichaelisMenten(k2=0.0),
+                fs.MichaelisMenten(k_minus1=0.0), fs.RandomIrreducible(density=0.0)):  # fmt: skip
+        p = fs.stationary_distribution(gen.rates(0.7))
+        assert np.all(p > 0) and abs(p.sum() - 1) < 1e-14
+    assert fs.random_generators(2, 3, density=0.0).shape == (2, 3, 3)
+    a = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    assert fs.TwoState(a=a).a is a  # a rate being differentiated stays a tensor
+
+
+@pytest.mark.parametrize("atol", [-1, np.nan, np.inf, "x", None])
+def test_validate_generator_refuses_a_bad_atol(atol):
+    """atol=-1 refused every row ("sums to 5.6e-17"), NaN accepted any, 'x' failed in numpy."""
+    Q = fs.Cycle().rates(0.3)
+    if atol is None:
+        fs.validate_generator(np.array([[-1.0, 1.0], [2.0, -2.0]]), atol=0.0)  # exact sums
+        return
+    with pytest.raises(fs.InputError, match=rf"^atol must be a finite number >= 0; got {atol!r}\.$"):
+        fs.validate_generator(Q, atol=atol)
+
+
+@pytest.mark.parametrize("y", ["a", [1 + 1j], np.array([0.5 + 2j])])
+def test_rates_refuse_a_y_that_is_no_real_number(y):
+    """BirthDeath().rates('a') failed in numpy; a complex y lost its imaginary part."""
+    for gen in (fs.BirthDeath(), fs.TwoState()):
+        with pytest.raises(fs.InputError, match=r"^y \(the slow variable\) must be a real number"):
+            gen.rates(y)

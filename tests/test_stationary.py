@@ -881,3 +881,74 @@ def test_small_calls_do_not_load_the_compiled_gth(monkeypatch):
     assert "gth" not in st._KERNEL  # 5 x 8^3 / 3 operations: not worth loading it
     st.stationary_distribution(fs.random_generators(3000, 24, seed=0))
     assert st._KERNEL["gth"] is not None
+
+
+CY_Q = fs.Cycle().rates(0.3)
+CY_DQ = fs.Cycle().rates_dy(0.3)
+CY_P = fs.stationary_distribution(CY_Q)
+
+
+@pytest.mark.parametrize(
+    "p, fragment",
+    [(CY_P[:3], r"p must have shape \(\.\.\., 6\) = \(6,\).*got \(3,\)"),
+     (np.stack([CY_P, CY_P]), r"p must have shape .*got \(2, 6\)"),
+     (np.ones(6), "p must be a stationary distribution of Q.*sum 6"),
+     (np.full(6, 1 / 6), "p must be a stationary distribution of Q"),
+     (np.where(np.arange(6) == 0, np.nan, CY_P), r"p must be finite; entry \(0,\) is nan"),
+     (CY_P + 0j, "p must hold real numbers")],
+    ids=["length", "extra-batch", "ones", "uniform", "nan", "complex"],
+)  # fmt: skip
+def test_a_given_p_is_checked_to_be_the_stationary_distribution(p, fragment):
+    """p of the wrong length failed in numpy's broadcast, a non-stationary p (np.ones) gave a
+    wrong derivative, an extra batch axis broadcast silently, NaN gave NaN."""
+    for call in (lambda: fs.fundamental_matrix(CY_Q, p), lambda: fs.stationary_derivative(CY_Q, CY_DQ, p)):
+        with pytest.raises(fs.InputError, match=fragment) as err:
+            call()
+        assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_given_stationary_p_is_accepted_as_a_list_and_on_stiff_chains():
+    from fastslow_sim.stationary import _stationary_vector
+
+    # a list was a TypeError in fundamental_matrix
+    np.testing.assert_array_equal(fs.fundamental_matrix(CY_Q, list(CY_P)), fs.fundamental_matrix(CY_Q))
+    np.testing.assert_array_equal(fs.stationary_derivative(CY_Q, CY_DQ, list(CY_P)),
+                                  fs.stationary_derivative(CY_Q, CY_DQ))  # fmt: skip
+    # GTH's p passes on chains whose rates span many decades (tested against max|Q|)
+    off = np.zeros((3, 3))
+    off[0, 1], off[1, 0], off[1, 2], off[2, 1] = 1e300, 1e-300, 1.0, 1.0
+    rng = np.random.default_rng(5)
+    wild = 10.0 ** rng.uniform(-300, 300, (40, 12, 12))
+    for Q in (from_off_diagonal(off), fs.BirthDeath(n=200).rates(np.linspace(-40, 40, 9)),
+              from_off_diagonal(wild)):  # fmt: skip
+        p = fs.stationary_distribution(Q, allow_transient=True)
+        _stationary_vector(p, Q, Q)  # (the solve after it may be singular in float64)
+    gen = fs.MichaelisMenten(N=30)  # the O(n) chain's p and the closed form, with transients
+    y = np.array([[0.0], [1e-3], [1.0], [1e6]])
+    fs.stationary_derivative(gen.rates(y), gen.rates_dy(y), gen.closed_form(y))
+    fs.stationary_derivative(gen.rates(y), gen.rates_dy(y),
+                             fs.chain_stationary(*gen.neighbour_rates(y), allow_transient=True))
+
+
+def test_a_non_finite_dQ_is_refused():
+    """stationary_derivative returned NaN for a NaN dQ."""
+    dq = CY_DQ.copy()
+    dq[0, 2, 3] = np.inf
+    for p in (None, CY_P):
+        with pytest.raises(fs.InputError, match=r"^dQ must be finite; entry \(0, 2, 3\) is inf\.$"):
+            fs.stationary_derivative(CY_Q, dq, p)
+
+
+def test_complex_or_text_entries_are_refused_in_one_sentence():
+    """Q + 1j E lost its imaginary part silently; an object array with text failed in numpy."""
+    for Q in (CY_Q + 1j * np.eye(6), CY_Q + 0j, torch.tensor(CY_Q + 1j * np.eye(6))):
+        for call in (fs.stationary_distribution, fs.fundamental_matrix):
+            with pytest.raises(fs.InputError, match=r"^Q must hold real numbers; got dtype"):
+                call(Q)
+    with pytest.raises(fs.InputError, match=r"^dQ must hold real numbers; got dtype complex128"):
+        fs.stationary_derivative(CY_Q, CY_DQ + 1j)
+    text = np.array([[-1, 1], [1, "a"]], dtype=object)
+    with pytest.raises(fs.InputError, match=r"^Q must hold real numbers; got 'a' in an array of dtype object\.$"):
+        fs.stationary_distribution(text)
+    numbers = np.array([[-1, 1], [2, -2]], dtype=object)  # numbers in an object array still work
+    np.testing.assert_allclose(fs.stationary_distribution(numbers), [2 / 3, 1 / 3])
