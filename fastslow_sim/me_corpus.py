@@ -22,9 +22,10 @@ block boundaries, exactly what the network sees):
   over the unknown slow state at the window's start (a grid of particles with the prior
   `p(y_0 | first token)` from the training split, each moved by the slow law with the observed
   histograms and weighted by the likelihood of the observed transitions);
-- `ignore_y_loss`: the best predictor that does not track `y`, one fixed transition matrix
-  fitted on the training split.
-`oracle <= floor <= ignore-y`; the floor is what a model can attain.
+- `ignore_y_loss`: a first-order baseline that does not track `y`: one fixed transition matrix
+  (a bigram, add-one smoothed) fitted on the training split.
+`oracle <= floor <= ignore-y`; the floor is what a model can attain, the oracle is not (the
+first blocks of a window cannot know `y`).
 """
 
 from __future__ import annotations

@@ -386,6 +386,23 @@ def test_one_seed_prints_no_spread_and_no_interval():
     assert f"| -0.1500 | [{lo:+.4f}, {hi:+.4f}] | 1 |" in text
 
 
+def test_table_says_what_its_verdicts_and_throughput_are():
+    """The heading of the paired differences says what "equivalent" tests and how many
+    comparisons share it (not adjusted); an arm identical to dense in every seed (frozen-gate, by
+    design) says so rather than only "equivalent"; throughput is labelled not a cost comparison."""
+    from fastslow_sim.cli.network import _format_ablation
+    from fastslow_sim.training import ablation_table
+
+    table = ablation_table(_runs({"dense": [1.5, 1.6, 1.55], "frozen-gate": [1.5, 1.6, 1.55],
+                                  "coupled": [1.45, 1.52, 1.51]}))  # fmt: skip
+    text = _format_ablation(table, "random", 2048, 3)
+    assert ("margin ±0.01 (equivalent: the interval inside ±0.01, two one-sided tests at 2.5%; "
+            "2 comparisons, not adjusted for multiplicity):") in text  # fmt: skip
+    assert "| frozen-gate - dense | +0.0000 | [+0.0000, +0.0000] | 2 | equivalent (identical in every seed) |" in text
+    assert "| coupled - dense |" in text and "identical" not in text.split("| coupled - dense |")[1]
+    assert "tokens/s and wall / dense: each run's throughput on this machine" in text
+
+
 def test_one_arm_table_says_there_is_no_comparison():
     """One arm (or arms with no compared pair) printed the paired-differences heading over an
     empty table, and a blank wall / dense cell where there is no dense arm."""

@@ -400,6 +400,9 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
         ratio = "-" if r["wall_ratio_to_dense"] is None else f"{r['wall_ratio_to_dense']:.3f}"
         lines.append(f"| {arm} | {r['n_layer']} | {r['params']:,} | {r['flops_per_token'] / 1e6:.2f} M | "
                      f"{v.mean():.4f} ± {sd} | {gates} | {r['tokens_per_s']:,.0f} | {ratio} |")  # fmt: skip
+    lines.append("tokens/s and wall / dense: each run's throughput on this machine (sampled "
+                 "evaluations and checkpoints included), not a cost comparison: the repository's "
+                 "scripts/bench_network.py measures coupled/dense interleaved")  # fmt: skip
     ref = table.get("references")
     if ref:
         lines.append(f"references (same windows): oracle {ref['oracle_loss']:.4f}, Bayes floor "
@@ -410,12 +413,17 @@ def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
             "each arm is compared with dense, and coupled with dense-matched and frozen-slow"  # fmt: skip
         lines.append(f"paired differences: none ({why})")
         return "\n".join(lines)
-    lines += [f"paired differences a - b over seeds (nats/token), t-based 95% interval, margin ±{m}:",
+    k = len(table["comparisons"])
+    lines += [f"paired differences a - b over seeds (nats/token), t-based 95% interval, margin ±{m} "
+              f"(equivalent: the interval inside ±{m}, two one-sided tests at 2.5%; "
+              f"{plural(k, 'comparison')}, not adjusted for multiplicity):",
               "| a - b | mean | 95% interval | df | verdict |", "|---|---:|---|---:|---|"]  # fmt: skip
     for c in table["comparisons"]:
         lo, hi = c["ci95"]
         interval = one or f"[{lo:+.4f}, {hi:+.4f}]"
         note = " (excludes 0)" if c["verdict"] == "equivalent" and c["excludes_zero"] else ""
+        if c["df"] > 0 and lo == hi == c["mean_diff"] == 0:  # frozen-gate vs dense: by design
+            note = " (identical in every seed)"
         lines.append(f"| {c['a']} - {c['b']} | {c['mean_diff']:+.4f} | {interval} | "
                      f"{c['df']} | {c['verdict']}{note} |")  # fmt: skip
     return "\n".join(lines)
