@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import codecs
-import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -167,12 +166,21 @@ def same_text_corpus(held_spec, held_sha256, spec, sha256: str | None = None) ->
     return held_sha256 == (sha256 if sha256 is not None else corpus_fingerprint(spec))
 
 
-@functools.lru_cache(maxsize=4)
+_ME_CACHE: dict = {}  # config -> Corpus, the 4 most recently used
+
+
 def _cached_me_corpus(config, progress: bool = False) -> Corpus:
-    """An me corpus is deterministic in its config: build it once per process."""
+    """An me corpus is deterministic in its config: build it once per process, whether or not
+    a bar was asked for (`progress` shows one only while it is built)."""
     from .me_corpus import me_corpus
 
-    return me_corpus(config, progress)
+    corpus = _ME_CACHE.pop(config, None)
+    if corpus is None:
+        corpus = me_corpus(config, progress)
+    _ME_CACHE[config] = corpus  # most recent last
+    while len(_ME_CACHE) > 4:
+        del _ME_CACHE[next(iter(_ME_CACHE))]
+    return corpus
 
 
 def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256,

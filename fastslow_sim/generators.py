@@ -276,10 +276,16 @@ class TwoState(Generator):
     name: str = field(default="two-state", init=False, repr=False)
 
     def __post_init__(self):
-        # a zero rate leaves an absorbing state (a reducible chain), a negative one no generator
-        _constant("the two-state generator's rate a", self.a, 0.0, lo_open=True)
-        _constant("the two-state generator's rate b", self.b, 0.0, lo_open=True)
+        # one zero rate leaves one absorbing state and one transient (a single closed class,
+        # which the stationary solvers take); both zero, two closed classes; negative, no generator
+        _constant("the two-state generator's rate a", self.a, 0.0)
+        _constant("the two-state generator's rate b", self.b, 0.0)
         _constant("the two-state generator's beta", self.beta)
+        if not self.a + self.b > 0:
+            raise InputError(
+                f"the two-state generator needs a or b positive (with both 0 each state absorbs "
+                f"and p_st is not unique); got a={self.a!r}, b={self.b!r}."
+            )
 
     @property
     def n_states(self) -> int:
@@ -555,16 +561,17 @@ class MichaelisMenten(Generator):
     def __post_init__(self):
         if int(self.N) != self.N or self.N < 1:
             raise InputError(f"Michaelis-Menten needs an integer N >= 1 enzymes; got N={self.N}.")
-        # no binding (k1 = 0) or no way out of the complex (k_minus1 + k2 = 0) leaves an
-        # absorbing end; either of k_minus1 and k2 alone may be 0 (no catalysis, or none back)
-        _constant("the michaelis-menten generator's rate k1", self.k1, 0.0, lo_open=True)
+        # no binding (k1 = 0) drains every state to 0, no way out of the complex
+        # (k_minus1 + k2 = 0) to N: one closed class, as at y = 0, which the solvers take; with
+        # neither, every state absorbs and p_st is not unique
+        _constant("the michaelis-menten generator's rate k1", self.k1, 0.0)
         _constant("the michaelis-menten generator's rate k_minus1", self.k_minus1, 0.0)
         _constant("the michaelis-menten generator's rate k2", self.k2, 0.0)
-        if not self.k_minus1 + self.k2 > 0:
+        if not (self.k1 > 0 or self.k_minus1 + self.k2 > 0):
             raise InputError(
-                f"the michaelis-menten generator needs a positive k_minus1 + k2 (the rate out of "
-                f"the complex; with none, state N absorbs); got k_minus1={self.k_minus1!r}, "
-                f"k2={self.k2!r}."
+                f"the michaelis-menten generator needs k1 or k_minus1 + k2 positive (with "
+                f"neither every state absorbs and p_st is not unique); got k1={self.k1!r}, "
+                f"k_minus1={self.k_minus1!r}, k2={self.k2!r}."
             )
 
     @property

@@ -835,7 +835,12 @@ def run_eps(system, eps=None, P=None):
         arr = np.asarray(value)
     except (TypeError, ValueError):  # ragged
         raise InputError(f"{expected}; got {name}={_short(value)}.") from None
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iuf"):
+    if arr.ndim == 1 and arr.dtype.kind == "O":  # Fractions, Decimals: numbers numpy keeps whole
+        try:
+            arr = arr.astype(np.float64) if name == "eps" else arr
+        except (TypeError, ValueError):
+            pass
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iuf" + ("O" if name == "P" else "")):
         raise InputError(f"{expected}; got {name}={_short(value)}.")
     if name == "P":
         return system, np.array([resolve_eps(P=p)[0] for p in arr.tolist()], dtype=np.float64)

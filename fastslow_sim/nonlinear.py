@@ -954,15 +954,20 @@ def identity_gap(family, curve) -> float:
     return _sup_along_graph(family, s, d, gap_at, y_lo, y_hi)
 
 
+WIDE_PEAKS_POLISHED = 8  # _sup_along_graph: peaks polished under the wide rule, at most
+
+
 def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
     """The supremum of a function along the exact graph from its samples `values` at the
     graph's parameters `s` (in the curve's order): each sampled local maximum within its own
     larger jump to a neighbour of the top is polished by a bounded scalar optimiser over `s`
     towards each neighbour, on arcs in `[y_lo, y_hi]`; `f(s) -> (value, y)`.
 
-    The jump is the peak's own (a smooth peak between samples rises above the sampled one by
-    at most a quarter of it), or the largest finite one anywhere where both of its are not
-    finite. With the largest anywhere for every peak, a wide range let in every round-off
+    The jump is the peak's own (a peak locally quadratic between the samples rises above the
+    sampled one by at most a quarter of it), or the largest finite one anywhere where both of
+    its are not finite; the `WIDE_PEAKS_POLISHED` highest local maxima within the largest jump
+    anywhere are polished too (a narrow peak can hide between low samples). With the largest
+    anywhere for every peak, a wide range let in every round-off
     wiggle: Re lambda of the linear chain spans -1e54 to -0.15 over y in [-32, 32.5], and 299
     of its local maxima were polished (15,000 eigenvalue solves, 100 s; 1 at [-4, 4.5])."""
     from scipy.optimize import minimize_scalar
@@ -981,12 +986,13 @@ def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
         near = [jumps[j] for j in (i - 1, i) if 0 <= j < last and finite[j]]
         return max(near) if near else margin
 
-    peaks = [
-        i
-        for i in range(len(v))
-        if v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)] and v[i] >= best - own_jump(i)
-    ]
-    for i in peaks:
+    local = [i for i in range(len(v)) if v[i] >= v[max(i - 1, 0)] and v[i] >= v[min(i + 1, last)]]
+    peaks = {i for i in local if v[i] >= best - own_jump(i)}
+    # and the highest few within the largest jump anywhere (the rule before the own jump), so
+    # that a narrow peak whose samples sit low on its flanks is still polished, at a bounded cost
+    wide = sorted((i for i in local if v[i] >= best - margin), key=lambda i: -v[i])
+    peaks.update(wide[:WIDE_PEAKS_POLISHED])
+    for i in sorted(peaks):
         for j in (i - 1, i + 1):
             if not 0 <= j <= last or s[j] == s[i]:
                 continue

@@ -816,13 +816,15 @@ def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
     """The caller's stationary vector `p` of the float64 generators `q (..., n, n)` (`q_in`:
     the caller's array, at its own dtype) as float64 `(..., n)`, or `InputError` (one sentence)
     unless `q` passes `validate_generator`'s finite and row-sum screens (its off-diagonal signs
-    are not searched) and `p` has `q`'s shape without its last axis
-    (no broadcasting: a `p` is the stationary vector of one generator), is finite, and is a
+    are not searched) and `p` has `n` entries on its last axis and batch axes that broadcast
+    against `q`'s (each pair checked: one `p` for a stack of equal generators, or one generator
+    for a stack of its `p`s, as before the check), is finite, and is a
     stationary distribution of `q` to rounding: `|Q^T p - p * (Q 1)| <= tol max|Q|` entrywise
     (the balance of the flows in and out of each state, so that a diagonal off by the row
     sums that `validate_generator` allows does not count: the generator is defined by its
     off-diagonal rates, as in `stationary_distribution`), `|1^T p - 1| <= tol`, `p >= -tol`;
-    `max|Q|` is read off the diagonal (a valid row's largest entry).
+    `max|Q|` is read off the diagonal (a valid row's largest entry). A `p` computed in float32
+    must be passed at float32 (its tolerance is its dtype's): upcast, it is held to float64's.
 
     Why `tol = max(1e-10, 100 n u)` (`u` the unit round-off of the coarser of `Q`'s and `p`'s
     dtypes) against `max|Q|`: a `p` within `eta` of the exact one in the 1-norm has residuals
@@ -843,10 +845,15 @@ def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
     if not (np.abs(rowsum) <= atol * (1.0 + diag)).all():  # a NaN or inf entry's row too
         validate_generator(q_in)  # raises with the sentence that names the entry
     p_in = _real_array(p, "p")
-    if p_in.shape != q.shape[:-1]:
+    try:  # batch axes broadcast against Q's (each p is then checked against its own Q below)
+        ok = p_in.ndim >= 1 and p_in.shape[-1] == n and \
+            np.broadcast_shapes(p_in.shape[:-1], q.shape[:-2]) is not None  # fmt: skip
+    except ValueError:
+        ok = False
+    if not ok:
         raise InputError(
-            f"p must have shape (..., {n}) = {tuple(q.shape[:-1])}, Q's without its last axis "
-            f"(one entry per state of each generator); got {tuple(p_in.shape)}."
+            f"p must have shape (..., {n}), one entry per state, with batch axes that broadcast "
+            f"against Q's {tuple(q.shape[:-2])}; got {tuple(p_in.shape)}."
         )
     p_out = np.asarray(p_in, dtype=np.float64)
     _first_non_finite(p_out, "p")
@@ -854,10 +861,10 @@ def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
             default=float(np.finfo(np.float64).eps))  # fmt: skip
     tol = max(1e-10, 100 * n * u)
     residual = (p_out[..., None, :] @ q)[..., 0, :] - p_out * rowsum
-    scale = diag.max(-1)  # max|Q|
     worst = np.abs(residual).max(-1)
-    total = p_out.sum(-1)
-    smallest = p_out.min(-1)
+    scale = np.broadcast_to(diag.max(-1), worst.shape)  # max|Q|
+    total = np.broadcast_to(p_out.sum(-1), worst.shape)
+    smallest = np.broadcast_to(p_out.min(-1), worst.shape)
     bad = (worst > tol * scale) | (np.abs(total - 1.0) > tol) | (smallest < -tol)
     if np.any(bad):
         index = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()

@@ -1699,7 +1699,8 @@ def _started_cluster(workers, threads=None):
     is lost), while a thread starts the cluster, so that the cluster is never left
     half-started (its atexit close raised a traceback). On Ctrl-C during the rest of the
     start-up, this waits for it to end, closes the cluster (distributed's log silenced) and
-    re-raises."""
+    re-raises. A worker that the nanny restarts later starts with Python's default SIGINT and
+    may print its own traceback on a Ctrl-C."""
     import multiprocessing
     import signal
     import threading
@@ -1713,7 +1714,11 @@ def _started_cluster(workers, threads=None):
         except BaseException as err:  # re-raised in the caller's thread
             box["error"] = err
 
-    main = threading.current_thread() is threading.main_thread()
+    import distributed  # noqa: F401  (imported here, not in the window where SIGINT is ignored)
+
+    # a handler installed outside Python reads as None and could not be put back: left alone
+    main = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is not None  # fmt: skip
     before = len(multiprocessing.active_children())
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:

@@ -13,6 +13,7 @@ Arrays carry leading batch dimensions: `x` is `(..., n)`, `y` is `(..., m)`.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -155,10 +156,15 @@ class FastSlowSystem:
         # (and the split of z) has nothing to stack (n_slow = 0 ended in numpy's ValueError)
         for name in ("n_fast", "n_slow"):
             v = getattr(self, name)
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+            try:  # any integer type (numpy's, a 0-d array, a torch integer tensor), not a bool
+                k = None if isinstance(v, (bool, np.bool_)) else operator.index(v)
+            except TypeError:
+                k = None
+            if k is None or k < 1:
                 raise InputError(f"{name} must be an integer >= 1 (the number of "
                                  f"{'fast' if name == 'n_fast' else 'slow'} variables); "
                                  f"got {name}={v!r}.")  # fmt: skip
+            setattr(self, name, k)
         self.eps = resolve_eps(eps=self.eps)[0]
 
     @property

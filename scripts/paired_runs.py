@@ -8,8 +8,8 @@ the runs by seed (the runs of one seed share the dense initialisation and the or
 batches; the longer run sees more of them) and prints `ARM_A - ARM_B` of the validation loss
 over the seeds both hold, with the t interval (df = seeds - 1) and the verdict of
 `fastslow_sim.training.paired_comparison`, beside each arm's tokens, FLOPs per token and
-training FLOPs per run. Both folders must be on the same corpus: a pairing across corpora is
-refused.
+training FLOPs per run. Both folders must be on the same corpus, with the same P, context and
+batch size, and share a seed; otherwise the pairing is refused.
 """
 
 from __future__ import annotations
@@ -49,7 +49,20 @@ def main(argv=None) -> int:
         print(f"the folders hold different corpora ({da.attrs['corpus']} and "
               f"{db.attrs['corpus']}); expected one.", file=sys.stderr)  # fmt: skip
         return 2
+    import json
+
+    configs = [json.loads(d.attrs.get("base_config", "{}")) for d in (da, db)]
+    for key in ("P", "block_size", "batch_size"):  # the pairing holds the model's setting fixed
+        values = [c.get(key) for c in configs]
+        if None not in values and values[0] != values[1]:
+            print(f"the folders were trained with different {key} ({values[0]} and "
+                  f"{values[1]}); expected one.", file=sys.stderr)  # fmt: skip
+            return 2
     seeds = sorted(set(a["seed"].values.tolist()) & set(b["seed"].values.tolist()))
+    if not seeds:
+        print(f"the folders share no seed ({a['seed'].values.tolist()} and "
+              f"{b['seed'].values.tolist()}); expected runs paired by seed.", file=sys.stderr)  # fmt: skip
+        return 2
     va = a["val_loss"].sel(seed=seeds).values
     vb = b["val_loss"].sel(seed=seeds).values
     if not (np.isfinite(va).all() and np.isfinite(vb).all()):

@@ -549,3 +549,14 @@ def test_paired_runs_pairs_by_seed_with_the_t_interval(tmp_path, capsys):
     assert "different corpora" in capsys.readouterr().err
     assert paired.main([str(tmp_path / "a"), "dense", str(tmp_path / "b"), "dense"]) == 2
     assert "arm 'dense' is not in" in capsys.readouterr().err
+    _ablation(tmp_path / "d", ["dense"], [[2.5]], 546_816, [6.49e6])
+    import shutil
+
+    import fastslow_sim as fs
+
+    ds = fs.load_dataset(tmp_path / "d" / "ablation.nc").assign_coords(seed=[7])
+    shutil.rmtree(tmp_path / "d")
+    (tmp_path / "d").mkdir()
+    fs.save_dataset(ds, tmp_path / "d" / "ablation.nc")
+    assert paired.main([str(tmp_path / "a"), "coupled", str(tmp_path / "d"), "dense"]) == 2
+    assert "share no seed" in capsys.readouterr().err

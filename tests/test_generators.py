@@ -187,15 +187,15 @@ def test_a_system_records_its_generator_and_slow_law_parameters_apart():
 
 @pytest.mark.parametrize(
     "make, fragment",
-    [(lambda: fs.TwoState(a=-1), r"two-state generator's rate a must be a finite number > 0; got -1\."),
-     (lambda: fs.TwoState(b=0.0), r"rate b must be a finite number > 0; got 0\.0\."),
+    [(lambda: fs.TwoState(a=-1), r"two-state generator's rate a must be a finite number >= 0; got -1\."),
+     (lambda: fs.TwoState(a=0.0, b=0.0), r"needs a or b positive .*got a=0\.0, b=0\.0\."),
      (lambda: fs.TwoState(beta=np.inf), r"two-state generator's beta must be a finite number; got inf"),
-     (lambda: fs.TwoState(a="1"), r"rate a must be a finite number > 0; got '1'\."),
+     (lambda: fs.TwoState(a="1"), r"rate a must be a finite number >= 0; got '1'\."),
      (lambda: fs.Cycle(backward=-1), r"cycle generator's rate backward must be a finite number >= 0"),
      (lambda: fs.Cycle(forward=0, backward=0), "positive rate forward or backward"),
-     (lambda: fs.MichaelisMenten(k1=-1), r"rate k1 must be a finite number > 0; got -1\."),
+     (lambda: fs.MichaelisMenten(k1=-1), r"rate k1 must be a finite number >= 0; got -1\."),
      (lambda: fs.MichaelisMenten(k2=np.nan), r"rate k2 must be a finite number >= 0; got nan"),
-     (lambda: fs.MichaelisMenten(k_minus1=0, k2=0), r"positive k_minus1 \+ k2"),
+     (lambda: fs.MichaelisMenten(k1=0, k_minus1=0, k2=0), r"needs k1 or k_minus1 \+ k2 positive"),
      (lambda: fs.BirthDeath(beta=np.nan), r"birth-death generator's beta must be a finite number"),
      (lambda: fs.BirthDeath(up=np.inf), r"rate up must be a finite number > 0; got inf"),
      (lambda: fs.BirthDeath(y_mid=np.nan), r"y_mid must be a finite number; got nan"),
@@ -221,6 +221,17 @@ def test_rates_that_may_be_zero_keep_the_chain_irreducible():
     assert fs.random_generators(2, 3, density=0.0).shape == (2, 3, 3)
     a = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
     assert fs.TwoState(a=a).a is a  # a rate being differentiated stays a tensor
+
+
+def test_a_zero_rate_with_one_closed_class_is_taken():
+    """TwoState(a=0), MichaelisMenten(k1=0) or (k_minus1=k2=0): one absorbing state and the
+    others transient, as MichaelisMenten at y = 0; p_st is that state's indicator (the solvers
+    take transient states), so these are valid generators, not refused."""
+    for gen, absorbing in ((fs.TwoState(a=0.0), 0), (fs.TwoState(b=0.0), 1),
+                           (fs.MichaelisMenten(k1=0.0), 0),
+                           (fs.MichaelisMenten(k_minus1=0.0, k2=0.0), 4)):  # fmt: skip
+        p = fs.stationary_distribution(gen.rates(0.7), allow_transient=True)
+        np.testing.assert_array_equal(p, np.eye(gen.n_states)[absorbing])
 
 
 @pytest.mark.parametrize("atol", [-1, np.nan, np.inf, "x", None])

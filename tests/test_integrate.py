@@ -1323,3 +1323,17 @@ def test_a_custom_f_or_g_of_the_wrong_length_is_refused(method):
     bad_g = fs.FastSlowSystem(f=lambda x, y: -x, g=lambda x, y: np.zeros(2), **kw)
     with pytest.raises(fs.InputError, match=r"g\(x0, y0\) .* must return 1 value, .*got 2 values"):
         fs.integrate(bad_g, (0, 0.5), method=method)
+
+
+def test_eps_as_a_list_of_fractions_or_decimals_is_taken_as_before():
+    """A list of Fractions or Decimals (an object array to numpy) ran before integrate refused
+    non-numeric eps; it still does, each trajectory at its own eps."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    system = fs.make_system("birth-death", P=8)
+    ds = fs.integrate(system, (0, 0.1), eps=[Fraction(1, 10), Decimal("0.2")], method="lsoda",
+                      n_eval=3)  # fmt: skip
+    np.testing.assert_array_equal(ds["eps_batch"].values, [0.1, 0.2])
+    with pytest.raises(fs.InputError, match=r"^eps must be a positive finite number or a 1-D"):
+        fs.integrate(system, (0, 0.1), eps=[object(), 0.1], method="lsoda", n_eval=3)

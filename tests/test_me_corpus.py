@@ -517,3 +517,22 @@ def test_corpus_command_builds_the_me_corpus_under_a_progress_bar(monkeypatch):
     blocks = 9000 + 64  # _BURN_IN_BLOCKS
     assert made == [{"total": blocks, "done": blocks, "closed": True, "kw": made[0]["kw"]}]
     assert made[0]["kw"]["disable"] is None and made[0]["kw"]["unit"] == "block"
+
+
+def test_the_corpus_cache_ignores_whether_a_bar_was_asked_for(monkeypatch):
+    """The cache was keyed on `progress` too: one corpus asked for with and without the bar was
+    built twice and took two of the four places."""
+    import fastslow_sim.corpora as corpora
+    import fastslow_sim.me_corpus as me
+
+    built = []
+    real = me.me_corpus
+    monkeypatch.setattr(me, "me_corpus",
+                        lambda cfg, progress=False: built.append(progress) or real(cfg))  # fmt: skip
+    monkeypatch.setattr(corpora, "_ME_CACHE", {})
+    a = corpora.load_corpus("me:tokens=20000", P=8, context=64, progress=True)
+    b = corpora.load_corpus("me:tokens=20000", P=8, context=64, progress=False)
+    assert a is b and built == [True]
+    for k in range(5):  # four places, the least recently used goes
+        corpora.load_corpus(f"me:tokens=20000,seed={k + 1}", P=8, context=64)
+    assert len(corpora._ME_CACHE) == 4 and len(built) == 6

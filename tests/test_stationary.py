@@ -890,8 +890,9 @@ CY_P = fs.stationary_distribution(CY_Q)
 
 @pytest.mark.parametrize(
     "p, fragment",
-    [(CY_P[:3], r"p must have shape \(\.\.\., 6\) = \(6,\).*got \(3,\)"),
-     (np.stack([CY_P, CY_P]), r"p must have shape .*got \(2, 6\)"),
+    [(CY_P[:3], r"p must have shape \(\.\.\., 6\), one entry per state.*got \(3,\)"),
+     (np.stack([CY_P, np.full(6, 1 / 6)]),
+      r"p must be a stationary distribution of Q \(batch index \(1,\)\)"),
      (np.ones(6), "p must be a stationary distribution of Q.*sum 6"),
      (np.full(6, 1 / 6), "p must be a stationary distribution of Q"),
      (np.where(np.arange(6) == 0, np.nan, CY_P), r"p must be finite; entry \(0,\) is nan"),
@@ -900,11 +901,27 @@ CY_P = fs.stationary_distribution(CY_Q)
 )  # fmt: skip
 def test_a_given_p_is_checked_to_be_the_stationary_distribution(p, fragment):
     """p of the wrong length failed in numpy's broadcast, a non-stationary p (np.ones) gave a
-    wrong derivative, an extra batch axis broadcast silently, NaN gave NaN."""
+    wrong derivative, a batch of p's against one Q was not checked p by p, NaN gave NaN."""
     for call in (lambda: fs.fundamental_matrix(CY_Q, p), lambda: fs.stationary_derivative(CY_Q, CY_DQ, p)):
         with pytest.raises(fs.InputError, match=fragment) as err:
             call()
         assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_given_p_broadcasts_against_q_as_before_the_check():
+    """Batch axes of p and Q that broadcast were accepted before p was checked (Q (1, n, n)
+    with p (n,), Q (n, n) with p (1, n) or a stack of its p's): they still are, with the results
+    of the p computed here."""
+    want = fs.stationary_derivative(CY_Q, CY_DQ)
+    for q, dq, p in ((CY_Q[None], CY_DQ[None], CY_P), (CY_Q, CY_DQ, CY_P[None]),
+                     (CY_Q, CY_DQ, np.stack([CY_P, CY_P]))):  # fmt: skip
+        got = fs.stationary_derivative(q, dq, p)
+        np.testing.assert_allclose(np.broadcast_to(want, got.shape), got, rtol=0, atol=1e-14)
+        z = fs.fundamental_matrix(q, p)
+        np.testing.assert_allclose(np.broadcast_to(fs.fundamental_matrix(CY_Q), z.shape), z,
+                                   rtol=0, atol=1e-12)  # fmt: skip
+    with pytest.raises(fs.InputError, match=r"batch axes that broadcast against Q's \(3,\)"):
+        fs.fundamental_matrix(np.stack([CY_Q] * 3), np.stack([CY_P] * 2))
 
 
 def test_a_given_stationary_p_is_accepted_as_a_list_and_on_stiff_chains():
