@@ -1337,3 +1337,13 @@ def test_eps_as_a_list_of_fractions_or_decimals_is_taken_as_before():
     np.testing.assert_array_equal(ds["eps_batch"].values, [0.1, 0.2])
     with pytest.raises(fs.InputError, match=r"^eps must be a positive finite number or a 1-D"):
         fs.integrate(system, (0, 0.1), eps=[object(), 0.1], method="lsoda", n_eval=3)
+
+
+def test_a_system_takes_its_sizes_in_any_integer_type():
+    """n_fast and n_slow as numpy integers, 0-d arrays or torch integer tensors were taken before
+    the sizes were checked (a torch tensor was refused for a while): stored as int."""
+    import torch
+
+    for k in (np.int64(1), np.array(1), torch.tensor(1)):
+        s = fs.FastSlowSystem(f=lambda x, y: y - x, g=lambda x, y: -x, n_fast=k, n_slow=k, eps=0.1)
+        assert type(s.n_fast) is int and s.n_fast == 1 and type(s.n_slow) is int
