@@ -67,7 +67,7 @@ from .solvers import ATOL_ANY, METHODS, SOLVER_ERRORS, Solution, check_max_steps
 from .threads import check_threads, small_problem_threads, torch_threads
 from .validation import number, positive
 from .validation import t_span as check_t_span
-from .wording import bytes_text, count_text, plural
+from .wording import bytes_text, count_text, plural, short_repr
 
 __all__ = [
     "integrate",
@@ -782,16 +782,6 @@ def _initial_states(system, x0, y0, eps, names=None):
     return np.ascontiguousarray(x0), np.ascontiguousarray(y0), eps
 
 
-def _short(v) -> str:
-    """`v` for a message: its repr up to 60 characters, an array's shape and dtype beyond."""
-    if isinstance(v, np.ndarray):
-        if v.size > 8:
-            return f"an array of shape {v.shape} and dtype {v.dtype}"
-        v = v.tolist()  # on one line, as numpy's repr is not
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def check_system(system) -> None:
     """`InputError` unless `system` is a system (`FastSlowSystem` or one with its interface)."""
     if isinstance(system, str):
@@ -800,7 +790,7 @@ def check_system(system) -> None:
     if not all(hasattr(system, a) for a in ("f", "g", "n_fast", "n_slow", "eps", "rhs",
                                             "jacobian", "with_eps")):  # fmt: skip
         raise InputError(f"system must be a FastSlowSystem (fs.make_system(name, eps=...) or "
-                         f"fs.FastSlowSystem(f, g, ...)); got {_short(system)}.")  # fmt: skip
+                         f"fs.FastSlowSystem(f, g, ...)); got {short_repr(system)}.")  # fmt: skip
 
 
 def run_eps(system, eps=None, P=None):
@@ -830,18 +820,18 @@ def run_eps(system, eps=None, P=None):
                 "(eps = 1/P)")  # fmt: skip
     seq = isinstance(value, (list, tuple))
     if seq and any(isinstance(v, (bool, np.bool_, str, bytes)) for v in value):
-        raise InputError(f"{expected}; got {name}={_short(value)}.")
+        raise InputError(f"{expected}; got {name}={short_repr(value)}.")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError):  # ragged
-        raise InputError(f"{expected}; got {name}={_short(value)}.") from None
+        raise InputError(f"{expected}; got {name}={short_repr(value)}.") from None
     if arr.ndim == 1 and arr.dtype.kind == "O":  # Fractions, Decimals: numbers numpy keeps whole
         try:
             arr = arr.astype(np.float64) if name == "eps" else arr
         except (TypeError, ValueError):
             pass
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iuf" + ("O" if name == "P" else "")):
-        raise InputError(f"{expected}; got {name}={_short(value)}.")
+        raise InputError(f"{expected}; got {name}={short_repr(value)}.")
     if name == "P":
         return system, np.array([resolve_eps(P=p)[0] for p in arr.tolist()], dtype=np.float64)
     return system, arr.astype(np.float64)
@@ -988,8 +978,8 @@ def _mass_drift(ds: xr.Dataset, system, rtol: float, atol, warn: bool = True) ->
     64-state random chain (11-200 times `rtol + sum atol`: tight tolerances alone do not warn).
     The factor 10 over the tolerance of the sum is the usual gap between a global and a local
     error. Beyond both, the arithmetic lost accuracy (`fastslow-sim integrate --eps 1e-12 --y0
-    150 --method radau`: 2.7e-6, about 250 times rtol + sum atol and 120,000 times `n u nfev`), which the status alone would call
-    a success."""
+    150 --method radau`: 2.7e-6, about 250 times rtol + sum atol and 120,000 times
+    `n u nfev`), which the status alone would call a success."""
     if "mass_error" not in ds:
         return ds
     drift, budget, over, tol, nfev = mass_drift_budget(ds, system, rtol, atol)

@@ -55,7 +55,7 @@ import xarray as xr
 
 from ._version import __version__
 from .errors import InputError
-from .wording import bytes_text
+from .wording import bytes_text, short_repr
 
 __all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "check_parent",
            "atomic_path", "watched_file", "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
@@ -592,9 +592,8 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     """Write `ds` to NetCDF-4 at `path`, atomically, with the root attribute
     `fastslow_sim_version` (this version's, unless `ds` names the one that computed it)."""
     if not isinstance(ds, xr.Dataset):  # refused before any file is made
-        text = repr(ds) if len(repr(ds)) <= 60 else repr(ds)[:57] + "..."
         raise InputError(f"save_dataset writes an xarray.Dataset (what integrate returns); got "
-                         f"a {type(ds).__name__}, {text}.")  # fmt: skip
+                         f"a {type(ds).__name__}, {short_repr(ds)}.")  # fmt: skip
     path = check_writable(path, "dataset")
     ds = ds.copy()
     ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})

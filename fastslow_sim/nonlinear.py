@@ -967,9 +967,9 @@ def _sup_along_graph(family, s, values, f, y_lo, y_hi) -> float:
     sampled one by at most a quarter of it), or the largest finite one anywhere where both of
     its are not finite; the `WIDE_PEAKS_POLISHED` highest local maxima within the largest jump
     anywhere are polished too (a narrow peak can hide between low samples). With the largest
-    anywhere for every peak, a wide range let in every round-off
-    wiggle: Re lambda of the linear chain spans -1e54 to -0.15 over y in [-32, 32.5], and 299
-    of its local maxima were polished (15,000 eigenvalue solves, 100 s; 1 at [-4, 4.5])."""
+    anywhere for every peak, a wide range let in every round-off wiggle: Re lambda of the
+    linear chain spans -1e54 to -0.15 over y in [-32, 32.5], and 299 of its local maxima were
+    polished (15,000 eigenvalue solves, 100 s; 1 at [-4, 4.5])."""
     from scipy.optimize import minimize_scalar
 
     best = float(np.max(values))

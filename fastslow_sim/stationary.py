@@ -36,6 +36,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .errors import InputError, ReducibleGeneratorError
 from .generators import validate_generator
+from .validation import first_non_finite, reads_as_float
 
 __all__ = [
     "stationary_distribution",
@@ -791,25 +792,10 @@ def _real_array(x, name: str) -> np.ndarray:
     try:
         return np.asarray(a, dtype=np.float64)
     except (TypeError, ValueError):
-        bad = next((v for v in a.flat if not _reads_as_real(v)), None)
+        bad = next((v for v in a.flat if not reads_as_float(v)), None)
         raise InputError(
             f"{name} must hold real numbers; got {bad!r} in an array of dtype {a.dtype}."
         ) from None
-
-
-def _reads_as_real(v) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _first_non_finite(a, name: str) -> None:
-    """`InputError` naming the first entry of `a` that is not finite, if any."""
-    if not np.isfinite(a).all():
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise InputError(f"{name} must be finite; entry {bad} is {a[bad]}.")
 
 
 def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
@@ -856,7 +842,7 @@ def _stationary_vector(p, q: np.ndarray, q_in) -> np.ndarray:
             f"against Q's {tuple(q.shape[:-2])}; got {tuple(p_in.shape)}."
         )
     p_out = np.asarray(p_in, dtype=np.float64)
-    _first_non_finite(p_out, "p")
+    first_non_finite(p_out, "p")
     u = max((float(np.finfo(d).eps) for d in (q_dtype, p_in.dtype) if d.kind == "f"),
             default=float(np.finfo(np.float64).eps))  # fmt: skip
     tol = max(1e-10, 100 * n * u)
@@ -902,8 +888,9 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
     linear solve with `Q^T - p 1^T` (no differentiation of the elimination). It holds wherever
     `p_st` is unique, so transient states are allowed (Michaelis-Menten at `y = 0`: the mass
     on state 0 leaks to state 1 at the binding rate's slope); several closed classes raise.
-    A given `p` must be `Q`'s stationary distribution, of `Q`'s shape without its last axis
-    (checked in O(n^2), to rounding: `_stationary_vector`); `dQ` must be finite.
+    A given `p` must be `Q`'s stationary distribution, `(..., n)` with batch axes that
+    broadcast against `Q`'s (checked in O(n^2), to rounding: `_stationary_vector`); `dQ` must
+    be finite.
     """
     q_in = _real_array(Q, "Q")
     q = np.asarray(q_in, dtype=np.float64)
@@ -926,7 +913,7 @@ def stationary_derivative(Q, dQ, p=None) -> np.ndarray:
             f"Q and dQ must share their leading dimensions; got shapes {q.shape} and "
             f"{dq.shape}."
         ) from None
-    _first_non_finite(dq, "dQ")
+    first_non_finite(dq, "dQ")
     if p is None:  # validates Q at its own dtype's tolerance
         p = stationary_distribution(q_in, allow_transient=True)
     m = np.swapaxes(q, -1, -2) - p[..., :, None]  # (..., n, n)

@@ -21,19 +21,27 @@ def no_underscore(name: str, text) -> None:
     """`InputError` when the typed number `text` holds an underscore or a digit outside ASCII:
     Python's int(), float() and Decimal read "1_5" as 15 (and "٨" as 8), so a slip ran silently
     with another number (every number a user types goes through here, or through `as_int`)."""
-    if isinstance(text, str) and "_" in text and _reads_as_float(text):  # "ten_k": its parse says
+    if isinstance(text, str) and "_" in text and reads_as_float(text):  # "ten_k": its parse says
         raise InputError(f"{name} must be a number written without underscores; got {text!r}.")
-    if isinstance(text, str) and not text.isascii() and _reads_as_float(text):  # float("٨") is 8
+    if isinstance(text, str) and not text.isascii() and reads_as_float(text):  # float("٨") is 8
         raise InputError(f"{name} must be a number written in ASCII digits; got {text!r}.")
 
 
-def _reads_as_float(text: str) -> bool:
-    """Whether Python reads `text` as a number ("1_5"; not "ten_k", whose parse says so)."""
+def reads_as_float(text) -> bool:
+    """Whether Python reads `text` (or any value) as a number ("1_5"; not "ten_k", whose parse
+    says so; not None or an object without `__float__`)."""
     try:
         float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         return False
     return True
+
+
+def first_non_finite(a, name: str) -> None:
+    """`InputError` naming the first entry of the numpy array `a` that is not finite, if any."""
+    if not np.isfinite(a).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        raise InputError(f"{name} must be finite; entry {bad} is {a[bad]}.")
 
 
 def as_int(text: str) -> int:

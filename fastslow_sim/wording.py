@@ -67,3 +67,14 @@ def number_text(v) -> str:
     "1", `1e300` "1e+300"."""
     text = repr(float(v))
     return text[:-2] if text.endswith(".0") else text
+
+
+def short_repr(v, width: int = 60) -> str:
+    """`v` for a message: its repr up to `width` characters (cut with "..."), an array of more
+    than 8 entries as its shape and dtype, a small one on one line (numpy's repr is not)."""
+    if type(v).__name__ == "ndarray":  # numpy's (no import here: the ODE core may use this)
+        if v.size > 8:
+            return f"an array of shape {tuple(v.shape)} and dtype {v.dtype}"
+        v = v.tolist()
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -109,8 +109,9 @@ class Group(click.Group):
     """Turns `InputError` from any command into one sentence and exit status 2, Ctrl-C
     (`KeyboardInterrupt`) into "Interrupted." and exit status 130 (the dask worker processes of
     `--workers` ignore SIGINT and are shut down by this one: `sweep._started_cluster`), and a
-    standard output that cannot take the output (`> /dev/full`, a closed pipe; `--help` and `--version` included) or a file operation that
-    fails (a full disk) into one sentence and exit status 1, not a traceback."""
+    standard output that cannot take the output (`> /dev/full`, a closed pipe; `--help` and
+    `--version` included) or a file operation that fails (a full disk) into one sentence and
+    exit status 1, not a traceback."""
 
     def main(self, *args, **kwargs):
         try:
