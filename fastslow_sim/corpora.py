@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -194,7 +195,11 @@ def load_corpus(spec: str, P: int = 8, seed: int = 0, context: int = 256,
 
     me = parse_me_spec(spec, P=P, context=context, seed=seed)
     if me is not None:
-        return _cached_me_corpus(me, progress)
+        corpus = _cached_me_corpus(me, progress)
+        if me.P != P:  # `block=N`: the name says so, as P is otherwise the model's
+            name = corpus.name + ("," if ":" in corpus.name else ":") + f"block={me.P}"
+            corpus = dataclasses.replace(corpus, name=name)
+        return corpus
     if spec == "random":
         return random_corpus(seed=seed)
     if spec.startswith("text:"):

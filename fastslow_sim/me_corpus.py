@@ -227,11 +227,14 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
                   seed: int = MECorpusConfig.seed) -> MECorpusConfig | None:  # fmt: skip
     """`"me"` or `"me:tokens=3M,beta=6,..."` -> a config with the model's `P` and `context` (the
     spec may not set them) and `seed` where the spec sets none; `None` for other corpora. The
-    config is validated with these, not the defaults: `tokens=3k` is enough at context 16."""
+    config is validated with these, not the defaults: `tokens=3k` is enough at context 16.
+    `block=N` sets the corpus's block length apart from the model's `P` (a control whose
+    pooling grid is not the corpus's block grid); windows still start on the corpus's blocks."""
     if spec != "me" and not spec.startswith("me:"):
         return None
     kwargs = {}
     types = {f.name: f.type for f in fields(MECorpusConfig)}
+    types["block"] = "int"  # the corpus's P where it is not the model's
     for item in filter(None, spec[3:].split(",")):
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -241,8 +244,10 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
         if key in kwargs:  # `tokens=1M,tokens=2M` had trained on the last one
             raise InputError(f"corpus option {key} is given twice in {spec!r}; expected it once.")
         if key in ("P", "context"):  # one source of truth: the model's own P and context
+            block = " (or block=N for a corpus block length other than the model's P)" \
+                if key == "P" else ""  # fmt: skip
             raise InputError(f"{key} is set with the command's --{key} option, not in the corpus "
-                             f"spec ({spec}); expected --{key} {value.strip() or 'N'}.")  # fmt: skip
+                             f"spec ({spec}); expected --{key} {value.strip() or 'N'}{block}.")  # fmt: skip
         no_underscore(f"corpus option {key}", value)
         try:
             if types[key] in ("int", int):
@@ -259,7 +264,11 @@ def parse_me_spec(spec: str, P: int = MECorpusConfig.P, context: int = MECorpusC
             what = ("a positive count like 500k, 2M or 250000" if key == "tokens"
                     else "an integer" if types[key] in ("int", int) else "a number")  # fmt: skip
             raise InputError(f"corpus option {key}={value!r} is not {what}.") from None
-    return MECorpusConfig(**{"seed": seed, **kwargs, "P": P, "context": context})
+    block = kwargs.pop("block", P)
+    if block < 1:  # not "needs an integer P >= 1", which would name the model's option
+        raise InputError(f"corpus option block={block} is not a block length; expected an "
+                         f"integer >= 1 (tokens per slow step).")  # fmt: skip
+    return MECorpusConfig(**{"seed": seed, **kwargs, "P": block, "context": context})
 
 
 def _propagators(cfg: MECorpusConfig, ys) -> np.ndarray:

@@ -46,6 +46,7 @@ from .bridge import BridgeConfig, FastSlowLM
 from .corpora import load_corpus
 from .errors import InputError
 from .io import check_writable, save_json
+from .me_corpus import parse_me_spec
 from .wording import plural
 
 __all__ = ["load_run", "check_run", "phi_vs_pst", "save_result", "READOUTS"]
@@ -189,6 +190,15 @@ def check_run(run_dir):
             f"run {str(run_dir)!r} was trained on {corpus_spec!r}; phi-vs-pst needs an 'me' corpus."
         )
     P, T = model.config.P, tcfg["block_size"]
+    try:
+        block = parse_me_spec(corpus_spec, P=tcfg["P"], context=T).P
+    except InputError as err:  # a spec this version refuses
+        raise InputError(f"run {str(run_dir)!r}: {err}") from None
+    if block != P:  # `me:block=N`: the readouts are per corpus block, the slow state per P
+        raise InputError(f"run {str(run_dir)!r}: the model's P={P} differs from its corpus's "
+                         f"block length {block} ({corpus_spec}); phi-vs-pst reads the slow state "
+                         f"once per corpus block, so it expects a run whose P is the corpus's "
+                         f"block length.")  # fmt: skip
     if T % P:
         raise InputError(f"run {str(run_dir)!r}: the context {T} is not a multiple of P={P}.")
     if T // P < 2:
@@ -199,9 +209,6 @@ def check_run(run_dir):
         corpus = load_corpus(corpus_spec, P=tcfg["P"], context=T)
     except InputError as err:  # a corpus this version refuses (too small for two windows)
         raise InputError(f"run {str(run_dir)!r}: {err}") from None
-    if corpus.stats["config"]["P"] != P:
-        raise InputError(f"run {str(run_dir)!r}: the model's P={P} differs from the corpus's "
-                         f"P={corpus.stats['config']['P']}.")  # fmt: skip
     n_val = len(corpus.window_starts("val", T))
     if n_val < 2:  # the standard errors are across windows
         raise InputError(f"run {str(run_dir)!r}: its corpus {corpus_spec!r} has "

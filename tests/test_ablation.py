@@ -703,3 +703,19 @@ def test_reproduce_sizes_channel_gates_by_their_mean_magnitude(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     ds = fs.load_dataset(tmp_path / "r" / "ablation.nc")
     np.testing.assert_allclose(ds["gate_abs"].sel(arm="coupled").values, 0.15)
+
+
+def test_phi_vs_pst_refuses_a_run_whose_P_is_not_its_corpus_block(tmp_path):
+    """`me:block=8` with P=4 (a pooling grid that is not the corpus's) trains, but phi-vs-pst
+    reads p_st once per corpus block and the slow state once per P: it says so, naming both;
+    with block=4, the model's own P, the same run is read."""
+    run = _untrained_run(tmp_path / "r8", "me:tokens=720,block=8")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 2 and res.output == (
+        f"Error: run {str(run)!r}: the model's P=4 differs from its corpus's block length 8 "
+        f"(me:tokens=720,block=8); phi-vs-pst reads the slow state once per corpus block, so it "
+        f"expects a run whose P is the corpus's block length.\n")  # fmt: skip
+    assert not (run / "phi_vs_pst.json").exists()
+    run = _untrained_run(tmp_path / "r4", "me:tokens=720,block=4")
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 0 and (run / "phi_vs_pst.json").exists(), res.output

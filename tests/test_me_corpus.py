@@ -395,12 +395,12 @@ def test_P_and_context_are_command_options_not_spec_names():
     "set with --P" (though no --P was typed)."""
     res = CliRunner().invoke(main, ["corpus", "me:foo=1"])
     assert res.exit_code == 2 and res.output == (
-        "Error: corpus option 'foo=1' is not NAME=VALUE with NAME one of ['H', 'beta', "
+        "Error: corpus option 'foo=1' is not NAME=VALUE with NAME one of ['H', 'beta', 'block', "
         "'feedback', 'n_states', 'rate', 'seed', 'tokens', 'y0'].\n")  # fmt: skip
     res = CliRunner().invoke(main, ["corpus", "me:P=4"])
     assert res.exit_code == 2 and res.output == (
         "Error: P is set with the command's --P option, not in the corpus spec (me:P=4); "
-        "expected --P 4.\n")  # fmt: skip
+        "expected --P 4 (or block=N for a corpus block length other than the model's P).\n")  # fmt: skip
     with pytest.raises(InputError, match=re.escape("(me:beta=2,context=64); expected --context 64.")):
         parse_me_spec("me:beta=2,context=64")
 
@@ -536,3 +536,44 @@ def test_the_corpus_cache_ignores_whether_a_bar_was_asked_for(monkeypatch):
     for k in range(5):  # four places, the least recently used goes
         corpora.load_corpus(f"me:tokens=20000,seed={k + 1}", P=8, context=64)
     assert len(corpora._ME_CACHE) == 4 and len(built) == 6
+
+
+def test_block_sets_the_corpus_block_length_apart_from_the_models_P():
+    """`me:block=8` with the model's P=7: the corpus is the one P=8 makes (same tokens, blocks,
+    references) and its windows start on its own blocks of 8; its name says block=8, as the
+    name's P is otherwise the model's. block equal to P is the plain corpus."""
+    plain = load_corpus("me:tokens=20k", P=8, context=32)
+    mismatched = load_corpus("me:tokens=20k,block=8", P=7, context=32)
+    assert mismatched.name == "me:tokens=20000,block=8" and plain.name == "me:tokens=20000"
+    assert mismatched.block_len == 8 and mismatched.stats["config"]["P"] == 8
+    assert np.array_equal(mismatched.train, plain.train) and np.array_equal(mismatched.val, plain.val)
+    assert mismatched.stats["bayes_floor_loss"] == plain.stats["bayes_floor_loss"]
+    starts = mismatched.windows("val", 32)[1]  # global starts: the split begins on a block
+    assert len(starts) >= 2 and not (starts % 8).any() and (mismatched.window_starts("val", 32)
+                                                            == plain.window_starts("val", 32)).all()
+    assert load_corpus("me:tokens=20k,block=8", P=8, context=32).name == "me:tokens=20000"
+    assert parse_me_spec("me:block=12", P=7) == MECorpusConfig(P=12)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("me:block=0", "corpus option block=0 is not a block length; expected an integer >= 1 "
+                   "(tokens per slow step)."),
+    ("me:block=-2", "corpus option block=-2 is not a block length; expected an integer >= 1 "
+                    "(tokens per slow step)."),
+    ("me:block=x", "corpus option block='x' is not an integer."),
+    ("me:P=3", "P is set with the command's --P option, not in the corpus spec (me:P=3); "
+               "expected --P 3 (or block=N for a corpus block length other than the model's P)."),
+])  # fmt: skip
+def test_block_errors_say_what_was_expected(spec, message):
+    with pytest.raises(InputError, match="^" + re.escape(message) + "$"):
+        parse_me_spec(spec)
+
+
+def test_corpus_command_checks_the_context_against_the_corpus_block():
+    res = CliRunner().invoke(main, ["corpus", "me:tokens=20k,block=12", "--context", "32"])
+    assert res.exit_code == 2 and res.output == (
+        "Error: the context 32 (--context) is not a multiple of the block length 12 (block=12 in "
+        "the spec); expected whole blocks per window, as train-network does.\n")  # fmt: skip
+    res = CliRunner().invoke(main, ["corpus", "me:tokens=20k,block=4", "--context", "32",
+                                    "--P", "7", "--json"])  # fmt: skip
+    assert res.exit_code == 0 and json.loads(res.output)["config"]["P"] == 4, res.output

@@ -47,6 +47,9 @@ def corpus(spec, P, context, as_json):
     at P = 8 and 30 s at --P 1 on a shared two-core machine (me:tokens=120k, a tenth of that),
     under a progress bar on a terminal.
 
+    The me corpus's blocks are P tokens long, the model's P, unless its spec sets block=N: a
+    control whose pooling grid is not the corpus's (train-network --P 7 on me:block=8).
+
     \b
     Examples:
       fastslow-sim corpus me
@@ -63,11 +66,13 @@ def corpus(spec, P, context, as_json):
     _, P_int = parse_eps_P(None, P)
     if context < 1:
         raise InputError(f"--context must be a positive integer; got {context}.")
-    if (spec == "me" or spec.startswith("me:")) and context % P_int:
+    from ..me_corpus import parse_me_spec
+    me = parse_me_spec(spec, P=P_int, context=context)
+    if me is not None and context % me.P:
         # the references are for the windows a run trains on, and train-network refuses these
-        raise InputError(f"the context {context} (--context) is not a multiple of P={P_int} "
-                         f"(--P); expected whole blocks per window, as train-network "
-                         f"does.")  # fmt: skip
+        what = f"P={P_int} (--P)" if me.P == P_int else f"the block length {me.P} (block={me.P} in the spec)"
+        raise InputError(f"the context {context} (--context) is not a multiple of {what}; "
+                         f"expected whole blocks per window, as train-network does.")  # fmt: skip
     c = load_corpus(spec, P=P_int, context=context, progress=True)
     info = c.summary()
     if as_json:
