@@ -375,8 +375,8 @@ def integrate(system, t_span=(0.0, 10.0), x0=None, y0=None, *, method: str = "au
     span must be a whole number of blocks; `rtol`, `atol` and `n_eval`, which the map cannot
     honour, are ignored with an `IgnoredOptionWarning` where given, and its dataset records no
     tolerance). Every method starts at `t_span[0]` from `(x0, y0)` and saves the states at the
-    times of `t_eval` (which need not include `t_span[0]`; finite, increasing; not with
-    `n_eval`). `rtol`, `atol`, `n_eval`: None takes the defaults 1e-8, 1e-10 and 401. `names`:
+    times of `t_eval` (which need not include `t_span[0]`; at least two, finite, increasing;
+    not with `n_eval`). `rtol`, `atol`, `n_eval`: None takes the defaults 1e-8, 1e-10 and 401. `names`:
     how a refusal calls the arguments (`check_inputs`). `threads`: torch's intra-op threads
     during the solve (restored after); `None` chooses (`small_problem_threads`: one for a
     torch method's small problem on the CPU, else torch's own setting). `warn=False`: the
@@ -727,7 +727,9 @@ def _output_times(t0, t1, t_eval, n_eval, name="n_eval"):
         shown = t_eval.tolist() if t_eval.size <= 16 else f"{t_eval.size:,} times"
         raise InputError(f"t_eval must hold finite times; got {shown}.")
     if t_eval.ndim != 1 or t_eval.size < 2 or np.any(np.diff(t_eval) <= 0):
-        raise InputError("t_eval must be an increasing 1-D sequence of at least two times.")
+        shown = t_eval.tolist() if t_eval.size <= 16 else f"shape {t_eval.shape}"
+        raise InputError(f"t_eval must be an increasing 1-D sequence of at least two times; "
+                         f"got {shown}.")  # fmt: skip
     if t_eval[0] < t0 or t_eval[-1] > t1:
         raise InputError(f"t_eval must lie inside t_span ({t0}, {t1}).")
     return t_eval

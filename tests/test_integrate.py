@@ -1311,6 +1311,10 @@ def test_t_eval_must_be_finite_and_not_given_with_n_eval():
     with pytest.raises(fs.InputError, match="give either t_eval .* or n_eval .*got n_eval=5"):
         fs.integrate(s, (0, 0.5), t_eval=[0.1, 0.2], n_eval=5)
     assert fs.integrate(s, (0, 0.5), t_eval=[0.1, 0.2]).sizes["time"] == 2
+    # one time, or times out of order: the sentence names them (it had not)
+    for t, shown in (([0.5], r"\[0.5\]"), ([0.3, 0.2], r"\[0.3, 0.2\]")):
+        with pytest.raises(fs.InputError, match=r"at least two times; got " + shown + r"\.$"):
+            fs.integrate(s, (0, 0.5), t_eval=t)
 
 
 @pytest.mark.parametrize("method", ["radau", "auto"])
