@@ -276,6 +276,12 @@ _SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_
 def written_by_us(path) -> bool:
     """Whether the regular file at `path` (a link followed) was written by fastslow-sim, told
     from its first bytes (module docstring); an unreadable or corrupt file is not."""
+    return _sniff(path) is True
+
+
+def _sniff(path) -> bool | None:
+    """`written_by_us`, and None for a file that begins as a format the sniffers know but fails
+    to parse (cut short, damaged): whoever wrote it, it no longer shows."""
     try:
         with open(path, "rb") as f:
             head = f.read(_HEAD)
@@ -287,14 +293,15 @@ def written_by_us(path) -> bool:
             try:
                 return bool(sniff(Path(path), head))
             except Exception:  # noqa: BLE001 - whatever fails to parse is not ours
-                return False
+                return None
     return False
 
 
 def _check_owned(p: Path, what: str):
     """`InputError` when the regular file at `p` is not empty and not fastslow-sim's."""
+    ours = False
     try:
-        if not p.is_file() or p.stat().st_size == 0 or written_by_us(p):
+        if not p.is_file() or p.stat().st_size == 0 or (ours := _sniff(p)):
             return
     except OSError:
         pass
@@ -302,6 +309,8 @@ def _check_owned(p: Path, what: str):
     fmt = p.suffix.lstrip(".").lower()
     why = (f"; a .{fmt} figure carries no mark of who wrote it, so" if fmt in UNMARKED_FORMATS
            and what in ("plot", "figure") else " that fastslow-sim did not write;")  # fmt: skip
+    if ours is None:  # a truncated dataset of ours reads as no one's: not "did not write"
+        why = " that cannot be read (damaged or cut short), so nothing shows who wrote it, and"
     raise InputError(
         f"the {what} path {str(p)!r}{link} holds a file{why} it is never replaced: remove it or "
         f"choose another path."

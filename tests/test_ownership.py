@@ -550,3 +550,18 @@ def test_the_file_writers_refuse_a_path_ending_in_a_separator(tmp_path):
         with pytest.raises(fs.InputError, match="names a folder; expected a file name"):
             write(f"{tmp_path}{os.sep}d{os.sep}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truncated_dataset_of_ours_is_called_unreadable_not_someone_elses(tmp_path,
+                                                                            monkeypatch):
+    """A .nc file of ours cut short (`head -c 2000`) was refused as a file "that fastslow-sim
+    did not write"; what shows is only that it cannot be read."""
+    args = ["integrate", "--eps", "0.1", "--t-end", "0.1", "--out", "r.nc", "--no-plot"]
+    assert invoke(args, tmp_path, monkeypatch).exit_code == 0
+    out = tmp_path / "r.nc"
+    out.write_bytes(out.read_bytes()[:2000])
+    res = invoke(args, tmp_path, monkeypatch)
+    _refused(res, out, out.read_bytes())
+    assert res.output == ("Error: the dataset path 'r.nc' holds a file that cannot be read (damaged "
+                          "or cut short), so nothing shows who wrote it, and it is never replaced: "
+                          "remove it or choose another path.\n")  # fmt: skip
