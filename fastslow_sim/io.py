@@ -57,7 +57,8 @@ from ._version import __version__
 from .errors import InputError
 from .wording import bytes_text, short_repr
 
-__all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "check_parent",
+__all__ = ["save_dataset", "load_dataset", "save_json", "check_writable", "check_file_name",
+           "check_parent",
            "atomic_path", "watched_file", "written_by_us", "MARK", "VERSION_KEY"]  # fmt: skip
 
 ENGINE = "h5netcdf"
@@ -275,6 +276,12 @@ _SNIFFERS = ((b"\x89HDF\r\n\x1a\n", _sniff_hdf5), (b"\x89PNG\r\n\x1a\n", _sniff_
 def written_by_us(path) -> bool:
     """Whether the regular file at `path` (a link followed) was written by fastslow-sim, told
     from its first bytes (module docstring); an unreadable or corrupt file is not."""
+    return _sniff(path) is True
+
+
+def _sniff(path) -> bool | None:
+    """`written_by_us`, and None for a file that begins as a format the sniffers know but fails
+    to parse (cut short, damaged): whoever wrote it, it no longer shows."""
     try:
         with open(path, "rb") as f:
             head = f.read(_HEAD)
@@ -286,14 +293,15 @@ def written_by_us(path) -> bool:
             try:
                 return bool(sniff(Path(path), head))
             except Exception:  # noqa: BLE001 - whatever fails to parse is not ours
-                return False
+                return None
     return False
 
 
 def _check_owned(p: Path, what: str):
     """`InputError` when the regular file at `p` is not empty and not fastslow-sim's."""
+    ours = False
     try:
-        if not p.is_file() or p.stat().st_size == 0 or written_by_us(p):
+        if not p.is_file() or p.stat().st_size == 0 or (ours := _sniff(p)):
             return
     except OSError:
         pass
@@ -301,9 +309,30 @@ def _check_owned(p: Path, what: str):
     fmt = p.suffix.lstrip(".").lower()
     why = (f"; a .{fmt} figure carries no mark of who wrote it, so" if fmt in UNMARKED_FORMATS
            and what in ("plot", "figure") else " that fastslow-sim did not write;")  # fmt: skip
+    if ours is None:  # a truncated dataset of ours reads as no one's: not "did not write"
+        why = " that cannot be read (damaged or cut short), so nothing shows who wrote it, and"
     raise InputError(
         f"the {what} path {str(p)!r}{link} holds a file{why} it is never replaced: remove it or "
         f"choose another path."
+    )
+
+
+_EXAMPLE_NAMES = {"dataset": "dataset.nc", "plot": "plot.png", "figure": "figure.png"}
+
+
+def check_file_name(path, what="output") -> None:
+    """`InputError` when the text of `path` ends in a path separator: it names a folder, and
+    `Path` drops the separator, so the file would take the folder's name (`--out nd/` wrote an
+    HDF5 file `nd`). Outputs that are folders (run folders, sweep stores) are checked with
+    `check_parent`, which takes the separator."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""  # a Path never ends in one
+    if not text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        return
+    folder = text.rstrip(os.sep + (os.altsep or "")) or text
+    example = _EXAMPLE_NAMES.get(what)
+    raise InputError(
+        f"the {what} path {text!r} names a folder; expected a file name"
+        + (f" such as {os.path.join(folder, example)}." if example else " in it.")
     )
 
 
@@ -312,7 +341,9 @@ def check_writable(path, what="output", probe: bool = True) -> Path:
     regular file or one that fastslow-sim wrote (`written_by_us`; never a directory, device,
     FIFO, socket or a file of the user's), and its folder exists and is writable. For a
     symbolic link that folder is the one of the file it points to (which `atomic_path`
-    writes). `probe=False`: the folder is not probed with a new file (`check_parent`)."""
+    writes). `probe=False`: the folder is not probed with a new file (`check_parent`). A path
+    that ends in a separator names a folder (`check_file_name`)."""
+    check_file_name(path, what)
     p = Path(path)
     real, parent = _written(p)
     try:
@@ -436,6 +467,7 @@ def atomic_path(path, what="output"):
     replaces whatever sits at the target, and onto `/dev/full` it would replace the device with
     a regular file, or a user's file with ours (`InputError` instead). A symbolic link is
     followed, so the file it points to is replaced, not the link."""
+    check_file_name(path, what)  # before realpath drops the separator
     path = Path(os.path.realpath(path))
     check_writable(path, what)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
@@ -575,16 +607,56 @@ class _SpaceWatch(io.FileIO):
             self._keep(err)
 
 
-def _clean_attrs(attrs: dict) -> dict:
+def _attr_value(v):
+    """`v` as a NetCDF-4 attribute holds it, or `_UNWRITABLE`: a bool as 0 or 1 (NetCDF has no
+    bool), None as "", a list of strings (or a numpy array of them) as a list of Python str
+    (h5netcdf writes it as variable-length strings, read back as a list; numpy's fixed-width
+    `<U` array has no HDF5 type), a list of numbers as a numpy array. A dict, a list mixing
+    strings and numbers or holding None, an integer beyond 64 bits, any other object: none."""
+    if v is None:
+        return ""
+    if isinstance(v, (str, bytes)):
+        return v
+    if isinstance(v, np.ndarray) and v.dtype.kind in "USO":
+        v = v.tolist()  # a 0-d array: its one str or bytes
+        if isinstance(v, (str, bytes)):
+            return v
+    if isinstance(v, (list, tuple)) and v:
+        for kind in (str, bytes):
+            if all(isinstance(x, kind) for x in v):
+                return [kind(x) for x in v]  # np.str_ entries too: plain str
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError):  # a ragged list
+        return _UNWRITABLE
+    if a.dtype.kind not in "biufc":  # object (None, dict, mixed), strings mixed with numbers
+        return _UNWRITABLE
+    if a.dtype.kind == "b":
+        return a.astype(int) if a.ndim else int(v)
+    return a if isinstance(v, (list, tuple)) else v
+
+
+_UNWRITABLE = object()
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _clean_attrs(attrs: dict, variable: str | None = None) -> dict:
+    """`attrs` as `save_dataset` writes them (`_attr_value`); `InputError` naming the first one
+    that a NetCDF-4 file cannot hold, before any file is made."""
     out = {}
     for k, v in attrs.items():
-        if isinstance(v, (bool, np.bool_)):
-            v = int(v)
-        elif v is None:
-            v = ""
-        elif isinstance(v, (list, tuple)):
-            v = np.asarray(v)
-        out[k] = v
+        out[k] = _attr_value(v)
+        if out[k] is _UNWRITABLE:
+            which = (f"the dataset attribute {k!r}" if variable is None else
+                     f"the attribute {k!r} of the dataset variable {variable!r}")  # fmt: skip
+            raise InputError(
+                f"{which} is {_a(type(v).__name__)}, {short_repr(v)}, which a NetCDF-4 file cannot "
+                f"hold; expected a string, a number (an integer within 64 bits), or a list of only "
+                f"numbers or only strings."
+            )
     return out
 
 
@@ -594,11 +666,11 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     if not isinstance(ds, xr.Dataset):  # refused before any file is made
         raise InputError(f"save_dataset writes an xarray.Dataset (what integrate returns); got "
                          f"a {type(ds).__name__}, {short_repr(ds)}.")  # fmt: skip
-    path = check_writable(path, "dataset")
-    ds = ds.copy()
+    ds = ds.copy()  # attributes it cannot write: refused before the path is probed
     ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})
     for name in ds.variables:
-        ds[name].attrs = _clean_attrs(ds[name].attrs)
+        ds[name].attrs = _clean_attrs(ds[name].attrs, str(name))
+    path = check_writable(path, "dataset")
     ds.attrs.pop(DIGEST_KEY, None)  # a loaded dataset's: the new file gets its own
     # the file holds at least the numbers' bytes (uncompressed): refused before any is written
     _check_space(path, sum(v.nbytes for v in ds.variables.values() if v.dtype.kind in "biufcmM"),

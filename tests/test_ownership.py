@@ -481,3 +481,87 @@ def test_a_file_reaches_the_disk_before_its_name(tmp_path, monkeypatch):
     assert [k for k, _ in order] == ["fsync", "replace", "fsync"]
     assert order[0][1].startswith(str(tmp_path / ".s.json."))  # the temporary file
     assert order[1:] == [("replace", str(out)), ("fsync", str(tmp_path))]
+
+
+def test_a_sweep_cell_with_list_attributes_round_trips(tmp_path, monkeypatch):
+    """One cell of a sweep store (root attributes `swept`, `batched_axes`: lists of strings)
+    ended in h5py's raw TypeError (no conversion path for dtype('<U3')); the store's path ends
+    in a separator, which a folder output takes (`check_file_name` is for files only)."""
+    res = invoke(["sweep", "integrate", "--grid", "eps=0.1,0.05,0.02", "--store", "s.zarr/",
+                  "--workers", "0", "--t-end", "0.05", "--n-eval", "5"], tmp_path, monkeypatch)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s.zarr").is_dir()
+    ds = xr.open_zarr(tmp_path / "s.zarr").load()
+    ds.attrs["swept"] = ["eps", "P"]  # two entries: one alone reads back as a string (netCDF's)
+    cell = ds.isel(eps=0)
+    back = fs.load_dataset(fs.save_dataset(cell, tmp_path / "cell.nc"))
+    assert back.attrs["swept"] == ["eps", "P"]
+    assert back.attrs["batched_axes"] == list(ds.attrs["batched_axes"])
+    with xr.open_dataset(tmp_path / "cell.nc", engine="h5netcdf") as plain:
+        assert plain.attrs["batched_axes"] == list(ds.attrs["batched_axes"])
+    assert written_by_us(tmp_path / "cell.nc")
+    strings = xr.Dataset({"a": ("t", [1.0])}, attrs={"names": np.array(["a", "bb"]), "n": [1, 2],
+                                                     "flags": [True, False]})  # fmt: skip
+    back = fs.load_dataset(fs.save_dataset(strings, tmp_path / "s.nc"))
+    assert back.attrs["names"] == ["a", "bb"]
+    assert back.attrs["n"].tolist() == [1, 2] and back.attrs["flags"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("attrs, var, said", [
+    ({"meta": {"a": 1}}, None, "the dataset attribute 'meta' is a dict, {'a': 1}, which"),
+    ({"meta": ["a", None]}, None, "the dataset attribute 'meta' is a list, ['a', None], which"),
+    ({"meta": [1, "a"]}, None, "the dataset attribute 'meta' is a list, [1, 'a'], which"),
+    ({"meta": object()}, None, "the dataset attribute 'meta' is an object, <object object"),
+    ({"units": {"s": 1}}, "a", "the attribute 'units' of the dataset variable 'a' is a dict"),
+])  # fmt: skip
+def test_an_attribute_netcdf_cannot_hold_is_one_sentence_before_any_file(attrs, var, said,
+                                                                          tmp_path):
+    ds = xr.Dataset({"a": ("t", [1.0])})
+    (ds if var is None else ds[var]).attrs.update(attrs)
+    with pytest.raises(fs.InputError) as err:
+        fs.save_dataset(ds, tmp_path / "x.nc")
+    text = str(err.value)
+    assert text.startswith(said) and "\n" not in text, text
+    assert text.endswith("expected a string, a number (an integer within 64 bits), or a list of "
+                         "only numbers or only strings.")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []  # no file, no temporary file
+
+
+@pytest.mark.parametrize("args, said", [
+    (["integrate", "--eps", "0.1", "--t-end", "0.1", "--out", "nd/", "--no-plot"],
+     "Error: the dataset path 'nd/' names a folder; expected a file name such as nd/dataset.nc.\n"),
+    (["convergence", "--out", "cvdir/", "--no-plot"],
+     "Error: the dataset path 'cvdir/' names a folder; expected a file name such as "
+     "cvdir/dataset.nc.\n"),
+    (["integrate", "--eps", "0.1", "--t-end", "0.1", "--out", "r.nc", "--plot", "pldir/"],
+     "Error: the plot path 'pldir/' names a folder; expected a file name such as pldir/plot.png.\n"),
+])  # fmt: skip
+def test_an_output_file_path_ending_in_a_separator_is_refused(args, said, tmp_path, monkeypatch):
+    """`--out nd/` wrote an HDF5 file named nd (exit 0); `--plot pldir/` a PNG named pldir."""
+    res = invoke(args, tmp_path, monkeypatch)
+    assert res.exit_code == 2 and res.output == said, res.output
+    assert list(tmp_path.iterdir()) == []  # refused before the work
+
+
+def test_the_file_writers_refuse_a_path_ending_in_a_separator(tmp_path):
+    ds = xr.Dataset({"a": ("t", [1.0])})
+    for write in (lambda p: fs.save_dataset(ds, p), lambda p: save_figure(plt.figure(), p),
+                  lambda p: save_json({"a": 1}, p)):  # fmt: skip
+        with pytest.raises(fs.InputError, match="names a folder; expected a file name"):
+            write(f"{tmp_path}{os.sep}d{os.sep}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truncated_dataset_of_ours_is_called_unreadable_not_someone_elses(tmp_path,
+                                                                            monkeypatch):
+    """A .nc file of ours cut short (`head -c 2000`) was refused as a file "that fastslow-sim
+    did not write"; what shows is only that it cannot be read."""
+    args = ["integrate", "--eps", "0.1", "--t-end", "0.1", "--out", "r.nc", "--no-plot"]
+    assert invoke(args, tmp_path, monkeypatch).exit_code == 0
+    out = tmp_path / "r.nc"
+    out.write_bytes(out.read_bytes()[:2000])
+    res = invoke(args, tmp_path, monkeypatch)
+    _refused(res, out, out.read_bytes())
+    assert res.output == ("Error: the dataset path 'r.nc' holds a file that cannot be read (damaged "
+                          "or cut short), so nothing shows who wrote it, and it is never replaced: "
+                          "remove it or choose another path.\n")  # fmt: skip

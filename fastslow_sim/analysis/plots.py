@@ -10,7 +10,6 @@ data's `long_name` and `units` attributes where it has them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import matplotlib
@@ -58,16 +57,14 @@ def script_figure(path):
     import sys
 
     from fastslow_sim.errors import InputError
-    from fastslow_sim.io import check_writable
+    from fastslow_sim.io import check_file_name, check_writable
 
     def refuse(err: Exception):
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(2 if isinstance(err, InputError) else 1)
 
     try:
-        if str(path).endswith(("/", os.sep)):  # Path() drops the slash: a PNG named after it
-            raise InputError(f"the figure path {str(path)!r} names a folder; expected a file "
-                             f"name such as {str(path).rstrip('/' + os.sep) or '.'}/figure.png.")  # fmt: skip
+        check_file_name(path, "figure")  # Path() drops the slash: a PNG named after it
         check_figure_format(path)
         check_writable(path, "figure")
     except InputError as err:
@@ -125,8 +122,9 @@ def save_figure(fig, path, *, dpi: int = 130, close: bool = True) -> Path:
     replace it (`fastslow_sim.io`: a file without it is never replaced). Closes the figure unless `close=False`."""
     import matplotlib
 
-    from fastslow_sim.io import MARK, atomic_path
+    from fastslow_sim.io import MARK, atomic_path, check_file_name
 
+    check_file_name(path, "figure")  # before Path() drops the separator
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"
     me = f"{MARK} {__version__} (Matplotlib v{matplotlib.__version__})"
