@@ -17,7 +17,9 @@ Store layout (`PATH`, a zarr v3 directory):
   name and hard-linked onto `KEY.npz`, which fails if the name exists: a cell is written once,
   and a killed process leaves at most a stray temporary file, never a cell that looks complete
   (a later run removes it once the cell is finished: `_remove_leftovers`). `KEY` hashes the task and the cell's full
-  parameters, so re-running the same command finds its cells and runs only the missing ones.
+  parameters, so re-running the same command finds its cells and runs only the missing ones. A
+  run whose grid lacks a cell of the sweep the root holds (other fixed options, fewer values)
+  is refused before any work (`_check_same_sweep`): the root it wrote would drop those cells.
 
 Batched axes: cells of `integrate` that differ only in `seed` or `y0` (the initial condition)
 and `eps`/`P` run as one rodas4 batch (eps per trajectory); every other task runs one cell per
@@ -93,8 +95,9 @@ class UnrecordedDeviceWarning(UserWarning):
 
 class CellInputError(InputError):
     """A cell of the grid is bad input: `values` are its swept values, `reason` the sentence of
-    the task's own check, `flags` the fixed options that take part; the message names them all
-    (`--grid eps=1e-13: eps = 1e-13 is ...`, `--grid batch_size=64 with --tokens: ...`)."""
+    the task's own check, `flags` the fixed options that take part, each with its value
+    (`--tokens 256`); the message names them all (`--grid eps=1e-13: eps = 1e-13 is ...`,
+    `--grid batch_size=64 with --tokens 256: ...`)."""
 
     def __init__(self, values: dict, reason: str, flags: tuple = ()):
         self.values, self.reason = dict(values), reason
@@ -104,6 +107,8 @@ class CellInputError(InputError):
 
 
 def _text(v) -> str:
+    if isinstance(v, bool):  # as the command line takes it (--flag true)
+        return str(v).lower()
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
@@ -350,7 +355,8 @@ def _run_integrate(cells):
         cell["x0"] = ("state", x0[b], {"long_name": "initial fast state"})
         cell["y0"] = ("slow", y0[b], {"long_name": "initial slow state"})
         cell["solver_status"] = ((), str(ds["status"].values[b]), {"long_name": "solver status"})
-        cell["solver_message"] = ((), _sweep_message(str(ds["message"].values[b])),
+        cell["solver_message"] = ((), _sweep_message(str(ds["message"].values[b]),
+                                                 str(ds.attrs["method"])),
                                   {"long_name": "solver message"})  # fmt: skip
         cell["method"] = ((), str(ds.attrs["method"]), {"long_name": "method that ran"})
         cell["march"] = ((), str(ds.attrs.get("march", "")), {
@@ -373,17 +379,23 @@ def _run_integrate(cells):
 
 # the solvers' advice to raise the budget, in a cell's message, as a sweep takes it: fixed
 # (--max-steps N) or swept (--grid max_steps=...)
-SWEEP_MAX_STEPS_HINT = ("raise it with --max-steps N or --grid max_steps=N1,N2,... (max_steps "
-                        "in Python) if the run is slow but advancing, or sweep a stiff method "
-                        "(--method radau, --grid method=...)")
+SWEEP_RAISE_HINT = ("raise it with --max-steps N or --grid max_steps=N1,N2,... (max_steps in "
+                    "Python) if the run is slow but advancing")
+# ... and, where the method that ran is an explicit one, a stiff method (one that ran out of
+# steps already, rodas4 as auto takes it for a batch, was told to sweep one)
+SWEEP_MAX_STEPS_HINT = f"{SWEEP_RAISE_HINT}, or sweep a stiff method (--method radau, --grid method=...)"
 
 
-def _sweep_message(text: str) -> str:
-    """A solver's message as a sweep cell keeps it (`SWEEP_MAX_STEPS_HINT`)."""
-    from .solvers import MAX_STEPS_HINT
+def _sweep_message(text: str, method: str) -> str:
+    """A solver's message as a sweep cell keeps it: `SWEEP_MAX_STEPS_HINT` where `method`, the
+    method that ran, is explicit (`explicit_stability` in `solvers.METHODS`), else
+    `SWEEP_RAISE_HINT`."""
+    from .solvers import MAX_STEPS_HINT, METHODS
 
-    text = text.replace(f"{MAX_STEPS_HINT} if the run is slow but advancing", SWEEP_MAX_STEPS_HINT)
-    return text.replace(MAX_STEPS_HINT, SWEEP_MAX_STEPS_HINT)
+    entry = METHODS.get(method)
+    hint = SWEEP_MAX_STEPS_HINT if entry is not None and entry.explicit_stability else SWEEP_RAISE_HINT
+    text = text.replace(f"{MAX_STEPS_HINT} if the run is slow but advancing", hint)
+    return text.replace(MAX_STEPS_HINT, hint)
 
 
 UNRECORDED_NOTE = ("where mass_drift_checked is False (cells written before the drift was "
@@ -1081,12 +1093,13 @@ def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
     # corpus is not reset: loading the default one may take seconds, and a bad corpus says so).
     # With two bad fixed options neither passes alone, and the cell is named, as before: "sets
     # another sentence" would name options whose default is not valid here (--eps, --context)
-    flags = tuple(
-        _flag(task, k) for k, opt in task.options.items()
+    keys = [
+        k for k, opt in task.options.items()
         if k not in grid and k not in ("out", "corpus") and opt.sweepable
         and params.get(k, opt.default) != opt.default
         and _refusal(check, {**params, k: opt.default}) is None
-    )  # fmt: skip
+    ]  # fmt: skip
+    flags = tuple(_flag(task, k) for k in keys)
     if flags and not others_passed and all(
         _refusal(check, {**params, k: v}) == reason
         for k, vs in grid.items() if k != "seed" for v in vs if v != params[k]
@@ -1094,7 +1107,9 @@ def _check_cell(task: Task, grid: dict, params: dict, claim: bool = False,
         # a sentence that names its one option already is said as it is (integrate's own)
         said = len(flags) == 1 and reason.startswith(f"{flags[0]} ")
         raise InputError(reason if said else f"{', '.join(flags)}: {reason}")
-    raise CellInputError(values, reason, flags)
+    # beside the cell, each with its value: `--grid states=2 with --system cycle` (2 is
+    # birth-death's own), where `with --system` left the user to guess why
+    raise CellInputError(values, reason, tuple(f"{_flag(task, k)} {_text(params[k])}" for k in keys))
 
 
 def _chunks(task: Task, todo: list, chunk_size: int) -> list[list]:
@@ -1364,6 +1379,93 @@ def _check_store(store: Path, task: str, parents: bool = False) -> Path:
         raise InputError(f"--store {str(store)!r} holds a sweep of {held}; expected a new store "
                          f"or one of {task} (its root group would be replaced).")  # fmt: skip
     return store
+
+
+def _keyed(task: Task, params: dict, fingerprints: dict) -> tuple:
+    """What of `params` a cell's key holds (`cell_key`'s parameters, after `task.key_params`),
+    as a comparable tuple; a `text:` corpus by its contents where its file can be read (its
+    spelling is not configuration), so that two calls name one cell where their keys would."""
+    from .corpora import corpus_fingerprint
+
+    if task.key_params is not None:
+        params = task.key_params(params)
+    skips = _KEY_SKIPS_NONE.get(task.name, frozenset())
+    out = {k: v for k, v in params.items() if k != "out" and not (k in skips and v is None)}
+    spec = out.get("corpus")
+    if isinstance(spec, str) and spec.startswith("text:"):
+        if spec not in fingerprints:
+            fingerprints[spec] = corpus_fingerprint(spec)
+        out["corpus"] = ("text", fingerprints[spec]) if fingerprints[spec] else spec
+    return tuple(sorted(out.items(), key=lambda kv: kv[0]))
+
+
+def _setting(task: Task, key: str, grid: dict, fixed: dict) -> str:
+    """How a sweep sets `key`: `--grid eps=0.1,0.05`, `--t-end 0.5`, or `no --kappa`."""
+    if key in grid:
+        values = [_text(v) for v in grid[key]]
+        more = f",... ({len(values):,} values)" if len(values) > 6 else ""
+        return f"--grid {key}={','.join(values[:6])}{more}"
+    value = fixed.get(key, task.options[key].default if key in task.options else None)
+    return f"no {_flag(task, key)}" if value is None else f"{_flag(task, key)} {_text(value)}"
+
+
+def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: list) -> None:
+    """A store's root group is rebuilt from this call's grid and options: where the sweep it
+    holds has a cell that this call's grid lacks (another fixed option, `--t-end 1` after
+    `--t-end 0.5`, or a grid without some of its values), the root would silently drop those
+    cells' results (kept only as files under cells/). Refused in one sentence naming the first
+    option that differs, before any work. The same options resume; a grid with more values or
+    more swept parameters whose values include the store's extends it; a cell whose key changed
+    without any option doing so (a `text:` corpus edited since) runs again."""
+    attrs = _root_attrs(store)
+    if attrs is None or attrs.get("task") != task.name:
+        return
+    try:
+        with xr.open_zarr(store) as root:
+            held = set(np.asarray(root["cell_key"].values, dtype=object).ravel().tolist())
+    except Exception:  # a root that cannot be read: judged by its attributes alone
+        held = None
+    if held is not None and held <= {key for _, key, _ in cells}:
+        return
+    try:
+        old_grid = json.loads(attrs["grid"])
+        old_fixed = json.loads(attrs.get("options", "{}"))
+        assert isinstance(old_grid, dict) and isinstance(old_fixed, dict)
+        assert all(isinstance(v, list) and v for v in old_grid.values())
+    except (KeyError, TypeError, ValueError, AssertionError):
+        return  # no grid to compare with: the root is rebuilt as before
+    names = list(task.options)
+    old_grid = {k: v for k, v in old_grid.items() if k in names}
+    base = {k: o.default for k, o in task.options.items()}
+    base.update({k: v for k, v in old_fixed.items() if k in names and k not in old_grid})
+    fingerprints = {}
+    new = [_keyed(task, params, fingerprints) for _, _, params in cells]
+    have = set(new)
+    new_values = {k: set() for k in names}  # the values this call's cells give each option,
+    for t in set(new):  # as their keys hold them (None: left out of the key)
+        d = dict(t)
+        for k in names:
+            new_values[k].add(d.get(k))
+    for combo in itertools.product(*old_grid.values()):
+        params = {**base, **dict(zip(old_grid, combo))}
+        if task.defaults is not None:
+            params = task.defaults(params)
+        old = _keyed(task, params, fingerprints)
+        if old in have:
+            continue
+        olds = dict(old)
+        order = list(old_grid) + [k for k in names if k not in old_grid]
+        first = next((k for k in order if olds.get(k) not in new_values[k]), None)
+        if first is not None:
+            what = (f"with {_setting(task, first, old_grid, old_fixed)}, and this one has "
+                    f"{_setting(task, first, grid, fixed)}")  # fmt: skip
+        else:  # no one option differs: the cell's combination of values
+            cell = ", ".join(f"{k}={_text(v)}" for k, v in zip(old_grid, combo))
+            what = f"with the cell {cell}, which this one lacks"
+        raise InputError(f"--store {str(store)!r} holds a sweep of {task.name} {what}; expected "
+                         f"a new store, or that sweep's options to resume it (a --grid with more "
+                         f"values extends it): its root group would lose the cells this one "
+                         f"lacks.")  # fmt: skip
 
 
 def _check_runs_dir(task: Task, runs_dir, store: Path, parents: bool = False) -> Path | None:
@@ -1826,6 +1928,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
+    _check_same_sweep(store, t, grid, fixed, cells)  # before anything is written
     for path in retry:
         path.unlink()
     for path, err in unreadable.items():  # the store's own file (checked by `_check_store`)

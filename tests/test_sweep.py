@@ -100,7 +100,7 @@ def _tiny_train(*swept):
          "point; expected at most 999,999 blocks"),
         (["integrate", "--grid", "method=rk45,dop853", "--atol", "1e-160", "--eps", "0.125",
           "--t-end", "0.5", "--n-eval", "5"],
-         "--grid method=dop853 with --atol: --atol must be at least 1e-155 with method 'dop853' (it was "
+         "--grid method=dop853 with --atol 1e-160: --atol must be at least 1e-155 with method 'dop853' (it was "
          "tested down to 1e-155; at 1e-170 on the default run its error norm, the error over atol "
          "squared, overflows float64 and the run fails); got 1e-160."),
         (["integrate", "--grid", "atol=1e-10,1e-301", "--eps", "0.125", "--t-end", "0.5"],
@@ -110,7 +110,14 @@ def _tiny_train(*swept):
          "--t-end: the span (0.0, 1e-320) is too short for 5 distinct equally spaced "
          "saved times"),
         (["manifold", "--grid", "kappa=0,1", "--system", "cycle"],
-         "--grid kappa=1 with --system: system 'cycle' has no non-linear family; expected kappa = 0"),
+         "--grid kappa=1 with --system cycle: system 'cycle' has no non-linear family; expected "
+         "kappa = 0"),
+        # the fixed option beside the cell with its value: 2 states are birth-death's, not cycle's
+        (["integrate", "--grid", "states=2.0,3", "--system", "cycle", "--eps", "0.1", "--t-end", "0.2"],
+         "--grid states=2 with --system cycle: states must be an integer >= 3 and <= 4096; got 2."),
+        (["integrate", "--grid", "y0=0.5,-3", "--system", "michaelis-menten", "--eps", "0.1"],
+         "--grid y0=-3 with --system michaelis-menten: y0 = -3 is outside the michaelis-menten "
+         "generator's domain"),
         (["manifold", "--grid", "y_min=0,2", "--y-max", "1"],
          "--grid y_min=2: the y range must be two finite numbers A < B; got [2.0, 1.0]."),
         (["manifold", "--grid", "y_min=0,-1e308", "--y-max", "1"],
@@ -132,7 +139,7 @@ def _tiny_train(*swept):
          "--threads: threads must be an integer from 1 to"),
         # ... and beside the cell where the grid takes part
         (["train-network", "--grid", "batch_size=4,16", *_tiny_train("--batch-size")],
-         "--grid batch_size=16 with --tokens: tokens must be from 512 (one batch: "
+         "--grid batch_size=16 with --tokens 256: tokens must be from 512 (one batch: "
          "batch_size 16 x block_size 32)"),
         (["train-network", "--grid", "n_embd=32,33", *_tiny_train("--n-embd")], "--grid n_embd=33: "),
         # seeds are left out of the cells' checks: their option checks them (a failed cell before)
@@ -310,6 +317,29 @@ def test_a_cell_out_of_steps_gives_advice_that_works_from_a_sweep(tmp_path, monk
     message = str(xr.open_zarr(store)["message"].values[0])
     assert message.startswith("solver status max_steps: rk45 stopped after max_steps = 5 steps")
     assert message.endswith(f"; {SWEEP_MAX_STEPS_HINT}.") and MAX_STEPS_HINT not in message
+
+
+def test_out_of_steps_advice_names_a_stiff_method_only_after_an_explicit_one(tmp_path):
+    """A cell of rodas4 (what auto takes for a batch), radau or lsoda that ran out of steps was
+    told to "sweep a stiff method (--method radau, ...)"; that part is for explicit methods
+    (`explicit_stability` in the registry) only, the advice to raise --max-steps for all."""
+    from fastslow_sim.solvers import MAX_STEPS_HINT, METHODS, max_steps_message
+    from fastslow_sim.sweep import SWEEP_MAX_STEPS_HINT, SWEEP_RAISE_HINT, _sweep_message
+
+    for method, entry in METHODS.items():
+        message = _sweep_message(max_steps_message(method, 3, 0.5), method)
+        hint = SWEEP_MAX_STEPS_HINT if entry.explicit_stability else SWEEP_RAISE_HINT
+        assert message.endswith(f"; {hint}.") and MAX_STEPS_HINT not in message, method
+        assert ("stiff method" in message) == bool(entry.explicit_stability), method
+    assert not METHODS["rodas4"].explicit_stability and METHODS["rk45"].explicit_stability
+    store = tmp_path / "r.zarr"
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1", "--method", "radau",
+                                    "--max-steps", "3", "--t-end", "1", "--n-eval", "5",
+                                    "--store", str(store), "--workers", "0", "--json"])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    message = str(xr.open_zarr(store)["message"].values[0])
+    assert "radau stopped after max_steps = 3 steps" in message
+    assert message.endswith(f"; {SWEEP_RAISE_HINT}.") and "stiff method" not in message
 
 
 @pytest.mark.slow  # 2.5-7 s; kept out of the 10-minute default run
@@ -791,6 +821,48 @@ def test_store_of_another_task_is_not_taken_over(tmp_path):
     assert "holds a sweep of manifold" in res.output and res.output.count("\n") == 1
     assert sorted(p.name for p in store.iterdir()) == before
     assert xr.open_zarr(store).attrs["task"] == "manifold"
+
+
+def test_a_store_of_other_options_is_refused_not_replaced(tmp_path):
+    """A rerun with another fixed option (--t-end 1 after --t-end 0.5) rebuilt the store's root
+    from its own cells: the first sweep's results left the dataset, kept only as cell files
+    (exit 0), while another task was refused. Another option, or a grid without some of the
+    store's values, is refused in one sentence before any work; the same options resume
+    (--workers, --chunk-size, --retry-failed and --json are no options of the cells; --march
+    auto, the cell without it: `test_an_integrate_store_from_before_states_and_march_is_reused`),
+    and a grid with more values or parameters extends the store."""
+    store = tmp_path / "s.zarr"
+    common = ["--method", "lsoda", "--n-eval", "5", "--store", str(store)]
+
+    def files():
+        return {p: p.stat().st_mtime_ns for p in sorted(store.rglob("*"))}
+
+    _sweep_json(["integrate", "--grid", "eps=0.1,0.05", "--t-end", "0.5", *common])
+    before = files()
+    say = ("; expected a new store, or that sweep's options to resume it (a --grid with more "
+           "values extends it): its root group would lose the cells this one lacks.\n")
+    for args, what in [
+        (["--grid", "eps=0.1,0.05", "--t-end", "1"], "with --t-end 0.5, and this one has --t-end 1"),
+        (["--grid", "eps=0.1", "--t-end", "0.5"],
+         "with --grid eps=0.1,0.05, and this one has --grid eps=0.1"),
+        (["--grid", "eps=0.1,0.05", "--t-end", "0.5", "--rtol", "1e-6"],
+         "with --rtol 1e-08, and this one has --rtol 1e-06"),
+        (["--grid", "eps=0.1,0.05", "--grid", "t_end=1,2"],
+         "with --t-end 0.5, and this one has --grid t_end=1,2"),
+    ]:  # fmt: skip
+        assert _refused(["integrate", *args, *common]) == (
+            f"Error: --store {str(store)!r} holds a sweep of integrate {what}{say}")
+        assert files() == before
+    ds = xr.open_zarr(store)
+    assert json.loads(ds.attrs["options"])["t_end"] == 0.5 and ds.sizes["eps"] == 2
+    out = _sweep_json(["integrate", "--grid", "eps=0.05,0.1", "--t-end", "0.5", "--chunk-size",
+                       "1", "--retry-failed", *common])  # fmt: skip
+    assert (out["n_skipped"], out["n_run"]) == (2, 0)
+    out = _sweep_json(["integrate", "--grid", "eps=0.1,0.05,0.02", "--grid", "t_end=0.5,1",
+                       *common])  # fmt: skip
+    assert (out["n_skipped"], out["n_run"], out["n_failed"]) == (2, 4, 0)
+    ds = xr.open_zarr(store).load()
+    assert dict(ds["status"].sizes) == {"eps": 3, "t_end": 2} and (ds["status"] == "done").all()
 
 
 def test_conflicting_cell_is_an_input_error_before_any_write(tmp_path):
@@ -2053,7 +2125,7 @@ def test_H_march_and_max_steps_pass_through_as_integrate_takes_them(tmp_path):
     assert _refused(["integrate", "--grid", "seed=0", "--method", "rk45", "--H", "0.05", *common,
                      *where]) == "Error: --H is the block length of --method multirate; got --method rk45.\n"
     assert _refused(["integrate", "--grid", "method=rk45,multirate", "--max-steps", "100", *common,
-                     *where]) == ("Error: --grid method=multirate with --max-steps: --max-steps "
+                     *where]) == ("Error: --grid method=multirate with --max-steps 100: --max-steps "
                                   "bounds the steps of the ODE solvers, and --method multirate "
                                   "counts none; expected no --max-steps with it.\n")  # fmt: skip
     assert "--march chooses the march of rodas4, rodas3" in _refused(

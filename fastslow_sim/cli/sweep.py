@@ -53,7 +53,9 @@ def sweep(ctx, task, grids, store, workers, scheduler, chunk_size, retry_failed,
     error. Every cell is
     checked by the task's own checks before any runs: a bad value is one sentence naming the
     cell (exit status 2). Re-running the same command runs only the
-    cells that are missing; a failed cell records its status and message and the sweep goes on
+    cells that are missing (more --grid values or parameters extend the store; other fixed
+    options or fewer values are refused, before any work, as the store's dataset would lose
+    the cells of its own); a failed cell records its status and message and the sweep goes on
     (exit status 1 at the end). Cells of integrate that differ only in seed, y0 and eps (or P)
     run as one rodas4 batch; a cell with seed S integrates the initial condition of
     `integrate --batch 1 --seed S`, one with y0 Y that of `integrate --y0 Y` (neither: the
