@@ -1,6 +1,7 @@
 """The benchmark scripts' peer rows and GPU paths, checked on the CPU (no timings asserted)."""
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -513,17 +514,20 @@ def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys
     assert [c[1] for c in timed] == ["auto", "rodas4"]
 
 
-def _ablation(folder, arms, val, tokens, fpt, corpus="text:x.txt"):
+def _ablation(folder, arms, val, tokens, fpt, corpus="text:x.txt", P=None):
     import xarray as xr
 
     import fastslow_sim as fs
 
     val = np.asarray(val, dtype=float)
+    attrs = {"corpus": corpus}
+    if P is not None:  # as reproduce records it
+        attrs["base_config"] = json.dumps({"P": P, "block_size": 256, "batch_size": 8})
     ds = xr.Dataset(
         {"val_loss": (("arm", "seed"), val),
          "tokens": (("arm", "seed"), np.full(val.shape, tokens)),
          "flops_per_token": ("arm", np.asarray(fpt, dtype=float))},
-        coords={"arm": arms, "seed": np.arange(val.shape[1])}, attrs={"corpus": corpus},
+        coords={"arm": arms, "seed": np.arange(val.shape[1])}, attrs=attrs,
     )  # fmt: skip
     folder.mkdir()
     fs.save_dataset(ds, folder / "ablation.nc")
@@ -560,3 +564,27 @@ def test_paired_runs_pairs_by_seed_with_the_t_interval(tmp_path, capsys):
     fs.save_dataset(ds, tmp_path / "d" / "ablation.nc")
     assert paired.main([str(tmp_path / "a"), "coupled", str(tmp_path / "d"), "dense"]) == 2
     assert "share no seed" in capsys.readouterr().err
+
+
+def test_paired_runs_across_P_on_one_corpus(tmp_path, capsys):
+    """A grid control: coupled at P=7 on `me:block=8` against coupled at P=8 on `me` (the same
+    tokens) pairs with --across-P only; `me:block=4` is another corpus either way."""
+    paired = load_script("paired_runs")
+    _ablation(tmp_path / "p7", ["coupled"], [[1.41, 1.42, 1.40]], 499_712, [6.99e6],
+              corpus="me:block=8", P=7)  # fmt: skip
+    _ablation(tmp_path / "p8", ["coupled"], [[1.36, 1.37, 1.365]], 499_712, [6.91e6],
+              corpus="me", P=8)  # fmt: skip
+    _ablation(tmp_path / "b4", ["coupled"], [[1.36, 1.37, 1.365]], 499_712, [6.91e6],
+              corpus="me:block=4", P=8)  # fmt: skip
+    args = [str(tmp_path / "p7"), "coupled", str(tmp_path / "p8"), "coupled"]
+    assert paired.main(args) == 2
+    assert "trained with different P (7 and 8)" in capsys.readouterr().err
+    assert paired.main(args + ["--across-P"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("corpus me:block=8 (and me, the same tokens); seeds [0, 1, 2]")
+    assert f"| {tmp_path / 'p7'} | 7 | 499,712 | 6.99 M |" in out
+    assert f"| {tmp_path / 'p8'} | 8 | 499,712 | 6.91 M |" in out
+    assert "coupled - coupled: +0.0450" in out
+    assert paired.main([str(tmp_path / "p7"), "coupled", str(tmp_path / "b4"), "coupled",
+                        "--across-P"]) == 2  # fmt: skip
+    assert "different corpora (me:block=8 and me:block=4)" in capsys.readouterr().err
