@@ -1416,13 +1416,26 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
     cells' results (kept only as files under cells/). Refused in one sentence naming the first
     option that differs, before any work. The same options resume; a grid with more values or
     more swept parameters whose values include the store's extends it; a cell whose key changed
-    without any option doing so (a `text:` corpus edited since) runs again."""
+    without any option doing so (a `text:` corpus edited since) runs again; a cell the root
+    lists as pending (a run stopped before it finished) holds nothing to lose."""
     attrs = _root_attrs(store)
     if attrs is None or attrs.get("task") != task.name:
         return
+    pending = None  # cell -> whether the root holds it pending (an interrupted run's: no result)
     try:
         with xr.open_zarr(store) as root:
-            held = set(np.asarray(root["cell_key"].values, dtype=object).ravel().tolist())
+            keys = np.asarray(root["cell_key"].values, dtype=object)
+            status = (np.asarray(root["status"].values, dtype=object) if "status" in root
+                      else np.full(keys.shape, STATUS_DONE, dtype=object))  # fmt: skip
+            coords = {d: root[d].values.tolist() for d in root["cell_key"].dims}
+        held = set(keys[status != STATUS_PENDING].ravel().tolist())
+
+        def pending(values: dict) -> bool:
+            try:
+                return bool(status[tuple(coords[d].index(values[d]) for d in coords)]
+                            == STATUS_PENDING)  # fmt: skip
+            except (KeyError, ValueError, IndexError):  # not a cell of the root: judged held
+                return False
     except Exception:  # a root that cannot be read: judged by its attributes alone
         held = None
     if held is not None and held <= {key for _, key, _ in cells}:
@@ -1447,6 +1460,8 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
         for k in names:
             new_values[k].add(d.get(k))
     for combo in itertools.product(*old_grid.values()):
+        if pending is not None and pending(dict(zip(old_grid, combo))):
+            continue  # nothing to lose: the run that listed it stopped before its result
         params = {**base, **dict(zip(old_grid, combo))}
         if task.defaults is not None:
             params = task.defaults(params)

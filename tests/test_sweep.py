@@ -865,6 +865,32 @@ def test_a_store_of_other_options_is_refused_not_replaced(tmp_path):
     assert dict(ds["status"].sizes) == {"eps": 3, "t_end": 2} and (ds["status"] == "done").all()
 
 
+def test_a_store_whose_extension_stopped_resumes_with_its_first_grid(tmp_path, monkeypatch):
+    """An extension (--grid eps=0.1,0.05 after eps=0.1) stopped before its new cell ran leaves
+    the root listing that cell as pending; the first grid again loses nothing and runs (the
+    store check had refused it, naming a cell with no result)."""
+    import fastslow_sim.sweep as sweep_module
+
+    store = tmp_path / "s.zarr"
+    common = ["--t-end", "0.5", "--method", "lsoda", "--n-eval", "5", "--store", str(store)]
+    _sweep_json(["integrate", "--grid", "eps=0.1", *common])
+
+    def stopped(*args, **kwargs):
+        raise RuntimeError("stopped before the new cell")
+
+    monkeypatch.setattr(sweep_module, "_drive", stopped)
+    res = CliRunner().invoke(main, ["sweep", "integrate", "--grid", "eps=0.1,0.05", *common,
+                                    "--workers", "0"])  # fmt: skip
+    assert isinstance(res.exception, RuntimeError)
+    monkeypatch.undo()
+    assert xr.open_zarr(store)["status"].values.tolist() == ["done", "pending"]
+    out = _sweep_json(["integrate", "--grid", "eps=0.1", *common])
+    assert (out["n_skipped"], out["n_run"]) == (1, 0)
+    # a finished cell the grid lacks is still refused
+    _sweep_json(["integrate", "--grid", "eps=0.1,0.05", *common])
+    assert "and this one has --grid eps=0.1;" in _refused(["integrate", "--grid", "eps=0.1", *common])
+
+
 def test_conflicting_cell_is_an_input_error_before_any_write(tmp_path):
     store = tmp_path / "unused.zarr"
     with pytest.raises(InputError, match="give either eps or P, not both"):
