@@ -326,9 +326,12 @@ def check_file_name(path, what="output") -> None:
     HDF5 file `nd`). Outputs that are folders (run folders, sweep stores) are checked with
     `check_parent`, which takes the separator."""
     text = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""  # a Path never ends in one
-    if not text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+    if not text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)) and \
+            os.path.basename(text) not in (".", ".."):  # `nd/.`: Path makes it `nd`
         return
     folder = text.rstrip(os.sep + (os.altsep or "")) or text
+    if os.path.basename(folder) in (".", ".."):
+        folder = os.path.normpath(folder)
     example = _EXAMPLE_NAMES.get(what)
     raise InputError(
         f"the {what} path {text!r} names a folder; expected a file name"
@@ -610,7 +613,8 @@ class _SpaceWatch(io.FileIO):
 def _attr_value(v):
     """`v` as a NetCDF-4 attribute holds it, or `_UNWRITABLE`: a bool as 0 or 1 (NetCDF has no
     bool), None as "", a list of strings (or a numpy array of them) as a list of Python str
-    (h5netcdf writes it as variable-length strings, read back as a list; numpy's fixed-width
+    (h5netcdf writes it as variable-length strings, read back as a list: one of one string is
+    named in `STRING_LISTS_KEY` for `load_dataset`; numpy's fixed-width
     `<U` array has no HDF5 type), a list of numbers as a numpy array. A dict, a list mixing
     strings and numbers or holding None, an integer beyond 64 bits, any other object: none."""
     if v is None:
@@ -643,6 +647,13 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
+STRING_LISTS_KEY = "fastslow_sim_string_lists"  # [[variable or None, attribute], ...]
+
+
+def _one_string_list(v) -> bool:
+    return isinstance(v, list) and len(v) == 1 and isinstance(v[0], str)
+
+
 def _clean_attrs(attrs: dict, variable: str | None = None) -> dict:
     """`attrs` as `save_dataset` writes them (`_attr_value`); `InputError` naming the first one
     that a NetCDF-4 file cannot hold, before any file is made."""
@@ -670,6 +681,12 @@ def save_dataset(ds: xr.Dataset, path) -> Path:
     ds.attrs = _clean_attrs({**ds.attrs, VERSION_KEY: ds.attrs.get(VERSION_KEY, __version__)})
     for name in ds.variables:
         ds[name].attrs = _clean_attrs(ds[name].attrs, str(name))
+    # NetCDF reads a list of one string back as the string: named here, restored on load
+    ones = [[None, k] for k, v in ds.attrs.items() if _one_string_list(v)]
+    ones += [[str(n), k] for n in ds.variables for k, v in ds[n].attrs.items() if _one_string_list(v)]
+    ds.attrs.pop(STRING_LISTS_KEY, None)
+    if ones:
+        ds.attrs[STRING_LISTS_KEY] = json.dumps(ones)
     path = check_writable(path, "dataset")
     ds.attrs.pop(DIGEST_KEY, None)  # a loaded dataset's: the new file gets its own
     # the file holds at least the numbers' bytes (uncompressed): refused before any is written
@@ -721,7 +738,7 @@ def load_dataset(path) -> xr.Dataset:
         raise InputError(f"no dataset at {str(p)!r}.")
     try:
         with xr.open_dataset(p, engine=ENGINE) as ds:
-            return ds.load()
+            ds = ds.load()
     except OSError as err:
         if err.errno is not None:  # the read itself failed (EIO, EACCES): a file operation
             err.filename = err.filename or str(p)
@@ -730,3 +747,12 @@ def load_dataset(path) -> xr.Dataset:
         raise InputError(f"the file {str(p)!r} is not a NetCDF-4 dataset that can be read "
                          f"({' '.join(str(err).split()) or type(err).__name__}); expected a "
                          f"dataset that fastslow-sim wrote.") from None  # fmt: skip
+    try:
+        ones = json.loads(ds.attrs.pop(STRING_LISTS_KEY, "[]"))
+    except (TypeError, ValueError):
+        ones = []
+    for name, key in ones if isinstance(ones, list) else []:
+        attrs = ds.attrs if name is None else ds[name].attrs if name in ds.variables else {}
+        if isinstance(attrs.get(key), str):
+            attrs[key] = [attrs[key]]
+    return ds

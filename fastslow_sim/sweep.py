@@ -1421,20 +1421,25 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
     attrs = _root_attrs(store)
     if attrs is None or attrs.get("task") != task.name:
         return
-    pending = None  # cell -> whether the root holds it pending (an interrupted run's: no result)
+    pending = None  # cell -> whether it holds no result (listed pending, and no cell file)
     try:
         with xr.open_zarr(store) as root:
             keys = np.asarray(root["cell_key"].values, dtype=object)
             status = (np.asarray(root["status"].values, dtype=object) if "status" in root
                       else np.full(keys.shape, STATUS_DONE, dtype=object))  # fmt: skip
-            coords = {d: root[d].values.tolist() for d in root["cell_key"].dims}
-        held = set(keys[status != STATUS_PENDING].ravel().tolist())
+            coords = {d: {v: i for i, v in enumerate(root[d].values.tolist())}
+                      for d in root["cell_key"].dims}  # fmt: skip
+        # the root is rewritten only when a run ends: a killed run's finished cells are listed
+        # pending, and their files say they are done
+        empty = np.array([s == STATUS_PENDING and not (store / CELLS / f"{k}.npz").exists()
+                          for k, s in zip(keys.ravel(), status.ravel())],
+                         dtype=bool).reshape(keys.shape)  # fmt: skip
+        held = set(keys[~empty].ravel().tolist())
 
         def pending(values: dict) -> bool:
             try:
-                return bool(status[tuple(coords[d].index(values[d]) for d in coords)]
-                            == STATUS_PENDING)  # fmt: skip
-            except (KeyError, ValueError, IndexError):  # not a cell of the root: judged held
+                return bool(empty[tuple(coords[d][values[d]] for d in coords)])
+            except (KeyError, IndexError, TypeError):  # not a cell of the root: judged held
                 return False
     except Exception:  # a root that cannot be read: judged by its attributes alone
         held = None
@@ -1872,7 +1877,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
               chunk_size: int | None = None, retry_failed: bool = False, runs_dir=None,
               progress: bool = True, log=print, attrs: dict | None = None,
               threads: int | None = None, on_chunk: Callable | None = None,
-              parents: bool = False) -> dict:  # fmt: skip
+              parents: bool = False, same_sweep: bool = True) -> dict:  # fmt: skip
     """Run every missing cell of `grid` (a dict, or `--grid` strings) of `task` and return
     `{"dataset", "store", "n_cells", "n_skipped", "n_run", "n_failed", "dashboard"}`.
 
@@ -1886,6 +1891,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     chunk)` is called as each chunk finishes. The store's folder must exist (`--store a/b/c.zarr`
     does not make a/b) unless `parents` (a caller whose own output folder holds the store, as
     `reproduce --out DIR` holds DIR/sweep.zarr); nothing is written before every check passed.
+    `same_sweep=False`: a store whose root holds cells this grid lacks is not refused
+    (`_check_same_sweep`; `reproduce` judges its folder by its own ablation.nc).
     A write into the store that fails (a full disk) is an `OSError` naming the store: a new
     store in which no cell finished is removed, else the finished cells stay (a root group cut
     short is removed, never left to read as finished) and the same call, once there is room,
@@ -1943,7 +1950,8 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
     if t.claim is not None:  # before anything is written: the cells that run, not those held
         for _, _, params in todo:
             _check_cell(t, grid, params, claim=True)
-    _check_same_sweep(store, t, grid, fixed, cells)  # before anything is written
+    if same_sweep:  # `reproduce` judges its own folder (`_check_held_ablation`)
+        _check_same_sweep(store, t, grid, fixed, cells)  # before anything is written
     for path in retry:
         path.unlink()
     for path, err in unreadable.items():  # the store's own file (checked by `_check_store`)

@@ -1062,7 +1062,7 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
     try:
         res = run_sweep("train-network", {"arm": list(arms), "seed": list(range(seeds))}, options,
                         Path(out) / "sweep.zarr", workers=workers, scheduler=scheduler,
-                        client=client, runs_dir=out, parents=True, log=log,
+                        client=client, runs_dir=out, parents=True, log=log, same_sweep=False,
                         retry_failed=retry_failed, on_chunk=on_chunk,
                         progress=base.get("progress", True),
                         attrs={"reproduce": json.dumps({"corpus": corpus_spec, "tokens_requested": tokens,

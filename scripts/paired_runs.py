@@ -52,9 +52,17 @@ def main(argv=None) -> int:
     import json
 
     configs = [json.loads(d.attrs.get("base_config", "{}")) for d in (da, db)]
-    if _corpus(da.attrs["corpus"], configs[0]) != _corpus(db.attrs["corpus"], configs[1]):
+    try:
+        same = _corpus(da.attrs["corpus"], configs[0]) == _corpus(db.attrs["corpus"], configs[1])
+    except fs.InputError as err:  # a spec this version refuses (an older folder's)
+        print(f"a folder's corpus cannot be read: {err}", file=sys.stderr)
+        return 2
+    if not same:
+        Ps = [c.get("P") for c in configs]
+        at = (f" at P={Ps[0]} and P={Ps[1]}: an me corpus's blocks are the model's P unless "
+              f"its spec sets block=N" if da.attrs["corpus"] == db.attrs["corpus"] else "")
         print(f"the folders hold different corpora ({da.attrs['corpus']} and "
-              f"{db.attrs['corpus']}); expected one.", file=sys.stderr)  # fmt: skip
+              f"{db.attrs['corpus']}{at}); expected one.", file=sys.stderr)  # fmt: skip
         return 2
     for key in ("block_size", "batch_size") + (() if args.across_P else ("P",)):
         # the pairing holds the model's setting fixed (P too, unless --across-P)

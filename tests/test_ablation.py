@@ -451,6 +451,19 @@ def test_reproduce_never_replaces_the_table_of_a_larger_grid(tmp_path, arms, see
     _check_held_ablation(out / "ablation.nc", ["coupled", "frozen-gate", "dense"], 3)
 
 
+def test_reproduce_with_its_table_moved_away_runs_a_smaller_grid(tmp_path):
+    """With ablation.nc moved away (as its refusal advises), a smaller grid on the folder had
+    been refused by the sweep store's own check, in --store/--grid words reproduce has not."""
+    out = tmp_path / "abl"
+    args = ["reproduce", "--corpus", "random", "--tokens", "256", "--context", "16",
+            "--batch-size", "2", "--out", str(out)]  # fmt: skip
+    assert CliRunner().invoke(main, [*args, "--arms", "dense,coupled", "--seeds", "2"]).exit_code == 0
+    (out / "ablation.nc").rename(tmp_path / "moved.nc")
+    res = CliRunner().invoke(main, [*args, "--arms", "coupled", "--seeds", "1"])
+    assert res.exit_code == 0 and "--store" not in res.output, res.output
+    assert fs.load_dataset(out / "ablation.nc")["arm"].values.tolist() == ["coupled"]
+
+
 @pytest.mark.parametrize("device, fragment", [
     ("gpu", "--device must be auto, cpu or cuda; got 'gpu'."),
     ("cuda:x", "--device must be auto, cpu or cuda; got 'cuda:x'."),

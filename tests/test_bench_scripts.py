@@ -588,3 +588,15 @@ def test_paired_runs_across_P_on_one_corpus(tmp_path, capsys):
     assert paired.main([str(tmp_path / "p7"), "coupled", str(tmp_path / "b4"), "coupled",
                         "--across-P"]) == 2  # fmt: skip
     assert "different corpora (me:block=8 and me:block=4)" in capsys.readouterr().err
+    # `me` at two P is two corpora, said so (it had read "different corpora (me and me)")
+    _ablation(tmp_path / "m4", ["coupled"], [[1.36, 1.37, 1.365]], 499_712, [6.91e6],
+              corpus="me", P=4)  # fmt: skip
+    assert paired.main([str(tmp_path / "m4"), "coupled", str(tmp_path / "p8"), "coupled"]) == 2
+    assert capsys.readouterr().err == (
+        "the folders hold different corpora (me and me at P=4 and P=8: an me corpus's blocks are "
+        "the model's P unless its spec sets block=N); expected one.\n")  # fmt: skip
+    # a spec this version refuses: one sentence, not a traceback
+    _ablation(tmp_path / "zz", ["coupled"], [[1.36]], 499_712, [6.91e6], corpus="me:tokens=zz", P=8)
+    assert paired.main([str(tmp_path / "zz"), "coupled", str(tmp_path / "p8"), "coupled"]) == 2
+    assert capsys.readouterr().err.startswith("a folder's corpus cannot be read: corpus option "
+                                              "tokens='zz' is not a positive count")  # fmt: skip

@@ -5,6 +5,7 @@ refused in one sentence before any work, its bytes unchanged and no `.part` left
 import gzip
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -550,6 +551,25 @@ def test_the_file_writers_refuse_a_path_ending_in_a_separator(tmp_path):
         with pytest.raises(fs.InputError, match="names a folder; expected a file name"):
             write(f"{tmp_path}{os.sep}d{os.sep}")
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "d").mkdir()  # `d/.` is `d` to Path: the file had taken the folder's name
+    for name in (".", ".."):
+        with pytest.raises(fs.InputError, match=re.escape(
+                f"names a folder; expected a file name such as "
+                f"{os.path.normpath(tmp_path / 'd' / name)}{os.sep}dataset.nc.")):  # fmt: skip
+            fs.save_dataset(ds, f"{tmp_path / 'd'}{os.sep}{name}")
+    assert [p.name for p in tmp_path.rglob("*")] == ["d"]
+
+
+def test_a_list_of_one_string_reads_back_as_a_list(tmp_path):
+    """NetCDF reads a list of one string back as the string: a one-axis sweep cell's
+    `swept=['eps']` came back 'eps' (and zip over it gave 'e'); the attribute is restored."""
+    ds = xr.Dataset({"a": ("t", [1.0], {"u": ["x"]})}, attrs={"swept": ["eps"], "two": ["a", "b"],
+                                                              "plain": "eps"})  # fmt: skip
+    back = fs.load_dataset(fs.save_dataset(ds, tmp_path / "one.nc"))
+    assert (back.attrs["swept"], back.attrs["two"], back.attrs["plain"]) == (["eps"], ["a", "b"], "eps")
+    assert back["a"].attrs["u"] == ["x"] and "fastslow_sim_string_lists" not in back.attrs
+    again = fs.load_dataset(fs.save_dataset(back, tmp_path / "again.nc"))  # saved twice
+    assert again.attrs["swept"] == ["eps"] and again["a"].attrs["u"] == ["x"]
 
 
 def test_a_truncated_dataset_of_ours_is_called_unreadable_not_someone_elses(tmp_path,

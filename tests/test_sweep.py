@@ -889,6 +889,14 @@ def test_a_store_whose_extension_stopped_resumes_with_its_first_grid(tmp_path, m
     # a finished cell the grid lacks is still refused
     _sweep_json(["integrate", "--grid", "eps=0.1,0.05", *common])
     assert "and this one has --grid eps=0.1;" in _refused(["integrate", "--grid", "eps=0.1", *common])
+    # ... and so is one whose file is written though the root lists it pending (a run killed
+    # before it rewrote the root)
+    import zarr
+
+    root = zarr.open_group(str(store), mode="r+")
+    root["status"][...] = np.array(["done", "pending"], dtype=root["status"].dtype)
+    assert xr.open_zarr(store)["status"].values.tolist() == ["done", "pending"]
+    assert "and this one has --grid eps=0.1;" in _refused(["integrate", "--grid", "eps=0.1", *common])
 
 
 def test_conflicting_cell_is_an_input_error_before_any_write(tmp_path):
