@@ -451,6 +451,7 @@ def test_reproduce_never_replaces_the_table_of_a_larger_grid(tmp_path, arms, see
     _check_held_ablation(out / "ablation.nc", ["coupled", "frozen-gate", "dense"], 3)
 
 
+@pytest.mark.slow  # two reproduce calls, 37 s
 def test_reproduce_with_its_table_moved_away_runs_a_smaller_grid(tmp_path):
     """With ablation.nc moved away (as its refusal advises), a smaller grid on the folder had
     been refused by the sweep store's own check, in --store/--grid words reproduce has not."""
