@@ -973,6 +973,14 @@ def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
     and of a `text:` corpus's contents (`corpus_fingerprint`): a cell made on other contents
     of the file is not taken as done. `fingerprints`: `{corpus spec: fingerprint}` already read
     (one read per sweep, not per cell; a spec read here is added to it)."""
+    params = _key_params(task, params, {} if fingerprints is None else fingerprints)
+    text = json.dumps({"task": task, "params": params}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _key_params(task: str, params: dict, fingerprints: dict) -> dict:
+    """What of `params` a cell's key holds: after the task's `key_params`, without the run
+    folder and the options left out where None, and with a `text:` corpus's `corpus_sha256`."""
     from .corpora import corpus_fingerprint
 
     known = tasks().get(task)
@@ -983,12 +991,10 @@ def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
               if k != "out" and not (k in skips and v is None)}  # fmt: skip
     spec = params.get("corpus")
     if isinstance(spec, str) and spec.startswith("text:"):
-        fingerprints = {} if fingerprints is None else fingerprints
         if spec not in fingerprints:
             fingerprints[spec] = corpus_fingerprint(spec)
         params["corpus_sha256"] = fingerprints[spec]
-    text = json.dumps({"task": task, "params": params}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    return params
 
 
 def _float_text(v: float) -> str:
@@ -1382,20 +1388,13 @@ def _check_store(store: Path, task: str, parents: bool = False) -> Path:
 
 
 def _keyed(task: Task, params: dict, fingerprints: dict) -> tuple:
-    """What of `params` a cell's key holds (`cell_key`'s parameters, after `task.key_params`),
-    as a comparable tuple; a `text:` corpus by its contents where its file can be read (its
-    spelling is not configuration), so that two calls name one cell where their keys would."""
-    from .corpora import corpus_fingerprint
-
-    if task.key_params is not None:
-        params = task.key_params(params)
-    skips = _KEY_SKIPS_NONE.get(task.name, frozenset())
-    out = {k: v for k, v in params.items() if k != "out" and not (k in skips and v is None)}
-    spec = out.get("corpus")
-    if isinstance(spec, str) and spec.startswith("text:"):
-        if spec not in fingerprints:
-            fingerprints[spec] = corpus_fingerprint(spec)
-        out["corpus"] = ("text", fingerprints[spec]) if fingerprints[spec] else spec
+    """`_key_params` as a comparable tuple, a `text:` corpus by its contents alone where its file
+    can be read (its spelling is not configuration), so that two calls name one cell where
+    their keys would."""
+    out = _key_params(task.name, params, fingerprints)
+    sha = out.pop("corpus_sha256", None)
+    if sha:
+        out["corpus"] = ("text", sha)
     return tuple(sorted(out.items(), key=lambda kv: kv[0]))
 
 
