@@ -315,7 +315,7 @@ def _corpora(ctx) -> dict:
 
 def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
     from .corpora import corpus_fingerprint, same_text_corpus
-    from .training import _RESUME_FREE, TrainConfig
+    from .training import _ADDED_LATER, _RESUME_FREE, TrainConfig
 
     a = ds.attrs
     # the tokens asked for (a file written before "tokens_requested": its "tokens" were those)
@@ -334,7 +334,8 @@ def _ablation_matches(ds, spec: str, sizes: Sizes) -> bool:
     if ds.sizes.get("seed") != sizes.seeds or list(ds["arm"].values) != list(ARMS):
         return False
     saved, defaults = json.loads(a.get("base_config", "{}")), asdict(TrainConfig())
-    return all(saved.get(k, defaults.get(k)) == v for k, v in sizes.base.items()
+    # the settings added later at their old value too (a shifted-grid control is not the paper's)
+    return all(saved.get(k, defaults.get(k)) == v for k, v in {**_ADDED_LATER, **sizes.base}.items()
                if k not in _RESUME_FREE)  # fmt: skip
 
 

@@ -199,6 +199,11 @@ def check_run(run_dir):
                          f"block length {block} ({corpus_spec}); phi-vs-pst reads the slow state "
                          f"once per corpus block, so it expects a run whose P is the corpus's "
                          f"block length.")  # fmt: skip
+    if model.config.pool_offset:  # the slow states would be read against the wrong blocks
+        raise InputError(f"run {str(run_dir)!r}: its pooling grid starts at token "
+                         f"{model.config.pool_offset} (--pool-offset), off the corpus's blocks; "
+                         f"phi-vs-pst reads the slow state once per corpus block, so it expects "
+                         f"a run with --pool-offset 0.")  # fmt: skip
     if T % P:
         raise InputError(f"run {str(run_dir)!r}: the context {T} is not a multiple of P={P}.")
     if T // P < 2:

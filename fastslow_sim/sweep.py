@@ -966,6 +966,8 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
 # key, so that the cells written before them keep their keys (and a rerun finds them); a task's
 # `key_params` says which values count as unset (integrate: `_integrate_key`)
 _KEY_SKIPS_NONE = {"integrate": frozenset({"y0", "states", "H", "march", "max_steps"})}
+# and those whose default is not None: left out at the value the cells before them had
+_KEY_SKIPS_AT = {"train-network": {"pool_offset": 0}}
 
 
 def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
@@ -986,9 +988,9 @@ def _key_params(task: str, params: dict, fingerprints: dict) -> dict:
     known = tasks().get(task)
     if known is not None and known.key_params is not None:
         params = known.key_params(params)
-    skips = _KEY_SKIPS_NONE.get(task, frozenset())
-    params = {k: v for k, v in params.items()
-              if k != "out" and not (k in skips and v is None)}  # fmt: skip
+    skips, at = _KEY_SKIPS_NONE.get(task, frozenset()), _KEY_SKIPS_AT.get(task, {})
+    params = {k: v for k, v in params.items() if k != "out" and not (k in skips and v is None)
+              and not (k in at and not isinstance(v, bool) and v == at[k])}  # fmt: skip
     spec = params.get("corpus")
     if isinstance(spec, str) and spec.startswith("text:"):
         if spec not in fingerprints:

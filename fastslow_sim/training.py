@@ -81,6 +81,9 @@ ACTIVATION_BYTES_MEASURED = 102
 # they stay in the saved configuration
 RESULT_FREE = ("ckpt_interval",)
 
+# settings added after runs were saved, with the value that those runs had (they lack the key)
+_ADDED_LATER = {"pool_offset": 0}
+
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress",
                 "threads"}  # fmt: skip
@@ -144,6 +147,7 @@ class TrainConfig:
     corpus: str = "me"
     tokens: int = 500_000
     P: int = 8
+    pool_offset: int = 0  # the pooling grid's first token (a control; `BridgeConfig`)
     seed: int = 0
     device: str = "auto"
     out: str = "runs/run"
@@ -179,7 +183,8 @@ class TrainConfig:
     def model_config(self, vocab_size: int) -> BridgeConfig:
         return BridgeConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
                             n_head=self.n_head, n_embd=self.n_embd, P=self.P, dropout=self.dropout,
-                            gate=self.gate, variant=self.variant)  # fmt: skip
+                            gate=self.gate, variant=self.variant,
+                            pool_offset=self.pool_offset)  # fmt: skip
 
     def comparable(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
@@ -319,6 +324,10 @@ def _validate(cfg: TrainConfig, names: dict | None = None, world: int = 1):
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cfg.block_size:
         raise InputError(f"{called('P')} must be an integer from 1 to the context length "
                          f"{int_text(cfg.block_size)} ({called('block_size')}); got {v!r}.")  # fmt: skip
+    v = cfg.pool_offset
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < cfg.P:
+        raise InputError(f"{called('pool_offset')} must be an integer from 0 to P - 1 = "
+                         f"{cfg.P - 1} ({called('P')} {cfg.P}); got {v!r}.")  # fmt: skip
     check_device(cfg.device, here=False)  # its name; whether this process has it: `_device`
     for name in ("lr", "min_lr", "grad_clip"):
         v = getattr(cfg, name)
@@ -433,8 +442,9 @@ def _difference(saved: dict, ours: dict, names: dict | None = None, free=()) -> 
     """`"k = a there, b here"` for the first setting of `ours` that `saved` has otherwise (not
     counting those in `free`), `k` as `names` calls it (the command line's option names)."""
     for k, v in ours.items():
-        if k not in free and saved.get(k) != v:
-            return f"{(names or {}).get(k, k)} = {saved.get(k)!r} there, {v!r} here"
+        there = saved.get(k, _ADDED_LATER.get(k))
+        if k not in free and there != v:
+            return f"{(names or {}).get(k, k)} = {there!r} there, {v!r} here"
     return None
 
 

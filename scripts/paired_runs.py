@@ -11,7 +11,8 @@ over the seeds both hold, with the t interval (df = seeds - 1) and the verdict o
 training FLOPs per run. Both folders must be on the same corpus (the same tokens: `me` at P = 8
 is `me:block=8` at any P), with the same P, context and batch size, and share a seed; otherwise
 the pairing is refused. `--across-P` pairs runs of different P on one corpus (a grid control:
-the same data order and initial weights, only the pooling differs).
+the same data order and initial weights, only the pooling differs); runs of one P whose pooling
+grids start at other tokens (`--pool-offset`) pair as they are, the offset shown beside P.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def main(argv=None) -> int:
                                       (args.arm_b, b, args.b_dir, vb, configs[1])):  # fmt: skip
         tokens = int(side["tokens"].sel(seed=seeds).values.max())
         fpt = float(side["flops_per_token"])
-        print(f"| {arm} | {folder} | {cfg.get('P', '?')} | {tokens:,} | {fpt / 1e6:.2f} M | "
+        grid = f" (offset {cfg['pool_offset']})" if cfg.get("pool_offset") else ""
+        print(f"| {arm} | {folder} | {cfg.get('P', '?')}{grid} | {tokens:,} | {fpt / 1e6:.2f} M | "
               f"{fpt * tokens:.3e} | {v.mean():.4f} ± "
               f"{v.std(ddof=1) if len(v) > 1 else float('nan'):.4f} |")  # fmt: skip
     c = paired_comparison(va, vb, margin=args.margin)

@@ -411,6 +411,10 @@ def test_one_arm_table_says_there_is_no_comparison():
 
     text = _format_ablation(ablation_table(_runs({"coupled": [1.4, 1.5]})), "random", 2048, 2)
     assert text.splitlines()[-1] == "paired differences: none (one arm)"
+    assert text.splitlines()[0] == "ablation on random, 2,048 tokens per run, 2 seeds"
+    shifted = _format_ablation(ablation_table(_runs({"coupled": [1.4, 1.5]})), "random", 2048, 2, 3)
+    assert shifted.splitlines()[0] == ("ablation on random, 2,048 tokens per run, 2 seeds, pooling "
+                                       "grid from token 3 (--pool-offset)")  # fmt: skip
     assert "| a - b |" not in text and text.splitlines()[3].endswith("| 100 | - |")
     two = _format_ablation(ablation_table(_runs({"coupled": [1.4], "frozen-gate": [1.5]})),
                            "random", 2048, 1)  # fmt: skip
@@ -635,12 +639,12 @@ def test_phi_vs_pst_checks_every_folder_before_writing(phi_runs, tmp_path, other
     assert not (run / "phi_vs_pst.json").exists()
 
 
-def _untrained_run(path, corpus):
+def _untrained_run(path, corpus, **settings):
     """A run folder whose checkpoint holds `PHI_TINY`'s network as initialised (no training:
     phi-vs-pst reads any checkpoint), on the me `corpus` at context 16 and P=4."""
     from dataclasses import asdict
 
-    cfg = TrainConfig(corpus=corpus, out=str(path), tokens=64, **PHI_TINY)
+    cfg = TrainConfig(corpus=corpus, out=str(path), tokens=64, **{**PHI_TINY, **settings})
     mcfg = cfg.model_config(8)  # the me corpus's 8 states
     torch.manual_seed(0)
     path.mkdir()
@@ -717,6 +721,18 @@ def test_reproduce_sizes_channel_gates_by_their_mean_magnitude(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     ds = fs.load_dataset(tmp_path / "r" / "ablation.nc")
     np.testing.assert_allclose(ds["gate_abs"].sel(arm="coupled").values, 0.15)
+
+
+def test_phi_vs_pst_refuses_a_run_whose_pooling_grid_is_shifted(tmp_path):
+    """A run with --pool-offset 2 pools blocks that straddle the corpus's: phi-vs-pst, which
+    reads the slow state once per corpus block, refuses it in one sentence and writes nothing."""
+    run = _untrained_run(tmp_path / "r", "me:tokens=720", pool_offset=2)
+    res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
+    assert res.exit_code == 2 and res.output == (
+        f"Error: run {str(run)!r}: its pooling grid starts at token 2 (--pool-offset), off the "
+        f"corpus's blocks; phi-vs-pst reads the slow state once per corpus block, so it expects a "
+        f"run with --pool-offset 0.\n")  # fmt: skip
+    assert not (run / "phi_vs_pst.json").exists()
 
 
 def test_phi_vs_pst_refuses_a_run_whose_P_is_not_its_corpus_block(tmp_path):

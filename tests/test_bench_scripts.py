@@ -514,15 +514,16 @@ def test_auto_times_each_row_after_an_identical_untimed_call(monkeypatch, capsys
     assert [c[1] for c in timed] == ["auto", "rodas4"]
 
 
-def _ablation(folder, arms, val, tokens, fpt, corpus="text:x.txt", P=None):
+def _ablation(folder, arms, val, tokens, fpt, corpus="text:x.txt", P=None, pool_offset=None):
     import xarray as xr
 
     import fastslow_sim as fs
 
     val = np.asarray(val, dtype=float)
     attrs = {"corpus": corpus}
-    if P is not None:  # as reproduce records it
-        attrs["base_config"] = json.dumps({"P": P, "block_size": 256, "batch_size": 8})
+    if P is not None:  # as reproduce records it (pool_offset since it has one)
+        attrs["base_config"] = json.dumps({"P": P, "block_size": 256, "batch_size": 8}
+                                          | ({} if pool_offset is None else {"pool_offset": pool_offset}))  # fmt: skip
     ds = xr.Dataset(
         {"val_loss": (("arm", "seed"), val),
          "tokens": (("arm", "seed"), np.full(val.shape, tokens)),
@@ -600,3 +601,17 @@ def test_paired_runs_across_P_on_one_corpus(tmp_path, capsys):
     assert paired.main([str(tmp_path / "zz"), "coupled", str(tmp_path / "p8"), "coupled"]) == 2
     assert capsys.readouterr().err.startswith("a folder's corpus cannot be read: corpus option "
                                               "tokens='zz' is not a positive count")  # fmt: skip
+
+
+def test_paired_runs_pairs_a_shifted_grid_with_its_offset_shown(tmp_path, capsys):
+    """coupled at P=8 with the grid half a block late against coupled at P=8 (a folder written
+    before pool_offset existed: offset 0): one P, one corpus, paired as they are."""
+    paired = load_script("paired_runs")
+    _ablation(tmp_path / "s", ["coupled"], [[1.40, 1.41, 1.405]], 499_712, [6.91e6],
+              corpus="me", P=8, pool_offset=4)  # fmt: skip
+    _ablation(tmp_path / "p", ["coupled"], [[1.36, 1.37, 1.365]], 499_712, [6.91e6], corpus="me", P=8)
+    assert paired.main([str(tmp_path / "s"), "coupled", str(tmp_path / "p"), "coupled"]) == 0
+    out = capsys.readouterr().out
+    assert f"| coupled | {tmp_path / 's'} | 8 (offset 4) | 499,712 |" in out
+    assert f"| coupled | {tmp_path / 'p'} | 8 | 499,712 |" in out
+    assert "coupled - coupled: +0.0400" in out

@@ -56,8 +56,9 @@ def test_future_tokens_do_not_change_past_logits(variant, t):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("t", [P - 1, P, 2 * P - 1])
-def test_gradient_of_logit_wrt_future_embeddings_is_exactly_zero(variant, t):
-    model = randomise_gates(make(variant))
+@pytest.mark.parametrize("offset", [0, P - 1])
+def test_gradient_of_logit_wrt_future_embeddings_is_exactly_zero(variant, t, offset):
+    model = randomise_gates(make(variant, pool_offset=offset))
     idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(5))
     emb = model.embed(idx).detach().requires_grad_(True)
     logits = model.forward_embeddings(emb)
@@ -69,12 +70,40 @@ def test_gradient_of_logit_wrt_future_embeddings_is_exactly_zero(variant, t):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("prefix", [P - 1, P, 2 * P - 1, 2 * P + 1])
-def test_prefix_forward_matches_full_forward(variant, prefix):
-    model = randomise_gates(make(variant))
+@pytest.mark.parametrize("offset", [0, 2])
+def test_prefix_forward_matches_full_forward(variant, prefix, offset):
+    model = randomise_gates(make(variant, pool_offset=offset))
     idx = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(7))
     full, _ = model(idx)
     part, _ = model(idx[:, :prefix])
     torch.testing.assert_close(part, full[:, :prefix], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("T_len", [23, 2, 3, 4])
+def test_offset_grid_pools_and_reads_the_shifted_blocks(offset, T_len):
+    """`pool_offset = o`: block `j` is the mean of tokens `o+jP .. o+jP+P-1`, and token `t`
+    reads `[null, z_0, z_1, ...][max(0, floor((t+1-o)/P))]`, written out token by token (T at,
+    below and just past the offset included)."""
+    sp = randomise_gates(make("coupled", gate="channel", pool_offset=offset)).slow[0]
+    x = torch.randn(2, T_len, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out, z = sp(x)
+        nb = max(T_len - offset, 0) // P
+        pooled = torch.stack([x[:, offset + j * P : offset + (j + 1) * P].mean(1)
+                              for j in range(nb)], 1) if nb else x[:, :0]  # fmt: skip
+        assert z.shape == (2, nb, 16)
+        torch.testing.assert_close(z, sp._slow(pooled), rtol=1e-14, atol=1e-14)
+        states = [sp.null.expand(2, 16)] + [z[:, j] for j in range(nb)]
+        for t in range(T_len):
+            read = states[max(0, (t + 1 - offset) // P)]
+            torch.testing.assert_close(out[:, t], x[:, t] + sp.gate() * read, rtol=1e-14, atol=1e-14)
+
+
+def test_pool_offset_is_refused_outside_the_block():
+    for bad in (P, -1, True, 1.5):
+        with pytest.raises(fs.InputError, match=r"pool_offset must be an integer from 0 to P - 1"):
+            make("coupled", pool_offset=bad)
 
 
 def test_leaky_upsampling_would_be_caught():
@@ -138,11 +167,11 @@ def test_fused_add_completed_equals_building_the_upsampled_tensor(T_len, P_len):
                                     (x, torch.cat([null.expand(3, 1, 5), z], 1).detach().requires_grad_()))  # fmt: skip
 
 
-@pytest.mark.parametrize("gate", ["scalar", "channel"])
-def test_optimised_slow_path_equals_the_reference_implementation(gate, monkeypatch):
+@pytest.mark.parametrize("gate,offset", [("scalar", 0), ("channel", 0), ("scalar", 3)])
+def test_optimised_slow_path_equals_the_reference_implementation(gate, offset, monkeypatch):
     """The whole network, loss and every parameter's gradient, with SlowPath.forward against
     SlowPath.forward_reference (float64, gates open): equal to float64 rounding."""
-    model = randomise_gates(make("coupled", gate=gate)).train()
+    model = randomise_gates(make("coupled", gate=gate, pool_offset=offset)).train()
     idx = torch.randint(0, 17, (3, T + 1), generator=torch.Generator().manual_seed(5))
 
     def run():
@@ -238,9 +267,9 @@ def test_channel_gate_and_accessors():
     assert len(model.gates()) == 2 and len(model.gates()[0]) == 16
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_cached_generation_matches_uncached(variant):
-    model = randomise_gates(make(variant))
+@pytest.mark.parametrize("variant,offset", [(v, 0) for v in VARIANTS] + [("coupled", 3)])
+def test_cached_generation_matches_uncached(variant, offset):
+    model = randomise_gates(make(variant, pool_offset=offset))
     idx = torch.randint(0, 17, (2, 3), generator=torch.Generator().manual_seed(1))
     # step-by-step logits equal the full forward pass at every position
     seq = torch.randint(0, 17, (2, T), generator=torch.Generator().manual_seed(2))
@@ -318,12 +347,11 @@ def test_random_tokens_stay_near_ln_v():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("T_eval", [64, 60])
-def test_flop_model_matches_torch_flop_counter(variant, T_eval):
+@pytest.mark.parametrize("T_eval,offset", [(64, 0), (60, 0), (64, 5)])
+def test_flop_model_matches_torch_flop_counter(variant, T_eval, offset):
     torch.manual_seed(0)
-    cfg = BridgeConfig(
-        vocab_size=64, block_size=64, n_layer=2, n_head=2, n_embd=32, P=8, variant=variant
-    )
+    cfg = BridgeConfig(vocab_size=64, block_size=64, n_layer=2, n_head=2, n_embd=32, P=8,
+                       variant=variant, pool_offset=offset)  # offset 5: 7 blocks of 64, not 8
     model = FastSlowLM(cfg)
     idx = torch.randint(0, 64, (2, T_eval))
     train = measured_flops_per_token(model, idx)  # no sdpa_kernel wrapping by the caller

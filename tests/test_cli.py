@@ -1121,3 +1121,17 @@ def test_numbers_beyond_what_python_reads_are_named_not_echoed_as_inf(args, line
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, args, prog_name="fastslow-sim")
     assert res.exit_code == 2 and res.output.strip() == line, res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train-network", "--pool-offset", "8"],
+     "Error: --pool-offset must be an integer from 0 to P - 1 = 7 (--P 8); got 8.\n"),
+    (["reproduce", "--P", "4", "--pool-offset", "-1"],
+     "Error: --pool-offset must be an integer from 0 to P - 1 = 3 (--P 4); got -1.\n"),
+])  # fmt: skip
+def test_a_pool_offset_outside_the_block_is_refused_before_any_work(args, message, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and res.output == message
+    assert not list(tmp_path.iterdir())

@@ -2247,3 +2247,17 @@ def test_ctrl_c_while_workers_start_prints_only_interrupted(tmp_path):
         assert (p.returncode, err) == (130, "Interrupted.\n"), f"SIGINT {delay} s into start-up"
         time.sleep(0.5)
         assert not _descendants(p.pid)
+
+
+def test_train_network_cell_keys_at_pool_offset_0_are_those_before_it():
+    """The key of a train-network cell with every default, computed by the code before
+    pool_offset was added (7878846): offset 0 leaves it as it was, so stores written then
+    resume; another offset is another cell."""
+    import fastslow_sim.sweep as sw
+
+    opts = sw.tasks()["train-network"].options
+    params = {k: o.default for k, o in opts.items() if k != "out"}
+    params.update(arm="coupled", seed=1, tokens="4096", corpus="me:tokens=20k")
+    assert params["pool_offset"] == 0
+    assert sw.cell_key("train-network", params) == "682fd7ff1f04da1f0a0b"
+    assert sw.cell_key("train-network", {**params, "pool_offset": 4}) != "682fd7ff1f04da1f0a0b"

@@ -1149,3 +1149,22 @@ def test_past_block_histograms_hold_earlier_blocks_only():
     # capped look-back: the nearest `lags` blocks, the same numbers as uncapped
     Z = past_block_histograms(win, P, V, lags=2).reshape(2, nb - 1, 2, V + 1)
     np.testing.assert_array_equal(Z, X[:, :, :2])
+
+
+def test_a_run_saved_before_pool_offset_is_the_offset_0_run(tmp_path):
+    """A finished run whose saved configuration lacks pool_offset (written before it existed)
+    is reused as the offset-0 run and refused, naming the option, as the run of another."""
+    from fastslow_sim.training import _finished_run, check_run_folder
+
+    cfg = _cfg(tmp_path, "r", "random", tokens=256)
+    train(cfg)
+    path = tmp_path / "r" / "summary.json"
+    held = json.loads(path.read_text())
+    assert held["train_config"].pop("pool_offset") == 0
+    path.write_text(json.dumps(held))
+    assert _finished_run(cfg) is not None
+    shifted = _cfg(tmp_path, "r", "random", tokens=256, pool_offset=2)
+    assert _finished_run(shifted) is None
+    with pytest.raises(fs.InputError, match=r"another configuration \(pool_offset = 0 there, "
+                                            r"2 here\)"):  # fmt: skip
+        check_run_folder(tmp_path / "r", same_as=lambda: (shifted, None))

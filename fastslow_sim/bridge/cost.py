@@ -64,7 +64,7 @@ def flops_per_token(config: BridgeConfig, T: int | None = None) -> dict:
     """
     T = config.block_size if T is None else positive_int("T (tokens per sequence)", T)
     C, V, L, P = config.n_embd, config.vocab_size, config.n_layer, config.P
-    nb = T // P  # complete blocks: the pooled sequence length
+    nb = max(T - config.pool_offset, 0) // P  # complete blocks: the pooled sequence length
     frac = nb / T  # pooled tokens per token (1/P when P divides T)
     modules = {
         "fast attention qkv+proj": L * 8 * C * C,

@@ -14,7 +14,8 @@ has the usual fast path (causal self-attention over all `T` tokens, then an MLP)
 The rule for `u` is what keeps the model causal: token `t` only sees blocks that end at or
 before `t` (a lag of 0..P-1 tokens, as in the Hourglass transformer's shift by P-1). Repeating
 a pooled state over its own block would let every token see the rest of its block (the leak of
-karpathy/nanochat issue 844).
+karpathy/nanochat issue 844). `pool_offset = o` moves the grid (a control of where the blocks
+fall): blocks start at token `o`, and token `t` reads block `floor((t+1-o)/P) - 1` or null.
 
 Gate: `alpha = 0` at initialisation, and nothing else on the slow path is zero-initialised, so
 the gate's first gradient `<dL/dout, u>` is non-zero (no "double zero", DESIGN 4).
@@ -60,9 +61,13 @@ class BridgeConfig:
     variant: str = "coupled"
     bias: bool = False
     phi_mult: int = 4  # hidden width of phi_theta, in units of n_embd
+    # first token of the pooling grid: blocks are tokens o+jP .. o+jP+P-1, tokens before o read
+    # the null state; 0 (blocks at 0, P, 2P, ...) but for a control that moves the grid
+    pool_offset: int = 0
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult", "P"):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult", "P",
+                     "pool_offset"):
             setattr(self, name, plain_int(getattr(self, name)))  # np.int64(8) -> 8
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "phi_mult"):
             value = getattr(self, name)
@@ -80,6 +85,11 @@ class BridgeConfig:
         ):
             raise InputError(
                 f"P must be an integer from 1 to the context length {self.block_size}; got P={self.P!r}."
+            )
+        o = self.pool_offset
+        if isinstance(o, bool) or not isinstance(o, int) or not 0 <= o < self.P:
+            raise InputError(
+                f"pool_offset must be an integer from 0 to P - 1 = {self.P - 1}; got {o!r}."
             )
         if self.variant not in VARIANTS:
             raise InputError(f"unknown variant {self.variant!r}; expected one of {list(VARIANTS)}.")
@@ -268,6 +278,7 @@ class SlowPath(nn.Module):
     def __init__(self, config: BridgeConfig):
         super().__init__()
         self.P = config.P
+        self.offset = config.pool_offset
         self.ln_a = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
         self.ln_phi = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -281,8 +292,10 @@ class SlowPath(nn.Module):
         return torch.tanh(self.alpha)
 
     def slow_states(self, x):
-        """`(B, T, C) -> (B, T//P, C)`: the slow variable after attention and phi_theta."""
-        return self._slow(block_mean_pool(x, self.P))
+        """`(B, T, C) -> (B, (T - o)//P, C)`: the slow variable after attention and phi_theta,
+        `o` the pooling grid's offset (0: `T//P` blocks)."""
+        # no slice at offset 0: its backward would build a zero gradient of x's full size
+        return self._slow(block_mean_pool(x[:, self.offset :] if self.offset else x, self.P))
 
     def _slow(self, s):
         if s.shape[1] == 0:
@@ -295,20 +308,29 @@ class SlowPath(nn.Module):
         B, _, C = z.shape
         # the gate on the small (B, T//P + 1, C) states, then one fused pass over x
         padded = self.gate() * torch.cat([self.null.expand(B, 1, C), z], dim=1)
-        return add_completed(x, padded, self.P), z
+        o = self.offset
+        if not o:
+            return add_completed(x, padded, self.P), z
+        # tokens before the grid read the null state, as those before its first block do
+        return torch.cat([x[:, :o] + padded[:, :1], add_completed(x[:, o:], padded, self.P)], 1), z
 
     def forward_reference(self, x):
         """The straightforward form of `forward` (pooling as slice and mean, the upsampled tensor
         built, then added): the baseline of tests/test_bridge.py and scripts/bench_network.py."""
         B, T, C = x.shape
-        nb = T // self.P
-        z = self._slow(x[:, : nb * self.P].reshape(B, nb, self.P, C).mean(dim=2))
+        o, P = min(self.offset, T), self.P
+        nb = (T - o) // P
+        z = self._slow(x[:, o : o + nb * P].reshape(B, nb, P, C).mean(dim=2))
         g = self.gate()
-        return x + upsample_completed(g * z, g * self.null, self.P, x.shape[1]), z
+        u = upsample_completed(g * z, g * self.null, P, T - o)  # the tokens from the grid's start
+        return x + torch.cat([(g * self.null).expand(B, o, C), u], dim=1), z
 
     def step(self, x, cache, layer, t):
         """Token `t` (B, 1, C): accumulate the open block; when it completes, make its slow
         state (attention over the cached pooled keys, phi_theta) and append it."""
+        if t < self.offset:  # before the pooling grid: the null state, nothing to accumulate
+            return x + self.gate() * self.null.expand(x.shape[0], 1, -1)
+        t -= self.offset  # position on the grid
         acc_key, z_key = f"acc{layer}", f"z{layer}"
         cache[acc_key] = x if (t % self.P == 0 or acc_key not in cache) else cache[acc_key] + x
         if (t + 1) % self.P == 0:

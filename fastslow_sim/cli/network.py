@@ -108,6 +108,11 @@ def _train_options(f):
         click.option("--tokens", default="500k", show_default=True,
                      help="Training tokens per run: 500k, 2M or a plain integer."),
         click.option("--P", "P", default="8", show_default=True, help="Pooling ratio (eps = 1/P)."),
+        click.option("--pool-offset", default=0, show_default=True, type=INTEGER, metavar="O",
+                     help="First token of the pooling grid, 0 to P-1: blocks are tokens "
+                          "O+jP..O+jP+P-1 and tokens before O read the null state. A control of "
+                          "where the blocks fall (--pool-offset 4 at P = 8 moves them half a "
+                          "block off the me corpus's); phi-vs-pst needs 0."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
         click.option("--batch-size", default=8, show_default=True, type=INTEGER),
         click.option("--context", "block_size", default=256, show_default=True, type=INTEGER,
@@ -128,10 +133,11 @@ def _train_options(f):
 OPTION_NAMES = {"tokens": "--tokens", "batch_size": "--batch-size", "block_size": "--context",
                 "ckpt_interval": "--checkpoint-every", "seed": "--seed",
                 "threads": "--threads", "retry_failed": "--retry-failed", "variant": "--variant",
-                "corpus": "--corpus", "P": "--P", "out": "--out"}  # fmt: skip
+                "corpus": "--corpus", "P": "--P", "pool_offset": "--pool-offset",
+                "out": "--out"}  # fmt: skip
 
 
-def _base_config(P, device, batch_size, block_size, use_compile, threads):
+def _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads):
     from ..validation import as_int, no_underscore
 
     no_underscore("--P", P)
@@ -140,7 +146,7 @@ def _base_config(P, device, batch_size, block_size, use_compile, threads):
     except (ValueError, OverflowError):
         raise InputError(f"--P must be an integer from 1 to the context length {int_text(block_size)} "
                          f"(--context); got {P!r}.") from None  # fmt: skip
-    return {"P": P_int, "device": device, "batch_size": batch_size, "block_size": block_size,
+    return {"P": P_int, "pool_offset": pool_offset, "device": device, "batch_size": batch_size, "block_size": block_size,
             "compile": use_compile, "threads": threads}  # fmt: skip
 
 
@@ -189,6 +195,7 @@ def train_network(
     corpus_spec,
     tokens,
     P,
+    pool_offset,
     device,
     batch_size,
     block_size,
@@ -214,7 +221,7 @@ def train_network(
     from ..training import TrainConfig, TrainingDivergedError, check_run_folder, parse_tokens, train
 
     n_tokens = parse_tokens(tokens)
-    base = _base_config(P, device, batch_size, block_size, use_compile, threads)
+    base = _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads)
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     if out is None:
         out = _default_run_folder(variant, corpus_spec, seed)
@@ -299,6 +306,7 @@ def reproduce(
     corpus_spec,
     tokens,
     P,
+    pool_offset,
     device,
     batch_size,
     block_size,
@@ -346,7 +354,7 @@ def reproduce(
     if bad or not arm_names or len(set(arm_names)) != len(arm_names):
         raise InputError(f"--arms must name distinct arms among {list(ARMS)}; got {arms!r}.")
     check_cluster_options(workers, scheduler)
-    base = _base_config(P, device, batch_size, block_size, use_compile, threads)
+    base = _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads)
     base["progress"] = not as_json
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     out = out or f"runs/reproduce-{_corpus_tag(corpus_spec)}"
@@ -365,10 +373,11 @@ def reproduce(
     if as_json:
         # "tokens": those each run trained (whole steps; a list where the runs disagree)
         click.echo(json_text({"corpus": corpus_spec, "tokens": trained_tokens(table),
-                              "tokens_requested": n_tokens, "seeds": seeds, **table,
+                              "tokens_requested": n_tokens, "seeds": seeds, "P": base["P"],
+                              "pool_offset": base["pool_offset"], **table,
                               "out": out}))  # fmt: skip
         return
-    click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds))
+    click.echo(_format_ablation(table, corpus_spec, n_tokens, seeds, base["pool_offset"]))
     click.echo(f"dataset     {Path(out) / 'ablation.nc'}")
 
 
@@ -388,9 +397,11 @@ def _tokens_text(table, requested) -> str:
     return f"{trained:,} tokens per run ({requested:,} requested{step})"
 
 
-def _format_ablation(table, corpus_spec, tokens, seeds) -> str:
+def _format_ablation(table, corpus_spec, tokens, seeds, pool_offset: int = 0) -> str:
     """The ablation table as text; `tokens`: those requested per run."""
-    lines = [f"ablation on {corpus_spec}, {_tokens_text(table, tokens)}, {plural(seeds, 'seed')}",
+    grid = f", pooling grid from token {pool_offset} (--pool-offset)" if pool_offset else ""
+    lines = [f"ablation on {corpus_spec}, {_tokens_text(table, tokens)}, {plural(seeds, 'seed')}"
+             + grid,
              "| arm | layers | params | train FLOPs/token | val loss mean ± sd | |tanh(alpha)| per layer | tokens/s | wall / dense |",
              "|---|---:|---:|---:|---|---|---:|---:|"]  # fmt: skip
     one = "n/a (1 seed)" if seeds < 2 else None  # one seed has no spread and no interval
