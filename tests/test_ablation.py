@@ -749,3 +749,22 @@ def test_phi_vs_pst_refuses_a_run_whose_P_is_not_its_corpus_block(tmp_path):
     run = _untrained_run(tmp_path / "r4", "me:tokens=720,block=4")
     res = CliRunner().invoke(main, ["phi-vs-pst", str(run)])
     assert res.exit_code == 0 and (run / "phi_vs_pst.json").exists(), res.output
+
+
+@pytest.mark.slow  # 8-13 s; its parts are checked in the default run (folder name, heading)
+def test_reproduce_with_a_shifted_grid_says_so_and_keeps_apart(tmp_path, monkeypatch):
+    """--pool-offset: the default folder gets -offsetO (the aligned run's folder was refused),
+    the table's heading names the grid, the runs and ablation.nc record the offset."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["reproduce", "--corpus", "me:tokens=20000", "--tokens", "128",
+                                    "--seeds", "1", "--P", "4", "--pool-offset", "2", "--context",
+                                    "32", "--batch-size", "4", "--arms", "coupled"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "runs" / "reproduce-me-offset2"
+    assert ("ablation on me:tokens=20000, 128 tokens per run, 1 seed, pooling grid from token 2 "
+            "(--pool-offset)") in res.output  # fmt: skip
+    assert json.loads(fs.load_dataset(out / "ablation.nc").attrs["base_config"])["pool_offset"] == 2
+    summary = json.loads((out / "coupled-seed0" / "summary.json").read_text())
+    assert summary["train_config"]["pool_offset"] == 2
+    ckpt = torch.load(out / "coupled-seed0" / "ckpt.pt", weights_only=False)
+    assert ckpt["model_config"]["pool_offset"] == 2

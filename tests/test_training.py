@@ -652,6 +652,9 @@ def test_default_run_folders_of_two_specs_of_one_kind_keep_apart():
     assert _default_run_folder("coupled", "me", 0) == "runs/coupled-me-seed0"
     assert _default_run_folder("coupled", "me:tokens=20k", 0) == "runs/coupled-me:tokens=20k-seed0"
     assert _default_run_folder("dense", "text:/x/y.txt", 2) == "runs/dense-text-seed2"
+    # a shifted-grid control keeps apart from the aligned run (it was refused as its folder)
+    assert _default_run_folder("coupled", "me", 0, 4) == "runs/coupled-me-offset4-seed0"
+    assert _default_run_folder("coupled", "me", 0, 0) == "runs/coupled-me-seed0"
 
 
 def test_out_in_the_runs_folder_makes_it(tmp_path, monkeypatch):

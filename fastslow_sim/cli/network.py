@@ -155,11 +155,18 @@ def _corpus_tag(spec: str) -> str:
     return spec.split(":")[0]
 
 
-def _default_run_folder(variant, corpus_spec, seed) -> str:
-    """train-network's default run folder, `runs/VARIANT-SPEC-seedS`: the whole corpus spec, so
-    that runs on different specs of one corpus kind (`me`, `me:tokens=20k`) keep apart; a text
-    corpus is `text` (its path would make folders)."""
-    return f"runs/{variant}-{'text' if corpus_spec.startswith('text:') else corpus_spec}-seed{seed}"
+def _offset_tag(pool_offset: int) -> str:
+    """`-offsetO` in a default folder name where the pooling grid is moved, else nothing (so a
+    shifted-grid control does not meet the aligned runs' folder)."""
+    return f"-offset{pool_offset}" if pool_offset else ""
+
+
+def _default_run_folder(variant, corpus_spec, seed, pool_offset: int = 0) -> str:
+    """train-network's default run folder, `runs/VARIANT-SPEC[-offsetO]-seedS`: the whole corpus
+    spec, so that runs on different specs of one corpus kind (`me`, `me:tokens=20k`) keep apart;
+    a text corpus is `text` (its path would make folders)."""
+    spec = "text" if corpus_spec.startswith("text:") else corpus_spec
+    return f"runs/{variant}-{spec}{_offset_tag(pool_offset)}-seed{seed}"
 
 
 @click.command("train-network")
@@ -177,7 +184,7 @@ def _default_run_folder(variant, corpus_spec, seed) -> str:
     metavar="DIR",
     callback=path_given("folder"),
     help="Run folder [default: runs/VARIANT-CORPUS-seedS, CORPUS the corpus spec (text for a text "
-         "file)].",
+         "file), -offsetO after it with --pool-offset O].",
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out.")
 @click.option(
@@ -224,7 +231,7 @@ def train_network(
     base = _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads)
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
     if out is None:
-        out = _default_run_folder(variant, corpus_spec, seed)
+        out = _default_run_folder(variant, corpus_spec, seed, base["pool_offset"])
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer; got {seed}.")
     check_run_folder(out, resume)
@@ -288,7 +295,7 @@ def train_network(
     help="Equivalence margin in nats/token for the verdicts.",
 )
 @click.option("--out", default=None, metavar="DIR", callback=path_given("folder"),
-              help="Folder [default: runs/reproduce-CORPUS].")
+              help="Folder [default: runs/reproduce-CORPUS, -offsetO added with --pool-offset O].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option(
     "--workers",
@@ -357,7 +364,7 @@ def reproduce(
     base = _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads)
     base["progress"] = not as_json
     parents = out is None or in_runs(out)  # runs/ is made, as the default's; others must exist
-    out = out or f"runs/reproduce-{_corpus_tag(corpus_spec)}"
+    out = out or f"runs/reproduce-{_corpus_tag(corpus_spec)}{_offset_tag(base['pool_offset'])}"
     log = (lambda *a: None) if as_json else click.echo
     from ..sweep import SweepError
 
