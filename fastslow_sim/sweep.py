@@ -640,6 +640,8 @@ def _claim_train(cell):
 
 def _run_train(cells):
     """`train` of one network; a finished run of the same configuration in its folder is reused."""
+    from .training import TOKENS_PER_S_LONG_NAME as TOKENS_NAME
+    from .training import WALL_LONG_NAME as WALL_NAME
     from .training import _finished_run, check_run_folder, gate_size, recorded_device_kind, train
 
     (c,) = cells
@@ -656,8 +658,8 @@ def _run_train(cells):
                          {"long_name": "validation loss, every aligned window", "units": "nats/token"}),
             "train_loss": ((), np.float64(np.nan if s["train_loss"] is None else s["train_loss"]),
                            {"long_name": "training loss, mean of the last 10 steps", "units": "nats/token"}),
-            "train_wall_time_s": ((), float(s["wall_time_s"]), {"long_name": "wall-clock of the training loop (sampled evaluations and checkpoints included; the final full validation pass is not)", "units": "s"}),
-            "tokens_per_s": ((), float(s["tokens_per_s"] or np.nan), {"long_name": "tokens over the training loop's wall-clock (sampled evaluations and checkpoints included; the final full validation pass is not)", "units": "tokens/s"}),
+            "train_wall_time_s": ((), float(s["wall_time_s"]), {"long_name": WALL_NAME, "units": "s"}),
+            "tokens_per_s": ((), float(s["tokens_per_s"] or np.nan), {"long_name": TOKENS_NAME, "units": "tokens/s"}),
             "params": ((), int(s["params"]), {"long_name": "parameters"}),
             "flops_per_token_train": ((), float(s["flops_per_token_train"]),
                                       {"long_name": "training FLOPs per token (forward + backward)"}),

@@ -84,6 +84,11 @@ RESULT_FREE = ("ckpt_interval",)
 # settings added after runs were saved, with the value that those runs had (they lack the key)
 _ADDED_LATER = {"pool_offset": 0}
 
+# what a run's wall-clock holds (ablation.nc and a sweep cell name it so)
+LOOP_NOTE = "sampled evaluations and checkpoints included; the final full validation pass is not"
+WALL_LONG_NAME = f"wall-clock of the training loop ({LOOP_NOTE})"
+TOKENS_PER_S_LONG_NAME = f"tokens over the training loop's wall-clock ({LOOP_NOTE})"
+
 # fields that may differ between a checkpoint and the run that resumes it
 _RESUME_FREE = {"out", "device", "compile", "resume", "stop_after_steps", "progress",
                 "threads"}  # fmt: skip
@@ -1116,9 +1121,9 @@ def reproduce(corpus_spec: str, tokens: int, seeds: int, arms, out: str, base: d
             "val_loss": (("arm", "seed"), np.array([[r["val_loss"] for r in runs[a]] for a in arms]),
                          {"long_name": "validation loss, every aligned window", "units": "nats/token"}),
             "wall_time_s": (("arm", "seed"), np.array([[r["wall_time_s"] for r in runs[a]] for a in arms]),
-                            {"long_name": "wall-clock of the training loop (sampled evaluations and checkpoints included; the final full validation pass is not)", "units": "s"}),
+                            {"long_name": WALL_LONG_NAME, "units": "s"}),
             "tokens_per_s": (("arm", "seed"), np.array([[r["tokens_per_s"] for r in runs[a]] for a in arms]),
-                             {"long_name": "tokens over the training loop's wall-clock (sampled evaluations and checkpoints included; the final full validation pass is not)",
+                             {"long_name": TOKENS_PER_S_LONG_NAME,
                               "units": "tokens/s"}),
             "tokens": (("arm", "seed"), np.array([[r["tokens"] for r in runs[a]] for a in arms]),
                        {"long_name": "tokens trained (whole steps)", "units": "tokens"}),

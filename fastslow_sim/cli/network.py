@@ -225,7 +225,14 @@ def train_network(
       fastslow-sim train-network
       fastslow-sim train-network --variant dense --corpus text:input.txt --tokens 2M
     """
-    from ..training import TrainConfig, TrainingDivergedError, check_run_folder, parse_tokens, train
+    from ..training import (
+        LOOP_NOTE,
+        TrainConfig,
+        TrainingDivergedError,
+        check_run_folder,
+        parse_tokens,
+        train,
+    )
 
     n_tokens = parse_tokens(tokens)
     base = _base_config(P, pool_offset, device, batch_size, block_size, use_compile, threads)
@@ -250,8 +257,7 @@ def train_network(
         f"{variant} on {corpus_spec}: {plural(summary['tokens'], 'token', spec=',')} in "
         f"{plural(summary['steps'], 'step')}, "
         f"{summary['wall_time_s']:.1f} s, {summary['tokens_per_s']:,.0f} tokens/s over the "
-        f"training loop's wall-clock (sampled evaluations and checkpoints included; the final "
-        f"full validation pass is not); "
+        f"training loop's wall-clock ({LOOP_NOTE}); "
         + ("no training step" if rate is None else
            f"{rate:,.0f} tokens/s over the training steps' own {summary['step_time_s']:.1f} s")
     )  # fmt: skip
