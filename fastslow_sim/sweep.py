@@ -107,9 +107,15 @@ class CellInputError(InputError):
 
 
 def _text(v) -> str:
-    if isinstance(v, bool):  # as the command line takes it (--flag true)
+    """`v` as the command line takes it: `--flag true`, `1e-13`, a text with spaces quoted as a
+    shell would need it (`--corpus 'text:my file.txt'`, not a value that reads as two)."""
+    if isinstance(v, bool):
         return str(v).lower()
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    import shlex
+
+    return shlex.quote(v) if isinstance(v, str) else str(v)
 
 
 # ---------------------------------------------------------------------------------------------

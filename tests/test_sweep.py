@@ -2262,3 +2262,15 @@ def test_train_network_cell_keys_at_pool_offset_0_are_those_before_it():
     assert params["pool_offset"] == 0
     assert sw.cell_key("train-network", params) == "682fd7ff1f04da1f0a0b"
     assert sw.cell_key("train-network", {**params, "pool_offset": 4}) != "682fd7ff1f04da1f0a0b"
+
+
+def test_a_bad_cells_text_values_read_as_the_shell_takes_them():
+    """A value with a space was printed bare (`--grid corpus=text:a b.txt`, two words); it is
+    quoted as a shell needs it, plain values stay plain."""
+    from fastslow_sim.sweep import CellInputError
+
+    err = CellInputError({"corpus": "text:a b.txt", "eps": 1e-13}, "bad.", ("--system cycle",))
+    assert str(err) == "--grid corpus='text:a b.txt', eps=1e-13 with --system cycle: bad."
+    assert str(CellInputError({"device": ""}, "bad.")) == "--grid device='': bad."
+    assert str(CellInputError({"corpus": "me:tokens=20k,block=8"}, "bad.")) == (
+        "--grid corpus=me:tokens=20k,block=8: bad.")
