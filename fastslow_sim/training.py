@@ -189,10 +189,16 @@ class TrainConfig:
         return BridgeConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
                             n_head=self.n_head, n_embd=self.n_embd, P=self.P, dropout=self.dropout,
                             gate=self.gate, variant=self.variant,
-                            pool_offset=self.pool_offset)  # fmt: skip
+                            pool_offset=self.grid_offset())  # fmt: skip
+
+    def grid_offset(self) -> int:
+        """The pooling grid's offset as the model has it: 0 for dense, which pools nothing (its
+        runs at every --pool-offset are one run, saved, resumed and reused as one)."""
+        return 0 if self.variant == "dense" else self.pool_offset
 
     def comparable(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+        held = {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+        return {**held, "pool_offset": self.grid_offset()}
 
 
 def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:

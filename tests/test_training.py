@@ -1171,3 +1171,21 @@ def test_a_run_saved_before_pool_offset_is_the_offset_0_run(tmp_path):
     with pytest.raises(fs.InputError, match=r"another configuration \(pool_offset = 0 there, "
                                             r"2 here\)"):  # fmt: skip
         check_run_folder(tmp_path / "r", same_as=lambda: (shifted, None))
+
+
+def test_a_dense_run_is_one_run_at_every_pool_offset(tmp_path):
+    """dense pools nothing: its run at --pool-offset 2 is its run at 0 (reused, not refused as
+    another configuration, which had retrained every dense arm of a shifted-grid reproduce);
+    its saved configuration and model say 0. coupled at 2 is another run."""
+    from fastslow_sim.training import _finished_run
+
+    cfg = _cfg(tmp_path, "d", "random", tokens=256, variant="dense")
+    train(cfg)
+    shifted = _cfg(tmp_path, "d", "random", tokens=256, variant="dense", pool_offset=2)
+    assert _finished_run(shifted) is not None
+    assert shifted.model_config(256).pool_offset == 0
+    assert shifted.comparable()["pool_offset"] == 0
+    coupled = _cfg(tmp_path, "c", "random", tokens=256, variant="coupled", pool_offset=2)
+    assert coupled.comparable()["pool_offset"] == 2 and coupled.model_config(256).pool_offset == 2
+    with pytest.raises(fs.InputError, match="pool_offset must be an integer from 0 to P - 1 = 3"):
+        train(_cfg(tmp_path, "e", "random", tokens=256, variant="dense", pool_offset=4))

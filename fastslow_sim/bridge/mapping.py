@@ -50,7 +50,8 @@ MAPPING = [
     },
     {
         "ode": "initial layer (x relaxes to the manifold in time ~ eps log(1/eps))",
-        "network": "the first incomplete block: tokens 0..P-2 read a learned null slow state",
+        "network": "the first incomplete block: tokens 0..P-2 read a learned null slow state "
+                   "(0..O+P-2 with --pool-offset O)",
         "holds": "analogy",
         "gap": "the network has no relaxation: the null state stands in for 'no slow "
         "information yet', lasting exactly P-1 tokens",

@@ -3,9 +3,10 @@
 A decoder-only language model over token ids `{0..V-1}^T` with pre-LayerNorm blocks. Each layer
 has the usual fast path (causal self-attention over all `T` tokens, then an MLP) and a slow path:
 
-    x (B, T, C) --causal block-mean pooling--> s (B, T//P, C)      one pooled token per block
+    x (B, T, C) --causal block-mean pooling--> s (B, nb, C)        one pooled token per block,
+                                                                   nb = T//P (offset 0)
     s --LayerNorm, causal attention among pooled tokens--> s
-    s --LayerNorm, phi_theta (MLP)--> z (B, T//P, C)               the slow state
+    s --LayerNorm, phi_theta (MLP)--> z (B, nb, C)                 the slow state
     z --upsampling by the completed-blocks rule--> u (B, T, C)     token t reads block
                                                                    floor((t+1)/P) - 1, or a
                                                                    learned null state
@@ -306,7 +307,7 @@ class SlowPath(nn.Module):
     def forward(self, x):
         z = self.slow_states(x)
         B, _, C = z.shape
-        # the gate on the small (B, T//P + 1, C) states, then one fused pass over x
+        # the gate on the small (B, nb + 1, C) states, then one fused pass over x
         padded = self.gate() * torch.cat([self.null.expand(B, 1, C), z], dim=1)
         o = self.offset
         if not o:
@@ -491,7 +492,7 @@ class FastSlowLM(nn.Module):
         return out
 
     def slow_states(self) -> list:
-        """Slow states `(B, T//P, C)` of every layer from the last forward pass."""
+        """Slow states `(B, (T - pool_offset)//P, C)` of every layer from the last forward pass."""
         return self._last_slow_states or []
 
     # generation with a key-value cache -------------------------------------------------------
