@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import shutil
 import threading
 import time
@@ -113,8 +114,6 @@ def _text(v) -> str:
         return str(v).lower()
     if isinstance(v, float):
         return f"{v:g}"
-    import shlex
-
     return shlex.quote(v) if isinstance(v, str) else str(v)
 
 
@@ -974,8 +973,15 @@ def parse_options(task: str | Task, options: dict | None, grid: dict | None = No
 # key, so that the cells written before them keep their keys (and a rerun finds them); a task's
 # `key_params` says which values count as unset (integrate: `_integrate_key`)
 _KEY_SKIPS_NONE = {"integrate": frozenset({"y0", "states", "H", "march", "max_steps"})}
-# and those whose default is not None: left out at the value the cells before them had
-_KEY_SKIPS_AT = {"train-network": {"pool_offset": 0}}
+
+
+def _key_skips_at(task: str) -> dict:
+    """Parameters whose default is not None, added after stores were written: left out of the
+    key at the value the cells before them had (train-network: `training._ADDED_LATER`, the
+    same list that reads runs saved before them)."""
+    from .training import _ADDED_LATER
+
+    return _ADDED_LATER if task == "train-network" else {}
 
 
 def cell_key(task: str, params: dict, fingerprints: dict | None = None) -> str:
@@ -996,7 +1002,7 @@ def _key_params(task: str, params: dict, fingerprints: dict) -> dict:
     known = tasks().get(task)
     if known is not None and known.key_params is not None:
         params = known.key_params(params)
-    skips, at = _KEY_SKIPS_NONE.get(task, frozenset()), _KEY_SKIPS_AT.get(task, {})
+    skips, at = _KEY_SKIPS_NONE.get(task, frozenset()), _key_skips_at(task)
     params = {k: v for k, v in params.items() if k != "out" and not (k in skips and v is None)
               and not (k in at and not isinstance(v, bool) and v == at[k])}  # fmt: skip
     spec = params.get("corpus")
