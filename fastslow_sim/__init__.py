@@ -3,42 +3,43 @@
 The ODE core: `generators` (master-equation generators `Q(y)`), `stationary` (`p_st(Q)` by GTH,
 `dp/dy`), `systems` (`eps dx/dt = f(x, y)`, `dy/dt = g(x, y)` with `eps = 1/P`), `integrators`
 (`integrate(system, t_span, ...)`), `io` (NetCDF). Plotting lives in `fastslow_sim.analysis`.
+
+The names below are imported on first use (PEP 562), not with the package: `import fastslow_sim`
+and the `fastslow-sim` command's start stay light (numba, xarray and torch load when a name that
+needs them is first read), and a Ctrl-C during that loading reaches the command's handler.
 """
 
 from ._version import __version__
 from .errors import InputError, ReducibleGeneratorError
-from .generators import (
-    BirthDeath,
-    Cycle,
-    MichaelisMenten,
-    RandomIrreducible,
-    TwoState,
-    random_generators,
-    validate_generator,
-)
-from .integrators import (
-    METHODS,
-    IgnoredOptionWarning,
-    MassDriftWarning,
-    StiffnessWarning,
-    integrate,
-    integrate_batch,
-    random_initial_conditions,
-)
-from .io import load_dataset, save_dataset
-from .stationary import (
-    chain_stationary,
-    fundamental_matrix,
-    stationary_derivative,
-    stationary_distribution,
-)
-from .systems import (
-    SYSTEMS,
-    FastSlowSystem,
-    MasterEquationSystem,
-    make_system,
-    resolve_eps,
-)
+
+# public name -> the submodule that defines it
+_LAZY = {
+    **dict.fromkeys(("BirthDeath", "Cycle", "MichaelisMenten", "RandomIrreducible", "TwoState",
+                     "random_generators", "validate_generator"), "generators"),
+    **dict.fromkeys(("METHODS", "IgnoredOptionWarning", "MassDriftWarning", "StiffnessWarning",
+                     "integrate", "integrate_batch", "random_initial_conditions"), "integrators"),
+    **dict.fromkeys(("load_dataset", "save_dataset"), "io"),
+    **dict.fromkeys(("chain_stationary", "fundamental_matrix", "stationary_derivative",
+                     "stationary_distribution"), "stationary"),
+    **dict.fromkeys(("SYSTEMS", "FastSlowSystem", "MasterEquationSystem", "make_system",
+                     "resolve_eps"), "systems"),
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # read once: later reads are plain attribute lookups
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "__version__",

@@ -4,7 +4,9 @@
 - the version is the installed metadata's, written once in pyproject.toml;
 - `import fastslow_sim` and the commands that need no network (`--help`, `integrate` with a
   scipy method, `convergence`, `manifold`, `mapping`) never import torch. Each runs in a fresh
-  interpreter that records the import chain of the first `import torch`, so a failure names it.
+  interpreter that records the import chain of the first `import torch`, so a failure names it;
+- `import fastslow_sim` loads none of numba, scipy, xarray (its names are read lazily), and a
+  Ctrl-C while the `fastslow-sim` command loads them ends in "Interrupted." and status 130.
 """
 
 import json
@@ -84,6 +86,60 @@ def test_torch_backed_names_still_import():
     assert set(bridge.__all__) <= set(dir(bridge))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         bridge.nope  # noqa: B018
+
+
+def test_package_import_loads_no_heavy_library(tmp_path):
+    code = ("import sys, fastslow_sim\n"
+            "print(sorted(m for m in ('numba', 'scipy', 'xarray', 'torch', 'matplotlib')"
+            " if m in sys.modules))")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", f"import fastslow_sim loaded {res.stdout.strip()}"
+
+
+def test_lazy_package_names_are_the_modules_objects():
+    from importlib import import_module
+
+    for name, module in fastslow_sim._LAZY.items():
+        assert getattr(fastslow_sim, name) is getattr(import_module(f"fastslow_sim.{module}"), name)
+    assert sorted(fastslow_sim.__all__) == sorted(
+        {"__version__", "InputError", "ReducibleGeneratorError", *fastslow_sim._LAZY}
+    )
+    assert set(fastslow_sim.__all__) <= set(dir(fastslow_sim))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        fastslow_sim.nope  # noqa: B018
+
+
+# a real SIGINT, sent by the process to itself when the command line starts to load (where a
+# Ctrl-C in the first second lands), then the console entry point as the installed script runs it
+_SIGINT_WHILE_LOADING = """
+import os, signal, sys
+
+class _Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "fastslow_sim.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, _Interrupt())
+from fastslow_sim.__main__ import run
+sys.argv = ["fastslow-sim", "integrate", "--eps", "0.125", "--out", "result"]
+run()
+"""
+
+
+def test_ctrl_c_while_the_command_loads_is_interrupted_not_a_traceback(tmp_path):
+    res = subprocess.run([sys.executable, "-c", _SIGINT_WHILE_LOADING], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (res.returncode, res.stderr, res.stdout) == (130, "Interrupted.\n", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_console_script_is_the_entry_point_that_handles_ctrl_c():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"fastslow-sim": "fastslow_sim.__main__:run"}
 
 
 @pytest.mark.parametrize(

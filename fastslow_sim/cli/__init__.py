@@ -3,9 +3,11 @@ prints and saves (DESIGN 5), one module per group of commands (`ode`, `network`,
 `sweep`).
 
 Bad input ends in one sentence on stderr and exit status 2; a solver failure in exit status 1;
-Ctrl-C in "Interrupted." and exit status 130 (the worker processes of `--workers` ignore it and
-are shut down by this one; a Ctrl-C in the instant they are spawned is lost, and one in the
-first seconds, while Python imports the package, ends in Python's own traceback).
+Ctrl-C in "Interrupted." and exit status 130, while the command loads too (the console entry
+point is `fastslow_sim.__main__.run`, which imports this module; only one in the hundredths of a
+second while Python itself starts ends in Python's own traceback). The worker processes of
+`--workers` ignore it and are shut down by this one; a Ctrl-C in the instant they are spawned is
+lost.
 """
 
 from __future__ import annotations
