@@ -577,7 +577,8 @@ def _train_options():
     opts = {
         "arm": Option(str, "", choices=("",) + tuple(ARMS)),
         "corpus": Option(str, "me"),
-        "tokens": Option(str, "500k"),
+        # read as train-network reads it, spelled one way: 500000 and 0.5M are 500k's cells
+        "tokens": Option(str, "500k", parse=_tokens_setting),
     }
     for f in fields(TrainConfig):
         if f.name in skip:
@@ -595,6 +596,23 @@ def _train_options():
     opts["device"] = Option(str, "auto")
     opts["out"] = Option(str, "", sweepable=False)
     return opts
+
+
+def _tokens_setting(text) -> str:
+    """A `--tokens` value (`500000`, `0.5M`) as the one spelling cells hold (`500k`)."""
+    from .training import parse_tokens, tokens_text
+
+    return tokens_text(parse_tokens(text))
+
+
+def _train_key(params: dict) -> dict:
+    """A train-network cell's parameters as its key holds them: `tokens` in its one spelling,
+    also where a store recorded another (written before `_tokens_setting`; its cells rerun,
+    and a finished run in a cell's folder is reused)."""
+    try:
+        return {**params, "tokens": _tokens_setting(params["tokens"])}
+    except (KeyError, InputError):  # a value the cell's own checks refuse, in their words
+        return params
 
 
 def _train_config(c) -> tuple:
@@ -802,7 +820,7 @@ def _tasks() -> dict[str, Task]:
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
-            recorded=_train_recorded,
+            recorded=_train_recorded, key_params=_train_key,
             validate=_validate_train, claim=_claim_train, aliases={"context": "block_size"},
             settings=_validate_train_settings,
             description="one training run per cell (arm: as in reproduce)",

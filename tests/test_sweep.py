@@ -2026,6 +2026,37 @@ def test_an_older_train_store_extended_says_the_tokens_its_old_cells_trained(tmp
     assert "tokens" not in sw._train_recorded(unsaid)
 
 
+def test_tokens_spelled_another_way_are_the_same_cells(tmp_path):
+    """`--tokens 300` then `--tokens 0.3k` was refused as another sweep ("holds a sweep of
+    train-network with --tokens 300, and this one has --tokens 0.3k"): the same count is one
+    setting, its cells found; the default's key is the one stores were written with."""
+    import fastslow_sim.sweep as sw
+    from fastslow_sim.training import parse_tokens, tokens_text
+
+    store = tmp_path / "s.zarr"
+
+    def sweep(*tokens):
+        return CliRunner().invoke(main, ["sweep", "train-network", "--grid", "seed=0", *tokens,
+                                         "--store", str(store), "--runs-dir", str(tmp_path / "r"),
+                                         "--workers", "0", "--context", "16", "--batch-size", "2",
+                                         "--n-layer", "1", "--n-embd", "16", "--corpus", "random"])
+
+    assert sweep("--tokens", "300").exit_code == 0
+    res = sweep("--tokens", "0.3k")
+    assert res.exit_code == 0 and "1 already in the store, 0 run" in res.output, res.output
+    res = sweep("--grid", "tokens=300,0.3k")  # one count twice
+    assert res.exit_code == 2 and "repeats a value" in res.output, res.output
+
+    params = {k: o.default for k, o in sw.tasks()["train-network"].options.items() if k != "out"}
+    keys = {t: sw.cell_key("train-network", {**params, "tokens": t})
+            for t in ("500k", "500000", "0.5M", "500,000", "5e5")}  # fmt: skip
+    assert set(keys.values()) == {"14fc43c38eb1c0ed8de9"}, keys  # the key 2b9eb43 gave 500k
+    for n in (1, 999, 1000, 1500, 2_000_000, 123_456_789, 7 * 10**9, 10**12 + 1000):
+        assert parse_tokens(tokens_text(n)) == n
+    assert [tokens_text(n) for n in (1500, 500_000, 2_000_000, 3 * 10**9)] == [
+        "1500", "500k", "2m", "3g"]  # fmt: skip
+
+
 def test_minus_zero_in_a_grid_is_the_cell_of_zero(tmp_path):
     """--grid kappa=-0 then kappa=0 computed the manifold twice (two cell keys, two files)."""
     store = tmp_path / "s.zarr"
