@@ -133,6 +133,10 @@ class Option:
     # the command's own reading of a value given as text (its sentence where it refuses it),
     # in place of `type`'s: integrate's --max-steps (`check_max_steps`)
     parse: Callable[[str], Any] | None = None
+    # what a value stands for, where two spellings are one setting (train-network's tokens:
+    # 500k and 500000): one value twice in a --grid is refused, and a rerun spelled otherwise
+    # takes the store's spelling (`_spelled_as_stored`), so the cell keys stay the store's
+    same: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -577,8 +581,7 @@ def _train_options():
     opts = {
         "arm": Option(str, "", choices=("",) + tuple(ARMS)),
         "corpus": Option(str, "me"),
-        # read as train-network reads it, spelled one way: 500000 and 0.5M are 500k's cells
-        "tokens": Option(str, "500k", parse=_tokens_setting),
+        "tokens": Option(str, "500k", same=_tokens_count),
     }
     for f in fields(TrainConfig):
         if f.name in skip:
@@ -598,21 +601,15 @@ def _train_options():
     return opts
 
 
-def _tokens_setting(text) -> str:
-    """A `--tokens` value (`500000`, `0.5M`) as the one spelling cells hold (`500k`)."""
-    from .training import parse_tokens, tokens_text
+def _tokens_count(text):
+    """The count a `--tokens` value stands for (`500k`, `500000` and `0.5M`: 500000); a value
+    that is no count as it is (the cell's own checks refuse it, in their words)."""
+    from .training import parse_tokens
 
-    return tokens_text(parse_tokens(text))
-
-
-def _train_key(params: dict) -> dict:
-    """A train-network cell's parameters as its key holds them: `tokens` in its one spelling,
-    also where a store recorded another (written before `_tokens_setting`; its cells rerun,
-    and a finished run in a cell's folder is reused)."""
     try:
-        return {**params, "tokens": _tokens_setting(params["tokens"])}
-    except (KeyError, InputError):  # a value the cell's own checks refuse, in their words
-        return params
+        return parse_tokens(text)
+    except InputError:
+        return text
 
 
 def _train_config(c) -> tuple:
@@ -820,7 +817,7 @@ def _tasks() -> dict[str, Task]:
         ),
         "train-network": Task(
             "train-network", _train_options(), _run_train, needs_out=True, inner_dims=("layer",),
-            recorded=_train_recorded, key_params=_train_key,
+            recorded=_train_recorded,
             validate=_validate_train, claim=_claim_train, aliases={"context": "block_size"},
             settings=_validate_train_settings,
             description="one training run per cell (arm: as in reproduce)",
@@ -960,7 +957,8 @@ def parse_grid(task: str | Task, specs) -> dict[str, list]:
                     raise InputError(f"--grid {spec!r} makes the grid more than {MAX_CELLS:,} "
                                      f"cells, the most a sweep has.")  # fmt: skip
                 out.append(_typed(task, key, item, f"--grid {spec!r}"))
-        if len(set(map(repr, out))) != len(out):
+        same = task.options[key].same or (lambda v: v)
+        if len({repr(same(v)) for v in out}) != len(out):
             raise InputError(f"--grid {spec!r} repeats a value; expected distinct values.")
         grid[key] = out
     if not grid:
@@ -1521,6 +1519,32 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
                          f"lacks.")  # fmt: skip
 
 
+def _spelled_as_stored(task: Task, store: Path, grid: dict, fixed: dict) -> tuple[dict, dict]:
+    """`grid` and `fixed` with each value of an option that has `same` spelled as the store's
+    sweep spelled it where both stand for one setting (`--tokens 500000` over a store made
+    with `--tokens 500k`, `--grid tokens=0.3k,1m` over one with `300,1000000`): the cells and
+    their keys are the store's, not another sweep's."""
+    attrs = _root_attrs(store)
+    if attrs is None:
+        return grid, fixed
+    try:
+        old_grid, old_fixed = json.loads(attrs["grid"]), json.loads(attrs.get("options", "{}"))
+        assert isinstance(old_grid, dict) and isinstance(old_fixed, dict)
+    except (KeyError, TypeError, ValueError, AssertionError):
+        return grid, fixed
+    grid, fixed = dict(grid), dict(fixed)
+    for key, opt in task.options.items():
+        if opt.same is None:
+            continue
+        if key in grid and isinstance(old_grid.get(key), list):
+            stored = {repr(opt.same(v)): v for v in old_grid[key]}
+            grid[key] = [stored.get(repr(opt.same(v)), v) for v in grid[key]]
+        elif key in fixed and key in old_fixed and key not in old_grid \
+                and opt.same(fixed[key]) == opt.same(old_fixed[key]):  # fmt: skip
+            fixed[key] = old_fixed[key]
+    return grid, fixed
+
+
 def _check_runs_dir(task: Task, runs_dir, store: Path, parents: bool = False) -> Path | None:
     """The folder of a train-network sweep's run folders (default `PATH-runs` beside the
     store), checked as the store is: a folder or a new path in an existing folder."""
@@ -1952,6 +1976,7 @@ def run_sweep(task: str, grid: dict | list, options: dict | None = None, store="
         check_scheduler_address(scheduler)
     store = _check_store(Path(store), t.name, parents)
     runs_dir = _check_runs_dir(t, runs_dir, store, parents)
+    grid, fixed = _spelled_as_stored(t, store, grid, fixed)
     cells = make_cells(t, grid, fixed, runs_dir)
     cells_dir = store / CELLS
     todo, retry, unreadable = [], set(), {}  # the cells to run; the files of failed, damaged ones

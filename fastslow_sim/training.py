@@ -118,16 +118,6 @@ def _kept_checkpoint(path, saved, bad) -> str:
 _COUNT = re.compile(r"\+?(?:(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?")
 
 
-def tokens_text(n: int) -> str:
-    """`n` tokens spelled one way that `parse_tokens` reads back: the largest suffix of g, m, k
-    that divides `n` exactly, else digits (500000 -> '500k', 2000000 -> '2m', 1500 -> '1500'),
-    so that `--tokens 500000`, `500k` and `0.5M` are one setting (a sweep's cell keys)."""
-    for suffix, scale in (("g", 1_000_000_000), ("m", 1_000_000), ("k", 1_000)):
-        if n % scale == 0:
-            return f"{n // scale}{suffix}"
-    return str(n)
-
-
 def parse_tokens(text) -> int:
     """`500k`, `2M`, `1.5m`, `250000`, `1,000,000` -> a positive integer number of tokens, read
     exactly (as a decimal, not through float). Commas only between groups of three digits

@@ -1,6 +1,13 @@
 import numpy as np
 import pytest
 
+import fastslow_sim
+
+# bind the package's lazy names now, before any test patches a submodule: a name first read
+# while `fastslow_sim.integrators.integrate` is patched would keep the stub for the session
+for _name in fastslow_sim.__all__:
+    getattr(fastslow_sim, _name)
+
 
 @pytest.fixture
 def rng():
