@@ -689,6 +689,58 @@ def test_phi_vs_pst_computes_a_folder_given_twice_once(tmp_path):
     assert res.stderr == f"note: {run}/ is the run folder {run} again; it is computed once.\n"
 
 
+def test_phi_vs_pst_over_the_seeds_of_an_arm(capsys):
+    """Runs of one arm and setting with other seeds get each readout's mean ± s.d. over the
+    runs and the network's readouts minus their controls paired by run (t interval, df =
+    runs - 1); a lone run, or one of another setting, gets none."""
+    from scipy import stats
+
+    from fastslow_sim.cli.network import _echo_over_runs
+
+    head, probe, untrained = [0.085, 0.086, 0.083], [0.032, 0.029, 0.031], [0.070, 0.069, 0.068]
+
+    def run(arm, seed, tokens=4096, **tv):
+        return {"arm": arm, "corpus": "me", "tokens": tokens, "P": 8, "seed": seed,
+                "tv": {k.replace("_", " "): {"mean": v, "se": 0.001} for k, v in tv.items()}}
+
+    base = {"Bayes_filter,_head_readout": 0.074, "probe_on_the_past_blocks'_histograms": 0.018}
+    results = [run("coupled", k, model_head=head[k], **{"slow-state_probe": probe[k],
+                   "slow-state_probe,_untrained_network": untrained[k]}, **base) for k in range(3)]
+    results += [run("dense", 0, model_head=0.14, **base), run("coupled", 0, tokens=8192,
+                model_head=0.08, **base)]  # fmt: skip
+    cols = ["model head", "slow-state probe", "Bayes filter, head readout"]
+    _echo_over_runs(results, cols)
+    out = capsys.readouterr().out.splitlines()
+    row = next(ln for ln in out if ln.startswith("| coupled |"))
+    sd = np.std(head, ddof=1)
+    assert row == (f"| coupled | 3 (0, 1, 2) | {np.mean(head):.4f} ± {sd:.4f} | "
+                   f"{np.mean(probe):.4f} ± {np.std(probe, ddof=1):.4f} | 0.0740 ± 0.0000 |")
+    assert not any(ln.startswith("| dense |") for ln in out)  # one run: nothing over runs
+    assert "coupled (me, 4,096 tokens, P = 8), paired by run, 95% t interval, df 2:" in out
+
+    def line(a, b, x, y):
+        d = np.subtract(x, y)
+        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+        return f"  {a} - {b}: {d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]"
+
+    assert out[-3:] == [
+        line("slow-state probe", "slow-state probe, untrained network", probe, untrained),
+        line("slow-state probe", "probe on the past blocks' histograms", probe, [0.018] * 3),
+        line("model head", "Bayes filter, head readout", head, [0.074] * 3)]  # fmt: skip
+    _echo_over_runs(results[3:], cols)  # no arm with two seeds of one setting
+    assert capsys.readouterr().out == ""
+
+
+def test_phi_vs_pst_command_summarises_two_seeds(tmp_path):
+    runs = [str(_untrained_run(tmp_path / f"s{k}", "me:tokens=360", seed=k)) for k in (0, 1)]
+    res = CliRunner().invoke(main, ["phi-vs-pst", *runs])
+    assert res.exit_code == 0, res.output
+    assert "over the runs of one arm and setting, other seeds: mean ± s.d. across runs" in res.output
+    assert "| coupled | 2 (0, 1) |" in res.output
+    assert "  model head - Bayes filter, head readout: " in res.output  # the gate is shut: no probe
+    assert "slow-state probe - " not in res.output
+
+
 def test_channel_gates_are_sized_by_their_mean_magnitude():
     """gate_abs_per_layer was |mean(g)|: channel gates of both signs cancelled to 0."""
     from fastslow_sim.training import ablation_table

@@ -470,11 +470,15 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     (slow-path arms with an open gate), with its control, the same probe on the slow state of
     the network as initialised (the run's seed, no step), beside the baselines (the Bayes
     filter read out the same two ways, the previous block's histogram, corpus frequencies,
-    uniform). Writes RUN_DIR/phi_vs_pst.json.
+    uniform). Runs of one arm and setting with other seeds (reproduce's) are summarised: each
+    distance's mean ± s.d. over the runs, and the probe minus its controls and the head minus
+    the Bayes filter's head readout, paired by run with a 95% t interval (df = runs - 1).
+    Writes RUN_DIR/phi_vs_pst.json.
 
     \b
-    Example:
+    Examples:
       fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed0 runs/reproduce-me/dense-matched-seed0
+      fastslow-sim phi-vs-pst runs/reproduce-me/coupled-seed*
     """
     from ..probe import READOUTS, check_run, phi_vs_pst, save_result
 
@@ -504,11 +508,53 @@ def phi_vs_pst_cmd(run_dirs, as_json):
         cells = [_mean_se(r["tv"][c]) if c in r["tv"] else "-" for c in cols]
         tokens = f"{r['tokens']:,}" + ("" if r["finished"] else " (stopped early)")
         click.echo(f"| {r['run']} | {r['arm']} | {tokens} | {r['P']} | " + " | ".join(cells) + " |")
+    _echo_over_runs(results, cols)
     for r in results:
         if not r["finished"]:
             click.echo(f"note: run {r['run']} stopped early: its checkpoint holds "
                        f"{r['steps']:,} of {plural(r['steps_planned'], 'step', spec=',')} "
                        f"({r['tokens']:,} of {r['tokens_planned']:,} tokens trained).")  # fmt: skip
+
+
+# the network's readouts against their controls, paired by run: the probe against the same
+# probe on the untrained network and on the raw histograms of the past blocks, the head
+# against the Bayes filter read out the same way
+_PAIRED_READOUTS = (("slow-state probe", "slow-state probe, untrained network"),
+                    ("slow-state probe", "probe on the past blocks' histograms"),
+                    ("model head", "Bayes filter, head readout"))  # fmt: skip
+
+
+def _echo_over_runs(results: list, cols: list):
+    """For each arm given as two or more runs of one setting (corpus, tokens, P) but other
+    seeds: each readout's mean and standard deviation over the runs, and the network's
+    readouts minus their controls, paired by run, with a t interval (df = runs - 1)."""
+    from ..training import paired_comparison
+
+    groups = {}
+    for r in results:
+        groups.setdefault((r["arm"], r["corpus"], r["tokens"], r["P"]), []).append(r)
+    groups = {k: g for k, g in groups.items() if len({r["seed"] for r in g}) == len(g) > 1}
+    if not groups:
+        return
+    click.echo("\nover the runs of one arm and setting, other seeds: mean ± s.d. across runs")
+    click.echo("| arm | runs (seeds) | " + " | ".join(cols) + " |")
+    click.echo("|---|---|" + "---:|" * len(cols))
+    for (arm, *_), g in groups.items():
+        cells = []
+        for c in cols:
+            v = np.array([r["tv"][c]["mean"] for r in g if c in r["tv"]])
+            cells.append(f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if len(v) == len(g) else "-")
+        seeds = ", ".join(str(r["seed"]) for r in g)
+        click.echo(f"| {arm} | {len(g)} ({seeds}) | " + " | ".join(cells) + " |")
+    for (arm, corpus, tokens, P), g in groups.items():
+        pairs = [(a, b) for a, b in _PAIRED_READOUTS if all(a in r["tv"] and b in r["tv"] for r in g)]
+        if pairs:
+            click.echo(f"{arm} ({corpus}, {tokens:,} tokens, P = {P}), paired by run, 95% t "
+                       f"interval, df {len(g) - 1}:")  # fmt: skip
+        for a, b in pairs:
+            cmp = paired_comparison([r["tv"][a]["mean"] for r in g], [r["tv"][b]["mean"] for r in g])
+            lo, hi = cmp["ci95"]
+            click.echo(f"  {a} - {b}: {cmp['mean_diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]")
 
 
 def _mean_se(tv: dict) -> str:
