@@ -1869,6 +1869,40 @@ def _client(workers, scheduler, client, threads=None):
 
 
 @contextlib.contextmanager
+def _ctrl_c_polled():
+    """While the main thread waits on the workers' results: a Ctrl-C only noted (a SIGINT
+    handler that raises nothing), for the wait loop to raise as KeyboardInterrupt at its next
+    poll (`_raise_polled_ctrl_c`, 50 ms apart). Python's own handler raises wherever the main
+    thread is, and one raised inside a gc callback (distributed's `GCDiagnosis`, run at every
+    collection) is printed as "Exception ignored" and dropped: the sweep ran on to its end
+    and exited 0. The block's end raises a Ctrl-C noted after the last poll."""
+    import signal
+
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(old):
+        yield  # no Python handler to stand in for: another thread, SIGINT ignored (`nohup`,
+        return  # a background job) or a handler installed outside Python
+    _CTRL_C.clear()
+    signal.signal(signal.SIGINT, lambda signum, frame: _CTRL_C.set())
+    try:
+        yield
+        _raise_polled_ctrl_c()
+    finally:
+        signal.signal(signal.SIGINT, old)
+        _CTRL_C.clear()
+
+
+_CTRL_C = threading.Event()  # set by `_ctrl_c_polled`'s SIGINT handler
+
+
+def _raise_polled_ctrl_c():
+    """KeyboardInterrupt, once, for a Ctrl-C that `_ctrl_c_polled` noted."""
+    if _CTRL_C.is_set():
+        _CTRL_C.clear()
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
 def _started_cluster(workers, threads=None):
     """`_local_cluster`, its worker processes ignoring SIGINT: Ctrl-C reaches the whole
     process group, and workers still importing each printed a KeyboardInterrupt traceback;
@@ -2218,15 +2252,22 @@ def _drive(task: Task, chunks, cells_dir, run_id, client, progress, summary, on_
             f = client.submit(run_cells, task.name, ch, str(cells_dir), run_id, pure=False,
                               key=f"sweep-{task.name}-{ch[0][1]}-{run_id}")  # fmt: skip
             futures[f] = ch
-        for f in as_completed(futures):
-            ch = futures[f]
-            try:
-                results = f.result()
-            except Exception as err:  # noqa: BLE001 - e.g. KilledWorker: the cells fail, the sweep goes on
-                results = []
-                for _, key, params in ch:
-                    ds = _cell_dataset(None, key, params, STATUS_FAILED, _error_text(err), 0.0, run_id)
-                    results.append((key, STATUS_FAILED if _write_cell(ds, Path(cells_dir), key) else "exists"))
-            account(results, ch)
+        done = as_completed(futures)
+        with _ctrl_c_polled():
+            while not done.is_empty():
+                batch = done.next_batch(block=False)
+                if not batch:
+                    _raise_polled_ctrl_c()
+                    time.sleep(0.05)
+                for f in batch:
+                    ch = futures[f]
+                    try:
+                        results = f.result()
+                    except Exception as err:  # noqa: BLE001 - e.g. KilledWorker: the cells fail, the sweep goes on
+                        results = []
+                        for _, key, params in ch:
+                            ds = _cell_dataset(None, key, params, STATUS_FAILED, _error_text(err), 0.0, run_id)
+                            results.append((key, STATUS_FAILED if _write_cell(ds, Path(cells_dir), key) else "exists"))
+                    account(results, ch)
     finally:
         bar.close()
