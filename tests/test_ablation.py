@@ -699,15 +699,18 @@ def test_phi_vs_pst_over_the_seeds_of_an_arm(capsys):
 
     head, probe, untrained = [0.085, 0.086, 0.083], [0.032, 0.029, 0.031], [0.070, 0.069, 0.068]
 
-    def run(arm, seed, tokens=4096, **tv):
-        return {"arm": arm, "corpus": "me", "tokens": tokens, "P": 8, "seed": seed,
+    def run(arm, seed, tokens=4096, finished=True, **tv):
+        return {"arm": arm, "corpus": "me", "tokens": tokens, "steps": tokens // 256, "P": 8,
+                "windows": 468, "finished": finished, "seed": seed,
                 "tv": {k.replace("_", " "): {"mean": v, "se": 0.001} for k, v in tv.items()}}
 
     base = {"Bayes_filter,_head_readout": 0.074, "probe_on_the_past_blocks'_histograms": 0.018}
     results = [run("coupled", k, model_head=head[k], **{"slow-state_probe": probe[k],
                    "slow-state_probe,_untrained_network": untrained[k]}, **base) for k in range(3)]
+    # a lone dense run, a coupled run of other tokens, and a stopped one (not a replicate)
     results += [run("dense", 0, model_head=0.14, **base), run("coupled", 0, tokens=8192,
-                model_head=0.08, **base)]  # fmt: skip
+                model_head=0.08, **base), run("coupled", 3, finished=False, model_head=0.2,
+                **base)]  # fmt: skip
     cols = ["model head", "slow-state probe", "Bayes filter, head readout"]
     _echo_over_runs(results, cols)
     out = capsys.readouterr().out.splitlines()
@@ -729,6 +732,17 @@ def test_phi_vs_pst_over_the_seeds_of_an_arm(capsys):
         line("model head", "Bayes filter, head readout", head, [0.074] * 3)]  # fmt: skip
     _echo_over_runs(results[3:], cols)  # no arm with two seeds of one setting
     assert capsys.readouterr().out == ""
+    _echo_over_runs(results[:3] + [results[0]], cols)  # seed 0 twice: said, not summarised
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("note: coupled (me, 4,096 tokens) has seed 0 more than once; "
+                                 "its runs are not summarised over seeds.\n")
+    del results[1]["tv"]["slow-state probe"]  # one run without the probe: no probe pairs
+    _echo_over_runs(results[:3], cols)
+    out = capsys.readouterr().out.splitlines()
+    assert next(ln for ln in out if ln.startswith("| coupled |")).split(" | ")[3] == "-"
+    assert out[-3:-1] == [
+        "  slow-state probe - slow-state probe, untrained network: - (not every run has both)",
+        "  slow-state probe - probe on the past blocks' histograms: - (not every run has both)"]
 
 
 def test_phi_vs_pst_command_summarises_two_seeds(tmp_path):

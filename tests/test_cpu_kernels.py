@@ -100,6 +100,7 @@ def test_a_zero_pivot_gives_non_finite_values_not_an_exception():
     assert torch.isfinite(x[:, [0, 2]]).all()
 
 
+@pytest.mark.slow  # 11 s; the default suite sits near its 10 minutes
 def test_rodas4_with_kernels_and_with_torch_operations_agree():
     system = fs.make_system("birth-death", eps=1e-4)
     z0 = torch.tensor(np.concatenate(fs.random_initial_conditions(system, 24, seed=11), axis=1))

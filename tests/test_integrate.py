@@ -342,8 +342,9 @@ FLOORS = {"auto": 1e-300, "radau": 1e-300, "bdf": 1e-300, "lsoda": 1e-300, "rk45
 ZERO_START_SLOW = ("bosh3", "adaptive_heun")
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "radau"
-                                    else m for m in fs.METHODS])  # radau: 8 s
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow)
+                                    if m in ("radau", "auto", "bdf", "dopri5") else m
+                                    for m in fs.METHODS])  # 7-10 s each; the suite near 10 min
 def test_every_method_integrates_at_its_atol_floor(method):
     """Each method at its floor: success, mass conserved to 1e-12 (the generator's columns sum to
     zero; the solvers keep it to round-off, 1e-15 here), and x within 100 rtol (1e-4) of Radau at

@@ -272,7 +272,7 @@ def test_largest_corpus_and_rate_are_accepted():
     assert parse_me_spec("me:rate=1e300").rate == 1e300
 
 
-@pytest.mark.parametrize("beta", [20.0, 50.0, -50.0, 1000.0])
+@pytest.mark.parametrize("beta", [20.0, 50.0, -50.0, pytest.param(1000.0, marks=pytest.mark.slow)])  # 10 s
 def test_propagators_keep_relative_accuracy_at_large_beta(beta):
     """The symmetrised eigen-decomposition multiplied round-off by d_j / d_i up to
     e^{(n - 1) |beta| / 4}: against this reference its entries were off by 4.4e-5 at beta 20,

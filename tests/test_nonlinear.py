@@ -483,7 +483,8 @@ def test_no_negative_probabilities(monkeypatch, kw, y_range, raw_negative):
     assert [b["stable"] for b in curve["branches"]] == [b["stable"] for b in raw["branches"]]
 
 
-@pytest.mark.parametrize("beta, y_range", [(0.002, (-1.0, 1.5)), (0.05, (-40.0, -20.0)),
+@pytest.mark.parametrize("beta, y_range", [(0.002, (-1.0, 1.5)),
+                                           pytest.param(0.05, (-40.0, -20.0), marks=pytest.mark.slow),  # 7 s
                                            (-0.01, (100.0, 120.0))])  # fmt: skip
 def test_small_beta(beta, y_range):
     """The curve's y scale is 1/|beta| (folds 16 apart at beta 0.05, 82 at -0.01): the

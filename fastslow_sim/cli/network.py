@@ -470,10 +470,12 @@ def phi_vs_pst_cmd(run_dirs, as_json):
     (slow-path arms with an open gate), with its control, the same probe on the slow state of
     the network as initialised (the run's seed, no step), beside the baselines (the Bayes
     filter read out the same two ways, the previous block's histogram, corpus frequencies,
-    uniform). Runs of one arm and setting with other seeds (reproduce's) are summarised: each
-    distance's mean ± s.d. over the runs, and the probe minus its controls and the head minus
-    the Bayes filter's head readout, paired by run with a 95% t interval (df = runs - 1).
-    Writes RUN_DIR/phi_vs_pst.json.
+    uniform). Finished runs of one arm and setting with other seeds (reproduce's) are
+    summarised below the table (not with --json): each distance's mean ± s.d. over the runs,
+    and the probe minus its controls and the head minus the Bayes filter's head readout,
+    paired by run with a 95% t interval (df = runs - 1; over seeds only: one corpus, one set
+    of validation windows, the controls without a network fixed numbers). Writes
+    RUN_DIR/phi_vs_pst.json.
 
     \b
     Examples:
@@ -525,17 +527,30 @@ _PAIRED_READOUTS = (("slow-state probe", "slow-state probe, untrained network"),
 
 
 def _echo_over_runs(results: list, cols: list):
-    """For each arm given as two or more runs of one setting (corpus, tokens, P) but other
-    seeds: each readout's mean and standard deviation over the runs, and the network's
-    readouts minus their controls, paired by run, with a t interval (df = runs - 1)."""
+    """For each arm given as two or more finished runs of one setting (corpus, tokens, steps,
+    P, validation windows) but other seeds: each readout's mean and standard deviation over
+    the runs, and the network's readouts minus their controls, paired by run, with a t
+    interval (df = runs - 1). A stopped run is left out; a seed given twice leaves its group
+    out (a note says so)."""
     from ..training import paired_comparison
 
     groups = {}
     for r in results:
-        groups.setdefault((r["arm"], r["corpus"], r["tokens"], r["P"]), []).append(r)
-    groups = {k: g for k, g in groups.items() if len({r["seed"] for r in g}) == len(g) > 1}
+        if r["finished"]:
+            key = (r["arm"], r["corpus"], r["tokens"], r["steps"], r["P"], r["windows"])
+            groups.setdefault(key, []).append(r)
+    for (arm, corpus, tokens, *_), g in list(groups.items()):
+        seeds = [r["seed"] for r in g]
+        if len(set(seeds)) < len(g):
+            twice = sorted({s for s in seeds if seeds.count(s) > 1})
+            click.echo(f"note: {arm} ({corpus}, {tokens:,} tokens) has seed "
+                       f"{', '.join(map(str, twice))} more than once; its runs are not "
+                       f"summarised over seeds.", err=True)  # fmt: skip
+        if len(set(seeds)) < len(g) or len(g) < 2:
+            del groups[(arm, corpus, tokens, *_)]
     if not groups:
         return
+    groups = {k: sorted(g, key=lambda r: r["seed"]) for k, g in groups.items()}
     click.echo("\nover the runs of one arm and setting, other seeds: mean ± s.d. across runs")
     click.echo("| arm | runs (seeds) | " + " | ".join(cols) + " |")
     click.echo("|---|---|" + "---:|" * len(cols))
@@ -543,15 +558,19 @@ def _echo_over_runs(results: list, cols: list):
         cells = []
         for c in cols:
             v = np.array([r["tv"][c]["mean"] for r in g if c in r["tv"]])
-            cells.append(f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if len(v) == len(g) else "-")
+            ok = len(v) == len(g) and np.isfinite(v).all()
+            cells.append(f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if ok else "-")
         seeds = ", ".join(str(r["seed"]) for r in g)
         click.echo(f"| {arm} | {len(g)} ({seeds}) | " + " | ".join(cells) + " |")
-    for (arm, corpus, tokens, P), g in groups.items():
-        pairs = [(a, b) for a, b in _PAIRED_READOUTS if all(a in r["tv"] and b in r["tv"] for r in g)]
+    for (arm, corpus, tokens, _, P, _), g in groups.items():
+        pairs = [(a, b) for a, b in _PAIRED_READOUTS if any(a in r["tv"] for r in g)]
         if pairs:
             click.echo(f"{arm} ({corpus}, {tokens:,} tokens, P = {P}), paired by run, 95% t "
                        f"interval, df {len(g) - 1}:")  # fmt: skip
         for a, b in pairs:
+            if not all(a in r["tv"] and b in r["tv"] for r in g):
+                click.echo(f"  {a} - {b}: - (not every run has both)")
+                continue
             cmp = paired_comparison([r["tv"][a]["mean"] for r in g], [r["tv"][b]["mean"] for r in g])
             lo, hi = cmp["ci95"]
             click.echo(f"  {a} - {b}: {cmp['mean_diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]")
