@@ -1476,13 +1476,10 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
         held = None
     if held is not None and held <= {key for _, key, _ in cells}:
         return
-    try:
-        old_grid = json.loads(attrs["grid"])
-        old_fixed = json.loads(attrs.get("options", "{}"))
-        assert isinstance(old_grid, dict) and isinstance(old_fixed, dict)
-        assert all(isinstance(v, list) and v for v in old_grid.values())
-    except (KeyError, TypeError, ValueError, AssertionError):
+    stored = _stored_sweep(attrs)
+    if stored is None:
         return  # no grid to compare with: the root is rebuilt as before
+    old_grid, old_fixed = stored
     names = list(task.options)
     old_grid = {k: v for k, v in old_grid.items() if k in names}
     base = {k: o.default for k, o in task.options.items()}
@@ -1519,24 +1516,32 @@ def _check_same_sweep(store: Path, task: Task, grid: dict, fixed: dict, cells: l
                          f"lacks.")  # fmt: skip
 
 
+def _stored_sweep(attrs: dict | None) -> tuple[dict, dict] | None:
+    """`(grid, fixed options)` of the sweep a store's root attributes record; None where there
+    is no root, or its record cannot be read (a grid is a dict of non-empty lists)."""
+    try:
+        grid, fixed = json.loads(attrs["grid"]), json.loads(attrs.get("options", "{}"))
+        assert isinstance(grid, dict) and isinstance(fixed, dict)
+        assert all(isinstance(v, list) and v for v in grid.values())
+    except (KeyError, TypeError, ValueError, AssertionError):
+        return None
+    return grid, fixed
+
+
 def _spelled_as_stored(task: Task, store: Path, grid: dict, fixed: dict) -> tuple[dict, dict]:
     """`grid` and `fixed` with each value of an option that has `same` spelled as the store's
     sweep spelled it where both stand for one setting (`--tokens 500000` over a store made
     with `--tokens 500k`, `--grid tokens=0.3k,1m` over one with `300,1000000`): the cells and
     their keys are the store's, not another sweep's."""
-    attrs = _root_attrs(store)
-    if attrs is None:
+    stored = _stored_sweep(_root_attrs(store))
+    if stored is None:
         return grid, fixed
-    try:
-        old_grid, old_fixed = json.loads(attrs["grid"]), json.loads(attrs.get("options", "{}"))
-        assert isinstance(old_grid, dict) and isinstance(old_fixed, dict)
-    except (KeyError, TypeError, ValueError, AssertionError):
-        return grid, fixed
+    old_grid, old_fixed = stored
     grid, fixed = dict(grid), dict(fixed)
     for key, opt in task.options.items():
         if opt.same is None:
             continue
-        if key in grid and isinstance(old_grid.get(key), list):
+        if key in grid and key in old_grid:
             stored = {repr(opt.same(v)): v for v in old_grid[key]}
             grid[key] = [stored.get(repr(opt.same(v)), v) for v in grid[key]]
         elif key in fixed and key in old_fixed and key not in old_grid \

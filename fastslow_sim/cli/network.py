@@ -534,23 +534,23 @@ def _echo_over_runs(results: list, cols: list):
     out (a note says so)."""
     from ..training import paired_comparison
 
-    groups = {}
+    found = {}
     for r in results:
         if r["finished"]:
             key = (r["arm"], r["corpus"], r["tokens"], r["steps"], r["P"], r["windows"])
-            groups.setdefault(key, []).append(r)
-    for (arm, corpus, tokens, *_), g in list(groups.items()):
+            found.setdefault(key, []).append(r)
+    groups = {}
+    for (arm, corpus, tokens, *rest), g in found.items():
         seeds = [r["seed"] for r in g]
-        if len(set(seeds)) < len(g):
-            twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        if twice:
             click.echo(f"note: {arm} ({corpus}, {tokens:,} tokens) has seed "
                        f"{', '.join(map(str, twice))} more than once; its runs are not "
                        f"summarised over seeds.", err=True)  # fmt: skip
-        if len(set(seeds)) < len(g) or len(g) < 2:
-            del groups[(arm, corpus, tokens, *_)]
+        elif len(g) > 1:
+            groups[(arm, corpus, tokens, *rest)] = sorted(g, key=lambda r: r["seed"])
     if not groups:
         return
-    groups = {k: sorted(g, key=lambda r: r["seed"]) for k, g in groups.items()}
     click.echo("\nover the runs of one arm and setting, other seeds: mean ± s.d. across runs")
     click.echo("| arm | runs (seeds) | " + " | ".join(cols) + " |")
     click.echo("|---|---|" + "---:|" * len(cols))
