@@ -356,9 +356,10 @@ def check_writable(path, what="output", probe: bool = True) -> Path:
     except OSError as err:  # a loop of links, a name too long, a component that is a file
         raise InputError(f"cannot write the {what} {str(p)!r}: {err.strerror}.") from None
     longest = _name_max(parent) - _TEMP_EXTRA
-    if len(real.name.encode()) > longest:
+    size = len(os.fsencode(real.name))  # the bytes on disk: a non-UTF-8 name is no error
+    if size > longest:
         raise InputError(
-            f"the {what} path {str(p)!r} has a file name of {len(real.name.encode())} bytes; "
+            f"the {what} path {str(p)!r} has a file name of {size} bytes; "
             f"expected at most {longest} (the file system's limit, less room for the temporary "
             f"name it is written under)."
         )

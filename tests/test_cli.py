@@ -1034,6 +1034,25 @@ def test_an_empty_path_is_refused_in_one_sentence(args, name, what, tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, name, what, value", [
+    (["integrate", "--eps", "0.1", "--out", "--json"], "--out", "file", "--json"),
+    (["convergence", "--out", "--no-plot"], "--out", "file", "--no-plot"),
+    (["manifold", "--plot", "-x.png"], "--plot", "file", "-x.png"),
+    (["train-network", "--out", "--resume"], "--out", "folder", "--resume"),
+    (["sweep", "integrate", "--store", "--workers", "2"], "--store", "zarr store", "--workers"),
+    (["figures", "--out", "--quick"], "--out/--out-dir", "folder", "--quick"),
+])  # fmt: skip
+def test_a_path_option_given_an_option_is_refused(args, name, what, value, tmp_path, monkeypatch):
+    # click gives an option the next word: 'integrate --out --json' wrote a dataset named
+    # '--json' and printed text; 'convergence --out --no-plot' wrote a plot
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"Error: {name} takes a {what} name; got {value!r}, which looks like an "
+                          f"option (a name that starts with '-' is given as ./{value}).\n")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args", [["training-figures", "--runs", "runs", "--out-dir", "nodir/x"],
                                   ["figures", "--only", "cost", "--out", "nodir/x"],
                                   ["figures", "--only", "cost", "--results-dir", "nodir/x"],

@@ -120,6 +120,10 @@ def invoke(args, tmp_path, monkeypatch):
          "1e-170 on the default run its error norm, the error over atol squared, overflows"),
         # '--plot --no-plot' took '--no-plot' as the plot's file name and wrote a PNG of that name
         (["integrate", "--eps", "0.1", "--plot"], "--plot takes a file name; got '--no-plot'"),
+        # 'log(0.01) == log(0.010000000000000002)': the slopes' fit printed 0.948, 1.513 at exit 0
+        (["convergence", "--system", "two-state", "--eps", "0.01,0.010000000000000002,0.1"],
+         "--eps values 0.01, 0.010000000000000002 in '0.01,0.010000000000000002,0.1' have the "
+         "same logarithm in float64"),
         # a numpy _ArrayMemoryError traceback after the draw of the initial conditions
         (["integrate", "--eps", "0.1", "--batch", "1000000", "--n-eval", "1000000"],
          "GiB of memory for the solution and its dataset, more than this machine's"),
@@ -1072,3 +1076,16 @@ def test_an_io_error_in_the_flush_names_the_target_and_the_flush_is_never_skippe
     no_read[0], eio[0] = True, False
     save_json({"a": 2}, out)
     assert len(flushed) == 2 and json.loads(out.read_text())["a"] == 2
+
+
+def test_a_non_utf8_output_name_is_written(tmp_path, monkeypatch):
+    # Linux names are bytes: 'bad\xfe.nc' ended in "the computation failed (UnicodeEncodeError)",
+    # exit status 1, from the file-name length check, then (on a strict stream, as the
+    # runner's) from printing the name after the files were written
+    name = os.fsdecode(b"bad\xfe.nc")
+    res = invoke(["integrate", "--eps", "0.1", "--t-end", "1", "--out", name], tmp_path, monkeypatch)
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^dataset +bad\\udcfe\.nc$", res.output, re.M), res.output
+    assert sorted(os.listdir(tmp_path)) == [name, os.fsdecode(b"bad\xfe.png")]
+    with fs.load_dataset(tmp_path / name) as ds:
+        assert ds.attrs["eps"] == 0.1

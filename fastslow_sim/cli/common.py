@@ -31,12 +31,20 @@ def in_runs(path) -> bool:
 def path_given(what: str):
     """A click callback for a path option or argument: `InputError` for an empty string, which
     named the current folder (`--out ""` trained into it) or let a default stand in for it
-    (`reproduce --out ""` wrote to runs/reproduce-me), never what was typed."""
+    (`reproduce --out ""` wrote to runs/reproduce-me), never what was typed; and for an
+    option's value that starts with '-': click gives an option the next word whatever it is,
+    so `integrate --out --json` wrote a dataset called '--json' and printed text, not JSON."""
 
     def check(ctx, param, value):
         values = value if isinstance(value, tuple) else (value,)
         if any(v is not None and str(v) == "" for v in values):
             raise InputError(f"{param_name(param)} must name a {what}; got an empty string.")
+        dashed = [str(v) for v in values if v is not None and str(v).startswith("-")]
+        if dashed and param.param_type_name == "option":
+            raise InputError(
+                f"{param_name(param)} takes a {what} name; got {dashed[0]!r}, which looks like "
+                f"an option (a name that starts with '-' is given as ./{dashed[0]})."
+            )
         return value
 
     return check
@@ -114,6 +122,12 @@ class Group(click.Group):
     exit status 1, not a traceback."""
 
     def main(self, *args, **kwargs):
+        for stream in (sys.stdout, sys.stderr):
+            # a file name that is not UTF-8 (Linux names are bytes) reaches the summary as
+            # surrogates, which a strict stream refused after the files were written ('the
+            # computation failed (UnicodeEncodeError)', exit 1): they are printed escaped
+            if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
         try:
             return super().main(*args, **kwargs)
         except OSError as err:
@@ -280,10 +294,6 @@ def output_paths(stem: str, out, plot_path, no_plot: bool):
     """Dataset and plot paths, checked before any work: defaults go to ./fastslow-results/."""
     from ..io import check_writable
 
-    if plot_path is not None and str(plot_path).startswith("-"):  # `--plot --no-plot` read the
-        raise InputError(  # option as the plot's file name and wrote a PNG called '--no-plot'
-            f"--plot takes a file name; got {str(plot_path)!r}, which looks like an option."
-        )
     if plot_path is not None and no_plot:
         raise InputError(
             f"--plot {plot_path} asks for a plot and --no-plot for none; expected one of them."
@@ -323,6 +333,15 @@ def parse_eps_list(text: str) -> list[float]:
         raise InputError(
             f"--eps values must be distinct to fit a slope; {fmt_vec(repeated)} repeated in "
             f"{text!r}."
+        )
+    # the slopes are fitted against log(eps): two values a float64 step apart have one logarithm,
+    # and the fit's x-axis degenerates (0.01,0.010000000000000002 printed slopes 0.948, 1.513)
+    logs = np.log(values)
+    same = sorted({float(v) for v, lv in zip(values, logs) if np.count_nonzero(logs == lv) > 1})
+    if same:
+        raise InputError(
+            f"--eps values {', '.join(map(repr, same))} in {text!r} have the same logarithm in float64, and the "
+            f"slopes are fitted against log(eps); expected values further apart."
         )
     return values.tolist()
 
